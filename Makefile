@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test lint unit venv clean bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kdispatch demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check eventlog webhook reconciler tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test: lint unit
+
+bench: $(STAMP)
+	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) .kdispatch .mypy_cache .pytest_cache

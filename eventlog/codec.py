@@ -1,0 +1,69 @@
+"""JSON encoding of events and log entries, built once and reused (msgspec's advice).
+
+Decoding never raises anything but ``DecodeError``, which names what was wrong and where, so a
+consumer loop can move a bad message aside and go on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from eventlog.events import AnyEvent, Event, LogEntry
+
+
+class DecodeError(ValueError):
+    """A payload that is not a valid event: ``path`` is the JSON path of the problem, if known."""
+
+    def __init__(self, message: str, *, path: str = "$", raw: bytes = b"") -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.raw = raw[:512]
+
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+_event_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)  # type: ignore[arg-type]
+_entry_decoder = msgspec.json.Decoder(LogEntry)
+_any_decoder = msgspec.json.Decoder()
+
+
+def encode(obj: Event | LogEntry | Any) -> bytes:
+    """Canonical JSON: deterministic key order, so identical decisions encode byte for byte."""
+    return _encoder.encode(obj)
+
+
+def _path_of(err: msgspec.ValidationError) -> str:
+    text = str(err)
+    marker = " - at `"
+    if marker in text:
+        return text.rsplit(marker, 1)[1].rstrip("`")
+    return "$"
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as err:
+        raise DecodeError(str(err), path=_path_of(err), raw=raw) from None
+    except msgspec.DecodeError as err:
+        raise DecodeError(f"not JSON: {err}", raw=raw) from None
+
+
+def decode_event(raw: bytes) -> AnyEvent:
+    ev: AnyEvent = _decode(_event_decoder, raw)
+    return ev
+
+
+def decode_entry(raw: bytes) -> LogEntry:
+    entry: LogEntry = _decode(_entry_decoder, raw)
+    return entry
+
+
+def to_builtins(obj: Any) -> Any:
+    return msgspec.to_builtins(obj, order="deterministic")
+
+
+def decode_json(raw: bytes) -> Any:
+    return _decode(_any_decoder, raw)

@@ -1,0 +1,449 @@
+"""The event contract: every fact and decision kdispatch records, as one tagged union.
+
+Rules (see docs/schema-evolution in msgspec):
+- a field's type never changes; fields added later get a default;
+- every event is frozen and carries ``v`` (schema version of that event type);
+- facts are named in the past tense (``JobSubmitted``), decisions as what was decided
+  (``Nominated``, ``Placed``);
+- quantities are integers: CPU in millicores, memory and everything else in units
+  (``Quantity.Value()`` rounded up); time is integer milliseconds since the epoch.
+
+This module imports nothing of ours and does no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct, field
+
+SCHEMA_VERSION = 1
+
+# ----------------------------------------------------------------------------------------------
+# Value types shared by events
+# ----------------------------------------------------------------------------------------------
+
+Resources = dict[str, int]
+"""Resource name -> integer amount (cpu in millicores, memory in bytes, GPUs in units)."""
+
+
+class JobRef(Struct, frozen=True, omit_defaults=True):
+    """Which job on the manager cluster. ``uid`` is the manager object's uid."""
+
+    namespace: str
+    name: str
+    uid: str
+    api_version: str = "batch/v1"
+    kind: str = "Job"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class PodSet(Struct, frozen=True, omit_defaults=True):
+    """One group of identical pods; the whole gang (all pod sets) lands on one cluster."""
+
+    name: str
+    count: int
+    requests: Resources = field(default_factory=dict)  # per pod
+    min_count: int | None = None
+
+
+class MatchExpression(Struct, frozen=True, omit_defaults=True):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = field(default_factory=list)
+
+
+class SelectorTerm(Struct, frozen=True, omit_defaults=True):
+    """An AND of match expressions."""
+
+    match_expressions: list[MatchExpression] = field(default_factory=list)
+
+
+class WeightedTerm(Struct, frozen=True, omit_defaults=True):
+    weight: int  # 1..100
+    term: SelectorTerm
+
+
+class ClusterAffinity(Struct, frozen=True, omit_defaults=True):
+    required: list[SelectorTerm] = field(default_factory=list)  # OR of terms; empty = no constraint
+    preferred: list[WeightedTerm] = field(default_factory=list)
+
+
+class Taint(Struct, frozen=True, omit_defaults=True):
+    key: str
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    value: str = ""
+
+
+class Toleration(Struct, frozen=True, omit_defaults=True):
+    key: str = ""  # empty key with Exists tolerates everything
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""  # empty = all effects
+    toleration_seconds: int | None = None
+
+
+DispatchMode = Literal["MustBeAdmitted", "BestEffort"]
+PreemptionPolicy = Literal["PreemptLowerPriority", "Never"]
+
+
+class Placement(Struct, frozen=True, omit_defaults=True):
+    """The normalized placement spec (the ``kdispatch.io/placement`` annotation, defaults filled)."""
+
+    cluster_selector: dict[str, str] = field(default_factory=dict)
+    cluster_affinity: ClusterAffinity = field(default_factory=ClusterAffinity)
+    cluster_tolerations: list[Toleration] = field(default_factory=list)
+    dispatch_mode: DispatchMode = "MustBeAdmitted"
+    profile: str = "default"
+    nominate: int | None = None  # K for TopK, overrides the profile's k
+    cluster_names: list[str] = field(default_factory=list)  # pin: only these clusters
+    preemption_policy: PreemptionPolicy = "PreemptLowerPriority"
+
+
+class FilterSpec(Struct, frozen=True, omit_defaults=True):
+    name: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class ScoreSpec(Struct, frozen=True, omit_defaults=True):
+    name: str
+    weight: int = 1
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class StrategySpec(Struct, frozen=True, omit_defaults=True):
+    type: Literal["AllAtOnce", "Incremental", "TopK"] = "TopK"
+    step_size: int = 1  # Incremental
+    k: int = 1  # TopK
+
+
+class Profile(Struct, frozen=True, omit_defaults=True):
+    """A dispatch policy. Plugins are referred to by registered name."""
+
+    name: str
+    filters: list[FilterSpec] = field(default_factory=list)
+    scores: list[ScoreSpec] = field(default_factory=list)
+    strategy: StrategySpec = field(default_factory=StrategySpec)
+    round_timeout_ms: int = 60_000
+    dispatch_mode: DispatchMode = "MustBeAdmitted"
+
+
+# ----------------------------------------------------------------------------------------------
+# The union. Every event carries `v`; the tag is the class name, in field "type".
+# ----------------------------------------------------------------------------------------------
+
+
+class Event(Struct, frozen=True, tag_field="type", tag=True, kw_only=True):
+    v: int = SCHEMA_VERSION
+
+
+# ---- inputs: the manager cluster (webhook, manager watcher) --------------------------------
+
+
+class JobSubmitted(Event, frozen=True, kw_only=True):
+    job: JobRef
+    pod_sets: list[PodSet]
+    priority: int = 0
+    priority_class: str | None = None  # resolved through the policy's priority classes if set
+    placement: Placement = field(default_factory=Placement)
+    queue: str | None = None  # kueue.x-k8s.io/queue-name
+    suspended: bool = False  # the user asked for it suspended (kdispatch holds it anyway)
+    runtime_ms: int | None = None  # hint for simulated clusters (kdispatch.io/simulated-runtime)
+    manifest: dict[str, Any] | None = None  # the object as admitted, for the remote copy
+    source: Literal["webhook", "watch"] = "webhook"
+
+
+class JobObserved(Event, frozen=True, kw_only=True):
+    """The manager watcher saw the job (list/resync); lets the core notice missing submissions."""
+
+    job: JobRef
+    suspended: bool = False
+    resource_version: str = ""
+
+
+class JobUpdated(Event, frozen=True, kw_only=True):
+    """Spec drift or suspend/resume on the manager object."""
+
+    job: JobRef
+    pod_sets: list[PodSet]
+    suspended: bool = False
+    priority: int | None = None
+    priority_class: str | None = None
+    manifest: dict[str, Any] | None = None
+
+
+class JobDeleted(Event, frozen=True, kw_only=True):
+    job: JobRef
+
+
+# ---- inputs: clusters (adapters, simulated clusters) ----------------------------------------
+
+
+class ClusterRegistered(Event, frozen=True, kw_only=True):
+    cluster: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
+    capacity: Resources = field(default_factory=dict)
+    worker_lost_timeout_ms: int | None = None  # per-cluster override of the policy default
+
+
+class ClusterUpdated(Event, frozen=True, kw_only=True):
+    cluster: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
+    capacity: Resources = field(default_factory=dict)
+    worker_lost_timeout_ms: int | None = None
+
+
+class ClusterRemoved(Event, frozen=True, kw_only=True):
+    cluster: str
+
+
+class ClusterHeartbeat(Event, frozen=True, kw_only=True):
+    cluster: str
+    reachable: bool = True
+    usage: Resources = field(default_factory=dict)  # what the worker reports in use (all tenants)
+
+
+class RemoteCreated(Event, frozen=True, kw_only=True):
+    job: JobRef
+    cluster: str
+    attempt: int
+
+
+class RemoteAdmitted(Event, frozen=True, kw_only=True):
+    job: JobRef
+    cluster: str
+    attempt: int
+
+
+class RemoteRejected(Event, frozen=True, kw_only=True):
+    job: JobRef
+    cluster: str
+    attempt: int
+    reason: str = ""
+
+
+class RemoteEvicted(Event, frozen=True, kw_only=True):
+    job: JobRef
+    cluster: str
+    attempt: int
+    reason: str = ""
+
+
+class RemoteFinished(Event, frozen=True, kw_only=True):
+    job: JobRef
+    cluster: str
+    attempt: int
+    succeeded: bool = True
+    reason: str = ""
+
+
+class RemoteGone(Event, frozen=True, kw_only=True):
+    """The actuator removed a remote copy (after Withdrawn/Evict/clean-up)."""
+
+    job: JobRef
+    cluster: str
+    attempt: int
+
+
+# ---- inputs: the sequencer itself -----------------------------------------------------------
+
+
+class Tick(Event, frozen=True, kw_only=True):
+    """Time passes. Timers fire when a Tick's sequencing time passes their deadline."""
+
+
+class PolicyLoaded(Event, frozen=True, kw_only=True):
+    """The leader's policy (profiles, priority classes, timeouts), recorded so replay is
+    self-contained. Appended at start-up whenever it differs from the last one in the log."""
+
+    profiles: list[Profile]
+    priority_classes: dict[str, int] = field(default_factory=dict)
+    worker_lost_timeout_ms: int = 60_000
+    claim_ttl_ms: int = 120_000
+    requeue_backoff_ms: int = 10_000
+
+
+class Rejected(Event, frozen=True, kw_only=True):
+    """An inbox message that could not be decoded; moved aside with the reason."""
+
+    inbox_seq: int
+    subject: str
+    reason: str
+    raw: str = ""  # the first bytes, for a person to look at
+
+
+# ---- decisions (written only by the leader) --------------------------------------------------
+
+RequeueReason = Literal[
+    "WorkerLost",
+    "AdmissionTimeout",
+    "Preempted",
+    "Evicted",
+    "Rejected",
+    "Suspended",
+    "SpecChanged",
+    "ClusterRemoved",
+]
+
+
+class Nominated(Event, frozen=True, kw_only=True):
+    """Create copies on these clusters (round ``round`` of ``attempt``)."""
+
+    job: JobRef
+    clusters: list[str]
+    attempt: int
+    round: int = 0
+    deadline_ms: int | None = None  # the round times out at this sequencing time
+
+
+class Placed(Event, frozen=True, kw_only=True):
+    job: JobRef
+    cluster: str
+    attempt: int
+
+
+class Withdrawn(Event, frozen=True, kw_only=True):
+    """Remove the copy of ``attempt`` from ``cluster``."""
+
+    job: JobRef
+    cluster: str
+    attempt: int
+    reason: str = ""
+
+
+class Unschedulable(Event, frozen=True, kw_only=True):
+    job: JobRef
+    reasons: dict[str, int] = field(default_factory=dict)  # reason -> number of clusters
+    message: str = ""
+
+
+class Requeued(Event, frozen=True, kw_only=True):
+    job: JobRef
+    reason: RequeueReason
+    cluster: str | None = None
+    not_before_ms: int | None = None  # back-off: not dispatched before this time
+    message: str = ""
+
+
+class ClusterLost(Event, frozen=True, kw_only=True):
+    cluster: str
+    last_seen_ms: int = 0
+
+
+class ClusterRecovered(Event, frozen=True, kw_only=True):
+    cluster: str
+
+
+class PreemptionClaimed(Event, frozen=True, kw_only=True):
+    preemptor: JobRef
+    cluster: str
+    victims: list[JobRef]
+    expires_ms: int
+    claim: Resources = field(default_factory=dict)
+
+
+class Evict(Event, frozen=True, kw_only=True):
+    job: JobRef
+    cluster: str
+    attempt: int
+    preemptor: JobRef | None = None
+    reason: str = "Preempted"
+
+
+class ClaimExpired(Event, frozen=True, kw_only=True):
+    preemptor: JobRef
+    cluster: str
+
+
+class Finished(Event, frozen=True, kw_only=True):
+    """The job is done (succeeded or failed) on ``cluster``; its capacity is released."""
+
+    job: JobRef
+    cluster: str
+    attempt: int
+    succeeded: bool = True
+
+
+class CleanUp(Event, frozen=True, kw_only=True):
+    """Remote objects of a job that no live job wants (deleted, finished): remove them."""
+
+    job: JobRef
+    cluster: str
+    attempt: int
+
+
+InputEvent = (
+    JobSubmitted
+    | JobObserved
+    | JobUpdated
+    | JobDeleted
+    | ClusterRegistered
+    | ClusterUpdated
+    | ClusterRemoved
+    | ClusterHeartbeat
+    | RemoteCreated
+    | RemoteAdmitted
+    | RemoteRejected
+    | RemoteEvicted
+    | RemoteFinished
+    | RemoteGone
+    | Tick
+    | PolicyLoaded
+    | Rejected
+)
+
+DecisionEvent = (
+    Nominated
+    | Placed
+    | Withdrawn
+    | Unschedulable
+    | Requeued
+    | ClusterLost
+    | ClusterRecovered
+    | PreemptionClaimed
+    | Evict
+    | ClaimExpired
+    | Finished
+    | CleanUp
+)
+
+AnyEvent = InputEvent | DecisionEvent
+
+INPUT_TYPES: tuple[type[Event], ...] = InputEvent.__args__  # type: ignore[attr-defined]
+DECISION_TYPES: tuple[type[Event], ...] = DecisionEvent.__args__  # type: ignore[attr-defined]
+ALL_TYPES: tuple[type[Event], ...] = INPUT_TYPES + DECISION_TYPES
+
+
+def is_decision(event: Event) -> bool:
+    return isinstance(event, DECISION_TYPES)
+
+
+# ----------------------------------------------------------------------------------------------
+# The log entry: what the Log stream holds (one JetStream message each).
+# ----------------------------------------------------------------------------------------------
+
+
+class LogEntry(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One log record. The leader stamps every entry of one batch with the same ``at_ms``.
+
+    ``seq`` is the log stream sequence (known before the append: the append is fenced on
+    ``seq - 1``). Inputs record the ``inbox_seq`` they were copied from, which is how a
+    restarted sequencer resumes. Decisions of one batch carry ``batch = (index, count)`` so a
+    batch cut short by a crash can be recognised and completed by the next leader.
+    """
+
+    seq: int
+    at_ms: int
+    event: AnyEvent
+    inbox_seq: int | None = None
+    batch: tuple[int, int] | None = None
+    leader: str = ""
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "msgspec"}]

@@ -1,0 +1,122 @@
+"""Subjects a person can filter with the NATS CLI.
+
+Layout (``<stream prefix>.<category>.<type>.<key…>``)::
+
+    kd.in.job.submitted.<namespace>.<name>        kd.log.job.submitted.<namespace>.<name>
+    kd.in.cluster.heartbeat.<cluster>             kd.log.cluster.lost.<cluster>
+    kd.in.remote.admitted.<namespace>.<name>      kd.log.decision.nominated.<namespace>.<name>
+    kd.in.system.tick                             kd.log.decision.claimexpired.<namespace>.<name>
+
+Kubernetes names may contain dots, which NATS tokens may not; ``escape`` maps every character a
+token forbids to ``~XX`` (hex of its UTF-8 bytes), ``~`` itself included, and the empty string to a
+lone ``~``. ``unescape(escape(s)) == s`` for every string.
+"""
+
+from __future__ import annotations
+
+import re
+
+from eventlog import events as ev
+
+INBOX_PREFIX = "kd.in"
+LOG_PREFIX = "kd.log"
+
+# Characters allowed unescaped in a token: printable ASCII except '.', '*', '>', '~' and space.
+_SAFE = frozenset(chr(c) for c in range(0x21, 0x7F)) - {".", "*", ">", "~"}
+_ESC = re.compile(r"~([0-9A-F]{2})")
+
+
+def escape(token: str) -> str:
+    if token == "":
+        return "~"
+    if all(ch in _SAFE for ch in token):
+        return token
+    out: list[str] = []
+    for ch in token:
+        if ch in _SAFE:
+            out.append(ch)
+        else:
+            out.extend(f"~{b:02X}" for b in ch.encode("utf-8"))
+    return "".join(out)
+
+
+def unescape(token: str) -> str:
+    if token == "~":
+        return ""
+    if "~" not in token:
+        return token
+    data = bytearray()
+    i = 0
+    while i < len(token):
+        m = _ESC.match(token, i)
+        if m:
+            data.append(int(m.group(1), 16))
+            i = m.end()
+        else:
+            data.extend(token[i].encode("utf-8"))
+            i += 1
+    return data.decode("utf-8")
+
+
+# Event type -> (category, verb). Decisions about a cluster read as cluster facts for people
+# (``kd.log.cluster.lost.<cluster>``); all other decisions are under ``decision``.
+_NAMES: dict[str, tuple[str, str]] = {
+    "JobSubmitted": ("job", "submitted"),
+    "JobObserved": ("job", "observed"),
+    "JobUpdated": ("job", "updated"),
+    "JobDeleted": ("job", "deleted"),
+    "ClusterRegistered": ("cluster", "registered"),
+    "ClusterUpdated": ("cluster", "updated"),
+    "ClusterRemoved": ("cluster", "removed"),
+    "ClusterHeartbeat": ("cluster", "heartbeat"),
+    "RemoteCreated": ("remote", "created"),
+    "RemoteAdmitted": ("remote", "admitted"),
+    "RemoteRejected": ("remote", "rejected"),
+    "RemoteEvicted": ("remote", "evicted"),
+    "RemoteFinished": ("remote", "finished"),
+    "RemoteGone": ("remote", "gone"),
+    "Tick": ("system", "tick"),
+    "PolicyLoaded": ("system", "policy"),
+    "Rejected": ("system", "rejected"),
+    "Nominated": ("decision", "nominated"),
+    "Placed": ("decision", "placed"),
+    "Withdrawn": ("decision", "withdrawn"),
+    "Unschedulable": ("decision", "unschedulable"),
+    "Requeued": ("decision", "requeued"),
+    "ClusterLost": ("cluster", "lost"),
+    "ClusterRecovered": ("cluster", "recovered"),
+    "PreemptionClaimed": ("decision", "preemptionclaimed"),
+    "Evict": ("decision", "evict"),
+    "ClaimExpired": ("decision", "claimexpired"),
+    "Finished": ("decision", "finished"),
+    "CleanUp": ("decision", "cleanup"),
+}
+
+
+def key_tokens(event: ev.Event) -> list[str]:
+    """The trailing tokens: ``<namespace>.<name>`` for job events, ``<cluster>`` for cluster ones."""
+    job = getattr(event, "job", None) or getattr(event, "preemptor", None)
+    if isinstance(job, ev.JobRef):
+        return [escape(job.namespace), escape(job.name)]
+    cluster = getattr(event, "cluster", None)
+    if isinstance(cluster, str):
+        return [escape(cluster)]
+    return []
+
+
+def subject_for(event: ev.Event, *, prefix: str) -> str:
+    category, verb = _NAMES[type(event).__name__]
+    return ".".join([prefix, category, verb, *key_tokens(event)])
+
+
+def inbox_subject(event: ev.Event) -> str:
+    return subject_for(event, prefix=INBOX_PREFIX)
+
+
+def log_subject(event: ev.Event) -> str:
+    return subject_for(event, prefix=LOG_PREFIX)
+
+
+def job_filter(namespace: str, name: str, *, prefix: str = LOG_PREFIX) -> str:
+    """Every log subject about one job, for ``nats sub`` / ``nats stream view --subject``."""
+    return f"{prefix}.*.*.{escape(namespace)}.{escape(name)}"

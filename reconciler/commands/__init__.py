@@ -1,0 +1,1 @@
+"""One module per ``kdispatch`` subcommand (see ``reconciler.cli``)."""

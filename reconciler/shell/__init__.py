@@ -1,0 +1,1 @@
+"""Imperative shell: the sequencer loop, the actuator, cluster adapters. All I/O lives here."""
