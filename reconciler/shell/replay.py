@@ -1,0 +1,229 @@
+"""Replay engine: fold a log into a core ``State``, verifying or explaining decision batches.
+
+The log interleaves inputs with the decision batches the leader computed right after them. A
+decision batch (entries with ``batch=(i, n)``, contiguous, ``i`` from 0 to n-1) was computed
+by ``decide`` on the state as it was just before the batch's first entry, so replay can:
+
+- rebuild: fold everything (the state any leader or command starts from);
+- verify: at each batch, call ``decide`` on the state before it and compare with what was
+  recorded, byte for byte (``codec.encode``); the first difference stops the replay;
+- look inside: hand the state before each batch to a callback (``explain`` uses it).
+
+Batches are grouped here (``units``) so every consumer sees a batch as one unit, whatever the
+reader's own batching is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from eventlog import codec
+from eventlog import events as ev
+from eventlog.store import LogReader
+from reconciler import core
+from reconciler.shell.progress import Progress
+
+
+@dataclass
+class DecisionBatch:
+    """Contiguous decision entries of one batch as found in the log (possibly cut short)."""
+
+    entries: list[ev.LogEntry]
+    count: int
+
+    @property
+    def first(self) -> ev.LogEntry:
+        return self.entries[0]
+
+    @property
+    def starts_at_zero(self) -> bool:
+        batch = self.first.batch
+        return batch is None or batch[0] == 0
+
+    @property
+    def complete(self) -> bool:
+        return self.starts_at_zero and len(self.entries) == self.count
+
+
+Unit = ev.LogEntry | DecisionBatch
+
+
+async def entries(
+    reader: LogReader,
+    *,
+    from_seq: int = 1,
+    until_seq: int | None = None,
+    until_ms: int | None = None,
+    progress: Progress | None = None,
+) -> AsyncIterator[ev.LogEntry]:
+    done = 0
+    async for chunk in reader.read(from_seq=from_seq, until_seq=until_seq, until_ms=until_ms):
+        for entry in chunk:
+            yield entry
+        done += len(chunk)
+        if progress is not None:
+            progress.update(done)
+
+
+async def units(source: AsyncIterator[ev.LogEntry]) -> AsyncIterator[Unit]:
+    """Inputs one by one; decision entries grouped into their batches."""
+    pending: DecisionBatch | None = None
+    async for entry in source:
+        if not ev.is_decision(entry.event):
+            if pending is not None:
+                yield pending
+                pending = None
+            yield entry
+            continue
+        index, count = entry.batch if entry.batch is not None else (0, 1)
+        if pending is not None and index == len(pending.entries) and count == pending.count and pending.starts_at_zero:
+            pending.entries.append(entry)
+        elif pending is not None and not pending.starts_at_zero and count == pending.count:
+            # The tail of a batch whose head lies before ``from_seq`` (replay from a snapshot).
+            pending.entries.append(entry)
+        else:
+            if pending is not None:
+                yield pending
+            pending = DecisionBatch(entries=[entry], count=count)
+        if pending.starts_at_zero and len(pending.entries) == pending.count:
+            yield pending
+            pending = None
+    if pending is not None:
+        yield pending
+
+
+@dataclass
+class Mismatch:
+    """Where replay's ``decide`` disagreed with the log."""
+
+    seq: int  # first entry of the recorded batch
+    at_ms: int
+    recorded: list[ev.LogEntry]
+    recomputed: list[ev.DecisionEvent]
+    reason: str
+
+    @property
+    def first_difference(self) -> int:
+        """Index of the first decision that differs (or the shorter length)."""
+        for i, (entry, event) in enumerate(zip(self.recorded, self.recomputed, strict=False)):
+            if codec.encode(entry.event) != codec.encode(event):
+                return i
+        return min(len(self.recorded), len(self.recomputed))
+
+
+@dataclass
+class ReplayResult:
+    state: core.State
+    last_seq: int = 0
+    last_at_ms: int = 0
+    entries: int = 0
+    inputs: int = 0
+    decisions: int = 0
+    batches: int = 0
+    verified_batches: int = 0
+    incomplete_batches: list[int] = field(default_factory=list)  # first seqs of batches cut short
+    mismatch: Mismatch | None = None
+    last_policy: ev.PolicyLoaded | None = None
+
+
+BatchHook = Callable[[core.State, DecisionBatch], Awaitable[None] | None]
+
+
+def compare(state: core.State, batch: DecisionBatch) -> Mismatch | None:
+    """Recompute ``decide`` on the state before ``batch`` and compare with the recorded entries."""
+    recomputed = core.decide(state)
+    recorded = batch.entries
+    first = batch.first
+    if len(recomputed) != batch.count:
+        return Mismatch(
+            seq=first.seq,
+            at_ms=first.at_ms,
+            recorded=recorded,
+            recomputed=recomputed,
+            reason=f"the log records a batch of {batch.count} decisions, decide() now gives {len(recomputed)}",
+        )
+    for i, entry in enumerate(recorded):
+        if codec.encode(entry.event) != codec.encode(recomputed[i]):
+            return Mismatch(
+                seq=first.seq,
+                at_ms=first.at_ms,
+                recorded=recorded,
+                recomputed=recomputed,
+                reason=f"decision {i} of the batch at seq {first.seq} differs (log seq {entry.seq})",
+            )
+    return None
+
+
+async def replay(
+    reader: LogReader,
+    *,
+    state: core.State | None = None,
+    from_seq: int = 1,
+    until_seq: int | None = None,
+    until_ms: int | None = None,
+    verify: bool = False,
+    on_batch: BatchHook | None = None,
+    progress: Progress | None = None,
+) -> ReplayResult:
+    """Fold the log (from ``from_seq``, onto ``state`` if given) up to the bounds.
+
+    With ``verify``, stops at the first batch whose recomputation differs (``result.mismatch``).
+    A batch cut short at the very end of the log is normal after a leader crash (the next leader
+    completes it); one cut short in the middle is reported in ``incomplete_batches``.
+    """
+    result = ReplayResult(state=state if state is not None else core.new_state())
+    cut_short_at_end = False
+    source = entries(reader, from_seq=from_seq, until_seq=until_seq, until_ms=until_ms, progress=progress)
+    try:
+        async for unit in units(source):
+            cut_short_at_end = False
+            if isinstance(unit, DecisionBatch):
+                result.batches += 1
+                if not unit.complete and unit.starts_at_zero:
+                    result.incomplete_batches.append(unit.first.seq)
+                    cut_short_at_end = True
+                if on_batch is not None:
+                    maybe = on_batch(result.state, unit)
+                    if maybe is not None:
+                        await maybe
+                if verify and unit.starts_at_zero:
+                    mismatch = compare(result.state, unit)
+                    # A batch cut short by a crash still has to agree on the part that was written.
+                    if mismatch is not None and not unit.complete and _prefix_agrees(mismatch, unit.count):
+                        mismatch = None
+                    if mismatch is not None:
+                        result.mismatch = mismatch
+                        return result
+                    result.verified_batches += 1
+                for entry in unit.entries:
+                    result.state = core.fold(result.state, entry)
+                    _count(result, entry)
+            else:
+                result.state = core.fold(result.state, unit)
+                _count(result, unit)
+                if isinstance(unit.event, ev.PolicyLoaded):
+                    result.last_policy = unit.event
+    finally:
+        if progress is not None:
+            progress.close()
+    # A batch cut short at the end (a crash the next leader will repair, or --until) is no anomaly.
+    if cut_short_at_end:
+        result.incomplete_batches.pop()
+    return result
+
+
+def _prefix_agrees(mismatch: Mismatch, count: int) -> bool:
+    if len(mismatch.recomputed) != count:
+        return False
+    return mismatch.first_difference >= len(mismatch.recorded)
+
+
+def _count(result: ReplayResult, entry: ev.LogEntry) -> None:
+    result.entries += 1
+    result.last_seq = entry.seq
+    result.last_at_ms = entry.at_ms
+    if ev.is_decision(entry.event):
+        result.decisions += 1
+    else:
+        result.inputs += 1
