@@ -1,0 +1,465 @@
+"""A simulated worker cluster that behaves like a Kueue worker: pure, no clock, no I/O.
+
+Whoever drives it passes the time: the real-time driver (``reconciler.shell.clusters.sim``) with
+the wall clock, ``kdispatch simulate`` with virtual time. Both call ``advance(now_ms)`` at
+``next_event_ms()`` and publish the facts it returns.
+
+Model (Kueue with one ClusterQueue, ``BestEffortFIFO``):
+
+- quota per resource: ``capacity`` lists the limited resources; a resource not listed is not
+  limited (a job asking for memory on a cluster whose capacity names only GPUs still fits);
+- a copy becomes admissible ``admission_latency_ms`` after its creation (plus any injected slow
+  admission); admissible copies are admitted in priority order, then creation order (FIFO); a
+  copy that does not fit does not block smaller ones behind it (BestEffortFIFO);
+- an admitted copy runs for its runtime (``runtime_ms`` or ``default_runtime_ms``) and finishes,
+  releasing its quota; finished copies stay until deleted, like Kueue's finished Workloads;
+- ``evict`` stops a copy (admitted or pending) for good: it is not readmitted, because the
+  dispatcher requeues the job as a new attempt rather than reusing the evicted copy;
+- ``create`` of a (job uid, attempt) the worker already has, or had and deleted, is ignored, so
+  a restarted or second actuator never makes a copy twice.
+
+Fault injection: ``silence(until_ms)`` (None: for good, until ``recover``): requests are lost,
+facts are held back and delivered when it ends, heartbeats report unreachable;
+``reject_next(n)``; ``slow_admission(extra_ms, until_ms)``; ``fail_next(n)``.
+
+Performance: events live on a heap of (time, seq); pending copies are bucketed by shape so an
+admission pass costs the number of distinct shapes, not the queue length (see ``_admit``).
+Nothing is scanned per tick.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import NamedTuple
+
+from eventlog.events import (
+    ClusterHeartbeat,
+    InputEvent,
+    JobRef,
+    PodSet,
+    RemoteAdmitted,
+    RemoteCreated,
+    RemoteEvicted,
+    RemoteFinished,
+    RemoteGone,
+    RemoteRejected,
+    Resources,
+)
+
+CopyKey = tuple[str, int]  # (job uid, attempt)
+
+
+class CopyState(StrEnum):
+    WAITING = "Waiting"  # created, admission latency not yet over
+    PENDING = "Pending"  # admissible, waiting for quota
+    ADMITTED = "Admitted"
+    FINISHED = "Finished"
+    EVICTED = "Evicted"
+
+
+class CopyView(NamedTuple):
+    """What a test, the GC or the demo sees of one remote copy."""
+
+    job: JobRef
+    attempt: int
+    state: CopyState
+    priority: int
+    demand: Resources
+    created_ms: int
+    admitted_ms: int | None
+
+
+class _Copy:
+    __slots__ = (
+        "admitted_ms",
+        "attempt",
+        "created_ms",
+        "demand",
+        "job",
+        "order",
+        "priority",
+        "runtime_ms",
+        "state",
+        "token",
+    )
+
+    def __init__(
+        self,
+        *,
+        job: JobRef,
+        attempt: int,
+        demand: Resources,
+        priority: int,
+        runtime_ms: int,
+        created_ms: int,
+        order: int,
+    ) -> None:
+        self.job = job
+        self.attempt = attempt
+        self.demand = demand
+        self.priority = priority
+        self.runtime_ms = runtime_ms
+        self.created_ms = created_ms
+        self.order = order
+        self.state = CopyState.WAITING
+        self.admitted_ms: int | None = None
+        self.token = 0  # bumped when a scheduled event about this copy is cancelled
+
+    @property
+    def key(self) -> CopyKey:
+        return (self.job.uid, self.attempt)
+
+    def sort_key(self) -> tuple[int, int, int]:
+        return (-self.priority, self.created_ms, self.order)
+
+
+# Heap event kinds.
+_ELIGIBLE = 0
+_FINISH = 1
+_UNSILENCE = 2
+_RELEASED = 3  # quota released by a request (delete/evict): run an admission pass then
+
+
+def _time_of(item: tuple[int, InputEvent]) -> int:
+    return item[0]
+
+
+def _view(c: _Copy) -> CopyView:
+    return CopyView(
+        job=c.job,
+        attempt=c.attempt,
+        state=c.state,
+        priority=c.priority,
+        demand=dict(c.demand),
+        created_ms=c.created_ms,
+        admitted_ms=c.admitted_ms,
+    )
+
+
+def demand_of(pod_sets: Iterable[PodSet]) -> Resources:
+    """The whole gang's demand: per-pod requests times the pod count, summed over pod sets."""
+    total: Resources = {}
+    for ps in pod_sets:
+        for res, amount in ps.requests.items():
+            total[res] = total.get(res, 0) + amount * ps.count
+    return total
+
+
+class SimWorker:
+    def __init__(
+        self,
+        name: str,
+        capacity: Resources,
+        *,
+        admission_latency_ms: int = 0,
+        default_runtime_ms: int = 30_000,
+    ) -> None:
+        self.name = name
+        self.capacity: Resources = dict(capacity)
+        self.admission_latency_ms = admission_latency_ms
+        self.default_runtime_ms = default_runtime_ms
+        self._free: Resources = dict(capacity)
+        self._used: Resources = {}
+        self._copies: dict[CopyKey, _Copy] = {}
+        self._gone: set[CopyKey] = set()  # deleted or rejected: a late duplicate create is ignored
+        self._heap: list[tuple[int, int, int, CopyKey | None, int]] = []  # (t, seq, kind, key, token)
+        self._seq = 0
+        self._limited = tuple(sorted(self.capacity))
+        # Pending copies by shape (demand of the limited resources), each a heap in priority
+        # then FIFO order; see ``_admit``.
+        self._buckets: dict[tuple[int, ...], list[tuple[tuple[int, int, int], CopyKey]]] = {}
+        self._dirty: set[tuple[int, ...]] = set()  # shapes with arrivals since the last pass
+        self._released = False  # quota was released since the last admission pass
+        self._outbox: list[tuple[int, InputEvent]] = []
+        self._silent_until: int | None = None
+        self._silent = False
+        self._reject_next = 0
+        self._reject_reason = ""
+        self._fail_next = 0
+        self._slow_extra_ms = 0
+        self._slow_until: int | None = None
+
+    # ------------------------------------------------------------------ requests (the actuator)
+
+    def create(
+        self,
+        job: JobRef,
+        attempt: int,
+        pod_sets: Iterable[PodSet],
+        priority: int,
+        runtime_ms: int | None,
+        now_ms: int,
+    ) -> bool:
+        """Create the copy of ``job``'s ``attempt``. False if the request was lost (silent)."""
+        if self._is_silent(now_ms):
+            return False
+        key = (job.uid, attempt)
+        if key in self._copies or key in self._gone:
+            return True  # a duplicate request: already done
+        if self._reject_next > 0:
+            self._reject_next -= 1
+            self._gone.add(key)
+            reason = self._reject_reason or "RejectedByWorker"
+            self._emit(now_ms, RemoteRejected(job=job, cluster=self.name, attempt=attempt, reason=reason))
+            return True
+        self._seq += 1
+        copy = _Copy(
+            job=job,
+            attempt=attempt,
+            demand=demand_of(pod_sets),
+            priority=priority,
+            runtime_ms=self.default_runtime_ms if runtime_ms is None else runtime_ms,
+            created_ms=now_ms,
+            order=self._seq,
+        )
+        self._copies[key] = copy
+        self._emit(now_ms, RemoteCreated(job=job, cluster=self.name, attempt=attempt))
+        self._schedule(now_ms + self._admission_delay(now_ms), _ELIGIBLE, key, copy.token)
+        return True
+
+    def delete(self, job_uid: str, attempt: int, now_ms: int) -> bool:
+        """Delete the copy (releasing its quota); reports ``RemoteGone`` once. False if lost."""
+        if self._is_silent(now_ms):
+            return False
+        key = (job_uid, attempt)
+        if key in self._gone:
+            return True
+        self._gone.add(key)
+        copy = self._copies.pop(key, None)
+        if copy is None:
+            return True  # never reached us: nothing to report about it
+        self._stop(copy, now_ms)
+        self._emit(now_ms, RemoteGone(job=copy.job, cluster=self.name, attempt=attempt))
+        return True
+
+    def evict(self, job_uid: str, attempt: int, now_ms: int, *, reason: str = "Preempted") -> bool:
+        """Stop the copy and release its quota; reports ``RemoteEvicted``. False if lost."""
+        if self._is_silent(now_ms):
+            return False
+        copy = self._copies.get((job_uid, attempt))
+        if copy is None or copy.state in (CopyState.FINISHED, CopyState.EVICTED):
+            return True
+        self._stop(copy, now_ms)
+        copy.state = CopyState.EVICTED
+        self._emit(now_ms, RemoteEvicted(job=copy.job, cluster=self.name, attempt=attempt, reason=reason))
+        return True
+
+    # ------------------------------------------------------------------ time
+
+    def next_event_ms(self) -> int | None:
+        """When ``advance`` next has something to do (facts to deliver count as due now)."""
+        best: int | None = None
+        if self._outbox and not self._silent:
+            best = self._outbox[0][0]
+        while self._heap and self._stale(self._heap[0]):
+            heapq.heappop(self._heap)
+        if self._heap and (best is None or self._heap[0][0] < best):
+            best = self._heap[0][0]
+        return best
+
+    def advance(self, now_ms: int) -> list[InputEvent]:
+        """Everything that happened up to ``now_ms``; the facts to report, in order."""
+        return [event for _, event in self.advance_timed(now_ms)]
+
+    def advance_timed(self, now_ms: int) -> list[tuple[int, InputEvent]]:
+        """Like ``advance`` with the time each fact happened (held-back facts keep theirs)."""
+        while self._heap and self._heap[0][0] <= now_ms:
+            t = self._heap[0][0]
+            while self._heap and self._heap[0][0] == t:
+                _, _, kind, key, token = heapq.heappop(self._heap)
+                self._apply(t, kind, key, token)
+            self._admit(t)
+        if self._is_silent(now_ms):
+            return []
+        out, self._outbox = self._outbox, []
+        # Requests (create/delete/evict) emit at their own time, which may precede events the
+        # heap only processed now: deliver in time order (stable: same-time facts keep theirs).
+        out.sort(key=_time_of)
+        return out
+
+    def heartbeat(self, now_ms: int) -> ClusterHeartbeat:
+        """What the observer's cheap API call sees: unreachable while silent, else usage."""
+        if self._is_silent(now_ms):
+            return ClusterHeartbeat(cluster=self.name, reachable=False)
+        return ClusterHeartbeat(cluster=self.name, reachable=True, usage=self.usage())
+
+    def usage(self) -> Resources:
+        """Resources held by admitted copies (limited or not), zero entries left out."""
+        return {res: amount for res, amount in self._used.items() if amount}
+
+    # ------------------------------------------------------------------ fault injection
+
+    def silence(self, until_ms: int | None, *, now_ms: int = 0) -> None:
+        """Go silent until ``until_ms`` (None: for good, until ``recover``)."""
+        del now_ms  # accepted for symmetry with the other calls; silence needs no start time
+        self._silent = True
+        self._silent_until = until_ms
+        if until_ms is not None:
+            self._schedule(until_ms, _UNSILENCE, None, 0)
+
+    def recover(self) -> None:
+        """End a silence now: requests reach the worker again and held-back facts flow."""
+        self._silent = False
+        self._silent_until = None
+
+    def reject_next(self, n: int, *, reason: str = "RejectedByWorker") -> None:
+        self._reject_next = n
+        self._reject_reason = reason
+
+    def fail_next(self, n: int) -> None:
+        """The next ``n`` copies to finish report ``succeeded=False``."""
+        self._fail_next = n
+
+    def slow_admission(self, extra_ms: int, *, until_ms: int | None = None) -> None:
+        """Copies created from now on (until ``until_ms``) wait ``extra_ms`` longer for admission."""
+        self._slow_extra_ms = extra_ms
+        self._slow_until = until_ms
+
+    # ------------------------------------------------------------------ inspection
+
+    def copies(self) -> list[CopyView]:
+        """Every copy the worker holds, in creation order (dicts keep insertion order)."""
+        return [_view(c) for c in self._copies.values()]
+
+    def get(self, job_uid: str, attempt: int) -> CopyView | None:
+        c = self._copies.get((job_uid, attempt))
+        return None if c is None else _view(c)
+
+    def is_silent(self, now_ms: int) -> bool:
+        return self._is_silent(now_ms)
+
+    # ------------------------------------------------------------------ internals
+
+    def _is_silent(self, now_ms: int) -> bool:
+        if self._silent and self._silent_until is not None and now_ms >= self._silent_until:
+            self._silent = False
+            self._silent_until = None
+        return self._silent
+
+    def _admission_delay(self, now_ms: int) -> int:
+        extra = 0
+        if self._slow_extra_ms and (self._slow_until is None or now_ms < self._slow_until):
+            extra = self._slow_extra_ms
+        return self.admission_latency_ms + extra
+
+    def _emit(self, at_ms: int, event: InputEvent) -> None:
+        self._outbox.append((at_ms, event))
+
+    def _schedule(self, at_ms: int, kind: int, key: CopyKey | None, token: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at_ms, self._seq, kind, key, token))
+
+    def _stale(self, item: tuple[int, int, int, CopyKey | None, int]) -> bool:
+        _, _, kind, key, token = item
+        if kind in (_UNSILENCE, _RELEASED):
+            return False
+        copy = self._copies.get(key) if key is not None else None
+        return copy is None or copy.token != token
+
+    def _apply(self, t: int, kind: int, key: CopyKey | None, token: int) -> None:
+        if kind == _UNSILENCE:
+            self._is_silent(t)
+            return
+        if kind == _RELEASED:
+            return  # the admission pass that follows every event time does the work
+        assert key is not None
+        copy = self._copies.get(key)
+        if copy is None or copy.token != token:
+            return
+        if kind == _ELIGIBLE:
+            copy.state = CopyState.PENDING
+            shape = self._shape(copy)
+            heapq.heappush(self._buckets.setdefault(shape, []), (copy.sort_key(), key))
+            self._dirty.add(shape)
+        elif kind == _FINISH:
+            self._release(copy)
+            copy.state = CopyState.FINISHED
+            succeeded = self._fail_next <= 0
+            if not succeeded:
+                self._fail_next -= 1
+            self._emit(
+                t,
+                RemoteFinished(
+                    job=copy.job,
+                    cluster=self.name,
+                    attempt=copy.attempt,
+                    succeeded=succeeded,
+                    reason="" if succeeded else "JobFailed",
+                ),
+            )
+
+    def _stop(self, copy: _Copy, now_ms: int) -> None:
+        """Cancel whatever the copy was doing. A pending copy stays in its bucket and is skipped
+        when it reaches the head (lazy removal); an admitted one releases its quota."""
+        copy.token += 1
+        if copy.state is CopyState.ADMITTED:
+            self._release(copy)
+            self._schedule(now_ms, _RELEASED, None, 0)
+
+    def _release(self, copy: _Copy) -> None:
+        for res, amount in copy.demand.items():
+            self._used[res] -= amount
+            if res in self._free:
+                self._free[res] += amount
+        self._released = True
+
+    def _shape(self, copy: _Copy) -> tuple[int, ...]:
+        return tuple(copy.demand.get(res, 0) for res in self._limited)
+
+    def _head(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], CopyKey] | None:
+        bucket = self._buckets[shape]
+        while bucket:
+            head = bucket[0]
+            copy = self._copies.get(head[1])
+            if copy is not None and copy.state is CopyState.PENDING:
+                return head
+            heapq.heappop(bucket)
+        del self._buckets[shape]
+        return None
+
+    def _admit(self, t: int) -> None:
+        """One admission pass at time ``t``: repeatedly admit the first copy, in priority then FIFO
+        order, that fits. That is what a sequential BestEffortFIFO scan admits, because a copy
+        passed over does not fit later in the same pass either (free quota only shrinks).
+
+        Pending copies are bucketed by shape (their demand of the limited resources): within a
+        bucket, if the head does not fit, nothing behind it does, so one pass costs the number of
+        shapes per admission, not the queue length. Without a release since the last pass only
+        the buckets that got arrivals can have a new fit."""
+        if self._released:
+            shapes: Iterable[tuple[int, ...]] = list(self._buckets)
+        else:
+            shapes = list(self._dirty)
+        self._released = False
+        self._dirty.clear()
+        candidates = [s for s in shapes if s in self._buckets]
+        while candidates:
+            best: tuple[tuple[int, int, int], CopyKey] | None = None
+            best_shape: tuple[int, ...] = ()
+            live: list[tuple[int, ...]] = []
+            free = [self._free[res] for res in self._limited]
+            for shape in candidates:
+                head = self._head(shape)
+                if head is None:
+                    continue
+                if all(need <= have for need, have in zip(shape, free, strict=True)):
+                    live.append(shape)
+                    if best is None or head < best:
+                        best, best_shape = head, shape
+            if best is None:
+                return
+            heapq.heappop(self._buckets[best_shape])
+            self._start(self._copies[best[1]], t)
+            candidates = live
+
+    def _start(self, copy: _Copy, t: int) -> None:
+        for res, amount in copy.demand.items():
+            self._used[res] = self._used.get(res, 0) + amount
+            if res in self._free:
+                self._free[res] -= amount
+        copy.state = CopyState.ADMITTED
+        copy.admitted_ms = t
+        self._emit(t, RemoteAdmitted(job=copy.job, cluster=self.name, attempt=copy.attempt))
+        self._schedule(t + copy.runtime_ms, _FINISH, copy.key, copy.token)
