@@ -1,0 +1,95 @@
+"""``kdispatch simulate``: compare dispatch profiles on a job trace, in virtual time."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from reconciler.config import ConfigError
+from reconciler.simulate.profiles import PolicyDefaults, default_profiles, load_profiles
+from reconciler.simulate.progress import JobProgress
+from reconciler.simulate.readers import FORMATS, load_trace
+from reconciler.simulate.report import class_table, profiles_table
+from reconciler.simulate.runner import CoreApi
+from reconciler.simulate.session import ProfileRun, results_document, run_profile, write_outputs
+from reconciler.simulate.trace import TraceError
+
+HELP = "Replay a job trace against simulated clusters in virtual time and compare dispatch profiles."
+
+# The goal this command exists to check (docs/simulate.md).
+GOAL_COPIES = 1.5
+GOAL_P95_RATIO = 1.1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", required=True, type=Path, help="trace file (or the Alibaba trace directory)")
+    parser.add_argument("--format", choices=FORMATS, help="trace format (default: guessed from the file)")
+    parser.add_argument("--clusters", type=Path, help="YAML cluster file (the config file's clusters: section)")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="profile/policy YAML; repeat to compare (default: all-at-once, incremental-3, topk-1, topk-2)",
+    )
+    parser.add_argument("--out", type=Path, help="write results.json, placements.jsonl and PNG plots here")
+    parser.add_argument("--limit", type=int, help="only the first N jobs of the trace (by submission time)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _goal_lines(profiles: dict[str, dict[str, Any]]) -> list[str]:
+    base = profiles.get("all-at-once")
+    if not base or base.get("wait_p95_s") is None:
+        return []
+    lines = []
+    for name, res in profiles.items():
+        if res.get("strategy", {}).get("type") != "TopK" or res.get("remote_copies_per_job") is None:
+            continue
+        copies = res["remote_copies_per_job"]
+        p95, base_p95 = res["wait_p95_s"], base["wait_p95_s"]
+        ratio = p95 / base_p95 if base_p95 else (1.0 if p95 == base_p95 else float("inf"))
+        ok = copies <= GOAL_COPIES and ratio <= GOAL_P95_RATIO
+        lines.append(
+            f"goal {name}: {copies:.2f} copies/job (<= {GOAL_COPIES}), p95 wait {p95:.1f}s = {ratio:.2f}x "
+            f"all-at-once's {base_p95:.1f}s (<= {GOAL_P95_RATIO}x): {'MET' if ok else 'NOT MET'}"
+        )
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        trace = load_trace(args.trace, fmt=args.format, clusters=args.clusters)
+        profiles = load_profiles(args.profile) if args.profile else [(p, PolicyDefaults()) for p in default_profiles()]
+    except (TraceError, ConfigError, ValueError, OSError) as err:
+        print(f"kdispatch simulate: {err}", file=sys.stderr)
+        return 2
+    if args.limit is not None:
+        trace = msgspec.structs.replace(trace, jobs=trace.jobs[: max(args.limit, 0)])
+    core = CoreApi.real()
+    runs: list[ProfileRun] = []
+    for profile, settings in profiles:
+        progress = JobProgress(total=len(trace.jobs), label=profile.name, enabled=not args.quiet)
+        started = time.perf_counter()
+        result = run_profile(trace, profile=profile, settings=settings, core=core, progress=progress)
+        elapsed = time.perf_counter() - started
+        progress.done(f"{result.results['batches']} batches, {result.results['log_entries']} log entries in {elapsed:.1f}s")
+        runs.append(result)
+    doc = results_document(trace, runs)
+    print(f"trace {doc['trace']['source']}: {len(trace.jobs)} jobs on {len(trace.clusters)} clusters")
+    print(profiles_table(doc["profiles"]))
+    print()
+    print(class_table(doc["profiles"]))
+    for line in _goal_lines(doc["profiles"]):
+        print(line)
+    if args.out is not None:
+        from reconciler.simulate.plots import write_plots
+
+        written = write_outputs(args.out, doc=doc, runs=runs) + write_plots(args.out, runs)
+        print("wrote " + ", ".join(str(p) for p in written))
+    return 0

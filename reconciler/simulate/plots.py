@@ -1,0 +1,66 @@
+"""PNG plots of a simulation (matplotlib, Agg backend: no display needed).
+
+- ``wait_cdf.png``: the wait-time CDF of every profile (log x axis, waits of 0 drawn at 0.1 s);
+- ``gpu_utilization.png``: GPU utilization over time per profile.
+PNG metadata carries no date, so identical runs give identical files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+
+from reconciler.simulate.session import ProfileRun
+
+_META = {"Software": "kdispatch simulate"}
+
+
+def wait_cdf(runs: list[ProfileRun], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for run in runs:
+        waits = sorted(max(0.1, w / 1000) for r in run.recorder.jobs.values() if (w := r.wait_ms) is not None)
+        if not waits:
+            continue
+        n = len(waits)
+        ax.step(waits, [(i + 1) / n for i in range(n)], where="post", label=f"{run.name} (n={n})")
+    ax.set_xscale("log")
+    ax.set_xlabel("wait from submission to placement (s, log scale)")
+    ax.set_ylabel("fraction of placed jobs")
+    ax.set_title("Wait-time CDF per profile")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, metadata=_META)
+    plt.close(fig)
+    return path
+
+
+def utilization(runs: list[ProfileRun], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for run in runs:
+        series: list[Any] = run.results.get("gpu_utilization_series") or []
+        if not series:
+            continue
+        hours = [p[0] / 3600 for p in series]
+        ax.plot(hours, [p[1] * 100 for p in series], label=f"{run.name} (mean {run.results['gpu_utilization']:.1%})")
+    ax.set_xlabel("time since first submission (h)")
+    ax.set_ylabel("GPU utilization (%)")
+    ax.set_title("GPU utilization over time")
+    ax.set_ylim(0, 100)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, metadata=_META)
+    plt.close(fig)
+    return path
+
+
+def write_plots(out: Path, runs: list[ProfileRun]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    return [wait_cdf(runs, out / "wait_cdf.png"), utilization(runs, out / "gpu_utilization.png")]

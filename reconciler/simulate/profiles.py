@@ -1,0 +1,86 @@
+"""The profiles a simulation compares: the four defaults, or the ones from ``--profile`` files.
+
+The defaults differ only in their strategy, so the comparison isolates it: the same filters
+(health, pinning, selector, affinity, taints, whole-gang feasibility) and the same score
+(``CapacityScore``: most headroom first). Like MultiKueue, none of them filters on headroom
+now: a copy may queue on a worker until its Kueue admits it; that is where AllAtOnce's copies
+race and where TopK's capacity score has to earn its keep.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from eventlog import events as ev
+from reconciler.shell.policy import load_policy_file
+
+FILTERS = (
+    "ClusterHealth",
+    "ClusterPinning",
+    "ClusterSelector",
+    "ClusterAffinity",
+    "ClusterTaints",
+    "ClusterFeasibility",
+)
+SCORES = ("CapacityScore",)
+
+
+def _profile(name: str, strategy: ev.StrategySpec) -> ev.Profile:
+    return ev.Profile(
+        name=name,
+        filters=[ev.FilterSpec(name=f) for f in FILTERS],
+        scores=[ev.ScoreSpec(name=s) for s in SCORES],
+        strategy=strategy,
+    )
+
+
+def default_profiles() -> list[ev.Profile]:
+    return [
+        _profile("all-at-once", ev.StrategySpec(type="AllAtOnce")),
+        _profile("incremental-3", ev.StrategySpec(type="Incremental", step_size=3)),
+        _profile("topk-1", ev.StrategySpec(type="TopK", k=1)),
+        _profile("topk-2", ev.StrategySpec(type="TopK", k=2)),
+    ]
+
+
+class PolicyDefaults(msgspec.Struct, frozen=True, kw_only=True):
+    """Policy settings around the profile (from the profile file when it has a policy)."""
+
+    worker_lost_timeout_ms: int = 600_000
+    claim_ttl_ms: int = 120_000
+    requeue_backoff_ms: int = 10_000
+
+
+def load_profiles(paths: list[Path]) -> list[tuple[ev.Profile, PolicyDefaults]]:
+    """Every profile of every file (a config file, a policy or a single profile), in order.
+
+    The ``default`` alias that a single-profile file gets is dropped: it is the same profile.
+    """
+    out: list[tuple[ev.Profile, PolicyDefaults]] = []
+    for path in paths:
+        policy = load_policy_file(path)
+        settings = PolicyDefaults(
+            worker_lost_timeout_ms=policy.worker_lost_timeout_ms,
+            claim_ttl_ms=policy.claim_ttl_ms,
+            requeue_backoff_ms=policy.requeue_backoff_ms,
+        )
+        named = [p for p in policy.profiles if p.name != "default"] or list(policy.profiles)
+        out.extend((p, settings) for p in named)
+    names = [p.name for p, _ in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"profile names must be unique across --profile files; repeated: {dup}")
+    return out
+
+
+def policy_for(profile: ev.Profile, *, settings: PolicyDefaults, priority_classes: dict[str, int]) -> ev.PolicyLoaded:
+    """The ``PolicyLoaded`` of one run: this profile, also as ``default``."""
+    return ev.PolicyLoaded(
+        profiles=[profile] if profile.name == "default" else [profile, msgspec.structs.replace(profile, name="default")],
+        priority_classes=dict(sorted(priority_classes.items())),
+        worker_lost_timeout_ms=settings.worker_lost_timeout_ms,
+        claim_ttl_ms=settings.claim_ttl_ms,
+        requeue_backoff_ms=settings.requeue_backoff_ms,
+    )

@@ -1,0 +1,105 @@
+"""One ``kdispatch simulate`` invocation: every profile over the same trace, then the outputs.
+
+Results are a plain dict (``results.json``): ``{"trace": {...}, "profiles": {NAME: metrics}}``
+with profiles in the order given. Nothing in it depends on the wall clock or the machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eventlog import events as ev
+from reconciler.simulate.metrics import placement_rows, profile_results
+from reconciler.simulate.profiles import PolicyDefaults, policy_for
+from reconciler.simulate.recorder import Recorder
+from reconciler.simulate.runner import (
+    EPOCH_MS,
+    CoreApi,
+    RunSettings,
+    TraceCluster,
+    VirtualRun,
+    WorkerModel,
+    sim_worker,
+)
+from reconciler.simulate.trace import Trace
+
+
+@dataclass
+class ProfileRun:
+    name: str
+    results: dict[str, Any]
+    placements: list[dict[str, Any]]
+    recorder: Recorder
+
+
+def run_profile(
+    trace: Trace,
+    *,
+    profile: ev.Profile,
+    settings: PolicyDefaults,
+    core: CoreApi,
+    make_worker: Callable[[TraceCluster], WorkerModel] = sim_worker,
+    run_settings: RunSettings | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ProfileRun:
+    recorder = Recorder(gpu_resource=trace.gpu_resource)
+    run = VirtualRun(
+        trace,
+        policy=policy_for(profile, settings=settings, priority_classes=trace.priority_classes),
+        profile_name=profile.name,
+        core=core,
+        make_worker=make_worker,
+        observers=[recorder],
+        settings=run_settings or RunSettings(),
+        progress=progress,
+    )
+    run.run()
+    results = profile_results(
+        recorder,
+        gpu_capacity=trace.total_capacity(trace.gpu_resource),
+        clusters=len(trace.clusters),
+    )
+    results["strategy"] = {"type": profile.strategy.type, "k": profile.strategy.k, "step_size": profile.strategy.step_size}
+    results["batches"] = run.batches
+    return ProfileRun(
+        name=profile.name,
+        results=results,
+        placements=placement_rows(recorder, profile=profile.name, origin_ms=EPOCH_MS),
+        recorder=recorder,
+    )
+
+
+def trace_summary(trace: Trace) -> dict[str, Any]:
+    return {
+        "source": Path(trace.source).name,
+        "jobs": len(trace.jobs),
+        "clusters": {c.name: dict(sorted(c.capacity.items())) for c in trace.clusters},
+        "gpu_resource": trace.gpu_resource,
+        "gpu_capacity": trace.total_capacity(trace.gpu_resource),
+        "priority_classes": trace.priority_classes,
+    }
+
+
+def results_document(trace: Trace, runs: list[ProfileRun]) -> dict[str, Any]:
+    return {"trace": trace_summary(trace), "profiles": {r.name: r.results for r in runs}}
+
+
+def encode_results(doc: dict[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
+
+
+def write_outputs(out: Path, *, doc: dict[str, Any], runs: list[ProfileRun]) -> list[Path]:
+    """results.json and placements.jsonl (the PNGs are written by ``plots``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.json"
+    results.write_bytes(encode_results(doc))
+    placements = out / "placements.jsonl"
+    with placements.open("w") as fh:
+        for run in runs:
+            for row in run.placements:
+                fh.write(json.dumps(row, separators=(",", ":")) + "\n")
+    return [results, placements]
