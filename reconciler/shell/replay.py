@@ -128,6 +128,7 @@ class ReplayResult:
 
 
 BatchHook = Callable[[core.State, DecisionBatch], Awaitable[None] | None]
+InputHook = Callable[[ev.LogEntry], None]
 
 
 def compare(state: core.State, batch: DecisionBatch) -> Mismatch | None:
@@ -164,6 +165,7 @@ async def replay(
     until_ms: int | None = None,
     verify: bool = False,
     on_batch: BatchHook | None = None,
+    on_input: InputHook | None = None,
     progress: Progress | None = None,
 ) -> ReplayResult:
     """Fold the log (from ``from_seq``, onto ``state`` if given) up to the bounds.
@@ -200,6 +202,8 @@ async def replay(
                     result.state = core.fold(result.state, entry)
                     _count(result, entry)
             else:
+                if on_input is not None:
+                    on_input(unit)
                 result.state = core.fold(result.state, unit)
                 _count(result, unit)
                 if isinstance(unit.event, ev.PolicyLoaded):

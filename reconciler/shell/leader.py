@@ -1,0 +1,91 @@
+"""Leader candidacy: wait for the lease, lead one term, step down, become a candidate again.
+
+The lease (a JetStream KV key with a TTL, ``eventlog``'s ``.lease``) says who *should* write;
+fencing (every append expects the last sequence) guarantees a deposed leader *cannot*. A term
+ends when the lease is lost, when an append is fenced, or on shutdown (the lease is then
+released so a standby takes over without waiting for the TTL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Protocol
+
+from reconciler.shell.logging import get_logger
+from reconciler.shell.loop import LeaderLoop
+
+log = get_logger("reconciler.leader")
+
+LEASE_NAME = "sequencer"
+
+
+class Lease(Protocol):
+    @property
+    def lost(self) -> asyncio.Event: ...
+
+    async def acquire(self) -> None:
+        """Wait until this candidate holds the lease (renewed in the background from then on)."""
+        ...
+
+    async def release(self) -> None: ...
+
+
+class LeaseProvider(Protocol):
+    def lease(self, name: str, ttl_s: float, *, holder: str) -> Any: ...
+
+
+async def run_candidate(
+    log_: Any,
+    loop: LeaderLoop,
+    *,
+    stop: asyncio.Event,
+    ttl_s: float = 5.0,
+    name: str = LEASE_NAME,
+) -> None:
+    """Alternate between waiting for the lease and leading, until ``stop``."""
+    holder = loop.settings.leader_id
+    bound = log.bind(leader=holder, lease=name)
+    while not stop.is_set():
+        lease: Lease = log_.lease(name, ttl_s, holder=holder)
+        acquired = await _until_stop(lease.acquire(), stop)
+        if not acquired:
+            await _release(lease)
+            return
+        bound.info("lease_acquired")
+        reason = "error"
+        try:
+            reason = await loop.run_term(stop=stop, lost=lease.lost)
+        finally:
+            loop.metrics.step_downs.labels(reason=reason).inc()
+            bound.info("stepped_down", reason=reason)
+            if reason != "lease-lost":
+                await _release(lease)
+        if reason == "fenced":
+            # Someone else wrote while we held the lease (or thought we did): give them a TTL.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=ttl_s)
+
+
+async def _until_stop(work: Any, stop: asyncio.Event) -> bool:
+    """Run ``work``; False if ``stop`` came first (``work`` is cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
+
+
+async def _release(lease: Lease) -> None:
+    try:
+        await lease.release()
+    except Exception as err:  # the TTL frees it anyway; a failed release must not crash shutdown
+        log.warning("lease_release_failed", error=str(err))

@@ -1,0 +1,93 @@
+"""One human line per log entry: ``seq  time  Type  job-or-cluster  key=value …``.
+
+Only fields that differ from their defaults are shown; bulky ones (the admitted manifest) are
+left out, pod sets and resources are summarised. The JSON form (``--json``) has everything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from eventlog import events as ev
+from reconciler.shell.logsource import format_ms
+
+_HIDDEN = {"v", "manifest", "job", "raw"}
+
+
+def subject_key(event: ev.Event) -> str:
+    job = getattr(event, "job", None) or getattr(event, "preemptor", None)
+    if isinstance(job, ev.JobRef):
+        return job.key
+    cluster = getattr(event, "cluster", None)
+    return cluster if isinstance(cluster, str) else "-"
+
+
+def resources(res: dict[str, int]) -> str:
+    parts = []
+    for name, amount in sorted(res.items()):
+        parts.append(f"{name}:{amount}m" if name == "cpu" else f"{name}:{_human_amount(name, amount)}")
+    return "{" + ",".join(parts) + "}"
+
+
+def _human_amount(name: str, amount: int) -> str:
+    if name in {"memory", "ephemeral-storage"} and amount >= 1 << 20:
+        for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20)):
+            if amount >= size and amount % size == 0:
+                return f"{amount // size}{unit}"
+    return str(amount)
+
+
+def _value(name: str, value: Any) -> str:
+    if isinstance(value, ev.JobRef):
+        return value.key
+    if name == "pod_sets":
+        return "[" + " ".join(f"{p.name}:{p.count}x{resources(p.requests)}" for p in value) + "]"
+    if name in {"capacity", "usage", "claim"} and isinstance(value, dict):
+        return resources(value)
+    if name == "victims":
+        return "[" + ",".join(v.key for v in value) + "]"
+    if name == "profiles":
+        return "[" + ",".join(p.name for p in value) + "]"
+    if name.endswith("_ms") and isinstance(value, int) and value > 1_000_000_000_000:
+        return format_ms(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "[" + ",".join(value) + "]"
+    if isinstance(value, dict) and all(isinstance(v, str | int) for v in value.values()):
+        return "{" + ",".join(f"{k}={v}" for k, v in value.items()) + "}"
+    if isinstance(value, str) and (" " in value or value == ""):
+        return repr(value)
+    if isinstance(value, msgspec.Struct | list | dict):
+        return msgspec.json.encode(msgspec.to_builtins(value)).decode()
+    return str(value)
+
+
+def describe(event: ev.Event) -> str:
+    """``key=value`` pairs of the fields that matter (non-default, not the subject itself)."""
+    key = subject_key(event)
+    parts: list[str] = []
+    for f in msgspec.structs.fields(event):
+        if f.name in _HIDDEN:
+            continue
+        value = getattr(event, f.name)
+        if f.name == "cluster" and value == key:
+            continue
+        if f.name == "preemptor" and isinstance(value, ev.JobRef) and value.key == key:
+            continue
+        if f.default is not msgspec.NODEFAULT and value == f.default:
+            continue
+        if f.default_factory is not msgspec.NODEFAULT and value == f.default_factory():
+            continue
+        parts.append(f"{f.name}={_value(f.name, value)}")
+    return " ".join(parts)
+
+
+def line(entry: ev.LogEntry) -> str:
+    event = entry.event
+    kind = type(event).__name__
+    extra = ""
+    if entry.batch is not None and entry.batch[1] > 1:
+        extra = f" [{entry.batch[0] + 1}/{entry.batch[1]}]"
+    text = f"{entry.seq:>8}  {format_ms(entry.at_ms)}  {kind:<17} {subject_key(event):<28} {describe(event)}"
+    return (text + extra).rstrip()
