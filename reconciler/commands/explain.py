@@ -38,7 +38,7 @@ def concerns(event: ev.Event, key: str) -> bool:
         if isinstance(ref, ev.JobRef) and ref.key == key:
             return True
     victims = getattr(event, "victims", None)
-    return bool(victims) and any(v.key == key for v in victims)
+    return isinstance(victims, list) and any(v.key == key for v in victims)
 
 
 @dataclass

@@ -1,0 +1,395 @@
+"""``replay --profile FILE``: what would another policy have done with the same world?
+
+The *outside* inputs of the log are replayed at their recorded times: submissions, updates and
+deletions of jobs, cluster registrations and removals, heartbeats (their timing and
+reachability — so worker losses happen when they happened), and silences (a cluster that went
+Lost is silent from its last heartbeat until it came back). Everything that depended on our own
+decisions is simulated instead, by one ``SimWorker`` per cluster (``reconciler.sim.worker``):
+
+- a job runs for the time it was observed running (admitted -> finished in the log); a job
+  never seen finishing runs for its ``runtime_ms`` hint, or past the end of the log;
+- a cluster admits after the median admission latency observed on it (created -> admitted);
+- reported usage is the simulated worker's (our jobs as this policy placed them).
+
+The leader's pattern is kept: one input batch per virtual instant, fold, ``decide``, one
+decision batch, fold, then the decisions are applied to the simulated workers. No NATS, no clock.
+Simplifications (documented in docs/cli.md): a ``ClusterUpdated`` changes labels and taints but
+the simulated quota stays the registered one; other tenants' usage is not modelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from eventlog import codec
+from eventlog import events as ev
+from eventlog.store import LogReader
+from reconciler import core
+from reconciler.shell.logsource import format_ms, open_source
+from reconciler.shell.policy import load_policy_file
+from reconciler.sim.worker import SimWorker
+
+# Jobs never seen finishing run until well past any log's end.
+FOREVER_MS = 10 * 365 * 24 * 3600 * 1000
+
+OUTSIDE = (
+    ev.JobSubmitted,
+    ev.JobObserved,
+    ev.JobUpdated,
+    ev.JobDeleted,
+    ev.ClusterRegistered,
+    ev.ClusterUpdated,
+    ev.ClusterRemoved,
+    ev.ClusterHeartbeat,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Outcomes: the same measures computed on the recorded log and on the what-if run
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class JobOutcome:
+    submitted_ms: int | None = None
+    placed_ms: int | None = None  # first placement
+    cluster: str | None = None  # last placement
+    placements: list[str] = field(default_factory=list)
+    copies: int = 0  # remote copies asked for (clusters nominated, all rounds and attempts)
+    evictions: int = 0
+    finished_ms: int | None = None
+    unschedulable: bool = False
+
+
+class Outcomes:
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobOutcome] = {}
+        self.preemptions = 0
+
+    def _job(self, ref: ev.JobRef) -> JobOutcome:
+        job = self.jobs.get(ref.key)
+        if job is None:
+            job = self.jobs[ref.key] = JobOutcome()
+        return job
+
+    def observe(self, entry: ev.LogEntry) -> None:
+        e = entry.event
+        at = entry.at_ms
+        match e:
+            case ev.JobSubmitted(job=ref):
+                job = self._job(ref)
+                if job.submitted_ms is None:
+                    job.submitted_ms = at
+            case ev.Nominated(job=ref, clusters=clusters):
+                self._job(ref).copies += len(clusters)
+            case ev.Placed(job=ref, cluster=cluster):
+                job = self._job(ref)
+                job.placed_ms = at if job.placed_ms is None else job.placed_ms
+                job.cluster = cluster
+                job.placements.append(cluster)
+                job.unschedulable = False
+            case ev.Unschedulable(job=ref):
+                self._job(ref).unschedulable = True
+            case ev.Evict(job=ref):
+                self._job(ref).evictions += 1
+            case ev.PreemptionClaimed():
+                self.preemptions += 1
+            case ev.Finished(job=ref):
+                self._job(ref).finished_ms = at
+            case _:
+                pass
+
+    def summary(self) -> dict[str, Any]:
+        jobs = [j for j in self.jobs.values() if j.submitted_ms is not None]
+        waits = sorted(j.placed_ms - j.submitted_ms for j in jobs if j.placed_ms is not None and j.submitted_ms)
+        return {
+            "jobs": len(jobs),
+            "placed": sum(1 for j in jobs if j.placed_ms is not None),
+            "finished": sum(1 for j in jobs if j.finished_ms is not None),
+            "unschedulable": sum(1 for j in jobs if j.unschedulable and j.placed_ms is None),
+            "wait_p50_s": _pct_s(waits, 50),
+            "wait_p95_s": _pct_s(waits, 95),
+            "wait_max_s": _pct_s(waits, 100),
+            "remote_copies_per_job": round(sum(j.copies for j in jobs) / len(jobs), 3) if jobs else 0.0,
+            "preemptions": self.preemptions,
+            "evictions": sum(j.evictions for j in jobs),
+            "replaced": sum(1 for j in jobs if len(j.placements) > 1),
+        }
+
+
+def _pct_s(sorted_ms: list[int], p: int) -> float | None:
+    if not sorted_ms:
+        return None
+    index = min(len(sorted_ms) - 1, max(0, (len(sorted_ms) * p + 99) // 100 - 1))
+    return round(sorted_ms[index] / 1000, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the log observed, to drive the simulated workers
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Observed:
+    inputs: list[ev.LogEntry] = field(default_factory=list)  # outside inputs, in log order
+    runtime_ms: dict[str, int] = field(default_factory=dict)  # job uid -> admitted..finished
+    latency_ms: dict[str, list[int]] = field(default_factory=dict)  # cluster -> created..admitted
+    silences: list[tuple[int, str, int | None]] = field(default_factory=list)  # (start, cluster, end)
+    end_ms: int = 0
+    recorded: Outcomes = field(default_factory=Outcomes)
+
+
+async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | None) -> Observed:
+    seen = Observed()
+    created: dict[tuple[str, str, int], int] = {}
+    admitted: dict[tuple[str, int], int] = {}
+    lost: dict[str, int] = {}
+    async for chunk in reader.read(until_seq=until_seq, until_ms=until_ms):
+        for entry in chunk:
+            e = entry.event
+            seen.end_ms = max(seen.end_ms, entry.at_ms)
+            seen.recorded.observe(entry)
+            if isinstance(e, OUTSIDE):
+                seen.inputs.append(entry)
+            match e:
+                case ev.RemoteCreated(job=ref, cluster=c, attempt=a):
+                    created.setdefault((ref.uid, c, a), entry.at_ms)
+                case ev.RemoteAdmitted(job=ref, cluster=c, attempt=a):
+                    admitted[(ref.uid, a)] = entry.at_ms
+                    if (ref.uid, c, a) in created:
+                        seen.latency_ms.setdefault(c, []).append(entry.at_ms - created[(ref.uid, c, a)])
+                case ev.RemoteFinished(job=ref, attempt=a) if (ref.uid, a) in admitted:
+                    seen.runtime_ms[ref.uid] = entry.at_ms - admitted[(ref.uid, a)]
+                case ev.ClusterLost(cluster=c, last_seen_ms=last):
+                    lost[c] = last or entry.at_ms
+                case ev.ClusterHeartbeat(cluster=c, reachable=True) if c in lost:
+                    seen.silences.append((lost.pop(c), c, entry.at_ms))
+                case _:
+                    pass
+    seen.silences += [(start, c, None) for c, start in sorted(lost.items())]
+    seen.silences.sort(key=lambda s: (s[0], s[1]))
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# The virtual-time run
+# ---------------------------------------------------------------------------------------------
+
+
+class WhatIf:
+    def __init__(self, seen: Observed, policy: ev.PolicyLoaded) -> None:
+        self.seen = seen
+        self.state = core.new_state(policy_override=policy)
+        self.workers: dict[str, SimWorker] = {}
+        self.jobs: dict[str, ev.JobSubmitted] = {}
+        self.outcomes = Outcomes()
+        self.seq = 0
+        self.now_ms = 0
+        self._last_tick_deadline: int | None = None
+
+    def _append(self, events: Iterable[ev.AnyEvent], *, decisions: bool) -> list[ev.LogEntry]:
+        events = list(events)
+        out: list[ev.LogEntry] = []
+        for i, event in enumerate(events):
+            self.seq += 1
+            entry = ev.LogEntry(
+                seq=self.seq,
+                at_ms=self.now_ms,
+                event=event,
+                batch=(i, len(events)) if decisions else None,
+                leader="whatif",
+            )
+            self.state = core.fold(self.state, entry)
+            self.outcomes.observe(entry)
+            out.append(entry)
+        return out
+
+    def _worker_for(self, event: ev.ClusterRegistered) -> SimWorker:
+        latencies = self.seen.latency_ms.get(event.cluster, [])
+        return SimWorker(
+            event.cluster,
+            event.capacity,
+            admission_latency_ms=int(statistics.median(latencies)) if latencies else 0,
+            default_runtime_ms=FOREVER_MS,
+        )
+
+    def _outside(self, entry: ev.LogEntry) -> ev.InputEvent | None:
+        e = entry.event
+        match e:
+            case ev.ClusterRegistered():
+                self.workers.setdefault(e.cluster, self._worker_for(e))
+            case ev.JobSubmitted():
+                self.jobs[e.job.uid] = e
+            case ev.JobUpdated(job=ref) if ref.uid in self.jobs:
+                self.jobs[ref.uid] = ev.JobSubmitted(
+                    job=ref,
+                    pod_sets=e.pod_sets,
+                    priority=e.priority if e.priority is not None else self.jobs[ref.uid].priority,
+                    placement=self.jobs[ref.uid].placement,
+                    runtime_ms=self.jobs[ref.uid].runtime_ms,
+                )
+            case ev.ClusterHeartbeat(cluster=c, reachable=True) if c in self.workers:
+                # Timing and reachability as recorded; usage as this policy's placements make it.
+                hb = self.workers[c].heartbeat(entry.at_ms)
+                return hb if hb.reachable else None
+            case _:
+                pass
+        assert isinstance(e, OUTSIDE)
+        return e
+
+    def _runtime(self, uid: str) -> int:
+        observed = self.seen.runtime_ms.get(uid)
+        if observed is not None:
+            return observed
+        hint = self.jobs[uid].runtime_ms if uid in self.jobs else None
+        return hint if hint is not None else FOREVER_MS
+
+    def _actuate(self, decision: ev.DecisionEvent) -> None:
+        now = self.now_ms
+        match decision:
+            case ev.Nominated(job=ref, clusters=clusters, attempt=attempt):
+                job = self.jobs.get(ref.uid)
+                if job is None:
+                    return
+                for name in clusters:
+                    if name in self.workers:
+                        self.workers[name].create(ref, attempt, job.pod_sets, job.priority, self._runtime(ref.uid), now)
+            case ev.Withdrawn(job=ref, cluster=name, attempt=attempt) | ev.CleanUp(
+                job=ref, cluster=name, attempt=attempt
+            ) if name in self.workers:
+                self.workers[name].delete(ref.uid, attempt, now)
+            case ev.Evict(job=ref, cluster=name, attempt=attempt, reason=reason) if name in self.workers:
+                self.workers[name].evict(ref.uid, attempt, now, reason=reason)
+            case _:
+                pass
+
+    def _step(self, inputs: list[ev.InputEvent]) -> None:
+        self._append(inputs, decisions=False)
+        decided = core.decide(self.state)
+        self._append(decided, decisions=True)
+        for decision in decided:
+            self._actuate(decision)
+
+    def run(self) -> None:
+        pending = list(self.seen.inputs)
+        silences = list(self.seen.silences)
+        i = 0
+        end = self.seen.end_ms
+        while True:
+            deadline = core.next_deadline(self.state)
+            if deadline is not None and self._last_tick_deadline is not None and deadline <= self._last_tick_deadline:
+                deadline = None  # already ticked past it; the core will move it on its next input
+            times = [pending[i].at_ms] if i < len(pending) else []
+            times += [s[0] for s in silences[:1]]
+            times += [t for t in (w.next_event_ms() for w in self.workers.values()) if t is not None]
+            if deadline is not None:
+                times.append(deadline)
+            if not times:
+                return
+            t = max(min(times), self.now_ms)
+            if t > end:
+                return
+            self.now_ms = t
+            while silences and silences[0][0] <= t:
+                start, cluster, until = silences.pop(0)
+                if cluster in self.workers:
+                    self.workers[cluster].silence(until, now_ms=start)
+            inputs: list[ev.InputEvent] = []
+            while i < len(pending) and pending[i].at_ms <= t:
+                event = self._outside(pending[i])
+                if event is not None:
+                    inputs.append(event)
+                i += 1
+            for name in sorted(self.workers):
+                inputs.extend(self.workers[name].advance(t))
+            if deadline is not None and deadline <= t:
+                inputs.append(ev.Tick())
+                self._last_tick_deadline = deadline
+            if inputs:
+                self._step(inputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------
+
+
+def differences(recorded: Outcomes, whatif: Outcomes) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for key in sorted(recorded.jobs):
+        a = recorded.jobs[key]
+        b = whatif.jobs.get(key, JobOutcome())
+        if a.submitted_ms is None:
+            continue
+        if (a.cluster, a.copies, a.evictions, a.placed_ms is None) == (b.cluster, b.copies, b.evictions, b.placed_ms is None) and _wait(a) == _wait(b):
+            continue
+        rows.append(
+            {
+                "job": key,
+                "cluster": [a.cluster, b.cluster],
+                "wait_s": [_wait(a), _wait(b)],
+                "copies": [a.copies, b.copies],
+                "evictions": [a.evictions, b.evictions],
+            }
+        )
+    return rows
+
+
+def _wait(j: JobOutcome) -> float | None:
+    if j.placed_ms is None or j.submitted_ms is None:
+        return None
+    return round((j.placed_ms - j.submitted_ms) / 1000, 3)
+
+
+async def run_whatif(args: argparse.Namespace, *, until_seq: int | None, until_ms: int | None) -> int:
+    policy = load_policy_file(args.profile)
+    async with open_source(args) as source:
+        seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
+    run = WhatIf(seen, policy)
+    run.run()
+    before, after = seen.recorded.summary(), run.outcomes.summary()
+    diffs = differences(seen.recorded, run.outcomes)
+    if args.json:
+        doc = {
+            "profile": args.profile,
+            "recorded": before,
+            "whatif": after,
+            "changed": diffs,
+            "state": core.summary(run.state),
+        }
+        sys.stdout.write(codec.encode(doc).decode() + "\n")
+    else:
+        _print(args.profile, seen, before, after, diffs, sys.stdout)
+    return 0
+
+
+def _print(
+    profile: str, seen: Observed, before: dict[str, Any], after: dict[str, Any], diffs: list[dict[str, Any]], out: TextIO
+) -> None:
+    span = f"{format_ms(seen.inputs[0].at_ms)} .. {format_ms(seen.end_ms)}" if seen.inputs else "empty log"
+    out.write(f"what if {profile} had been in force ({len(seen.inputs)} outside inputs, {span})\n\n")
+    out.write(f"  {'':<24}{'recorded':>12}{'what-if':>12}\n")
+    for name in before:
+        out.write(f"  {name:<24}{_fmt(before[name]):>12}{_fmt(after[name]):>12}\n")
+    moved = [d for d in diffs if d["cluster"][0] != d["cluster"][1]]
+    out.write(f"\n  {len(diffs)} jobs with a different outcome, {len(moved)} placed elsewhere\n")
+    for d in diffs[:50]:
+        a, b = d["cluster"]
+        wa, wb = d["wait_s"]
+        out.write(
+            f"    {d['job']:<32} cluster {a or '-'} -> {b or '-'}   wait {_fmt(wa)}s -> {_fmt(wb)}s"
+            f"   copies {d['copies'][0]} -> {d['copies'][1]}"
+            + (f"   evictions {d['evictions'][0]} -> {d['evictions'][1]}" if d["evictions"][0] != d["evictions"][1] else "")
+            + "\n"
+        )
+    if len(diffs) > 50:
+        out.write(f"    … {len(diffs) - 50} more (use --json for all)\n")
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else str(value)
