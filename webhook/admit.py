@@ -1,0 +1,374 @@
+"""The admission decision, pure: an AdmissionRequest in, a response and the events to record out.
+
+Two hooks, as in Kubernetes:
+
+- ``mutate`` (``/mutate``, no side effects): validates the placement annotations, writes the
+  canonical ``kdispatch.io/placement`` annotation, holds the job (suspend, the kind's managedBy,
+  a scheduling gate for Pods) and answers a JSONPatch. A normalized object gives no patch.
+- ``validate`` (``/validate``, side effects except on dryRun): sees the object after every
+  mutation, with its final name and uid (mutating admission runs before the API server fills
+  ``metadata.uid`` and the name of a ``generateName`` object), checks it again and says what to
+  record: ``JobSubmitted`` at CREATE, ``JobUpdated`` when an UPDATE changes pod sets, suspension
+  or priority, ``JobDeleted`` at DELETE. Each with the review uid as Nats-Msg-Id.
+
+Only objects that opt in (the queue label, or any kdispatch / Kueue-dispatcher annotation) are
+touched; everything else is allowed as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventlog import events as ev
+from webhook import jsonpatch, kinds, placement, podsets, priority
+from webhook.kinds import KindInfo
+from webhook.review import AdmissionRequest, AdmissionResponse, Status, encode_patch
+
+
+@dataclass(frozen=True)
+class Settings:
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Record:
+    """An event to publish, with its Nats-Msg-Id."""
+
+    event: ev.InputEvent
+    msg_id: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    response: AdmissionResponse
+    reason: str  # for metrics: "allowed", "ignored", or why it was denied
+    records: list[Record] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return self.response.allowed
+
+
+class _Denied(Exception):
+    def __init__(self, reason: str, message: str, *, code: int = 400) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.code = code
+
+
+# ---- shared reading ------------------------------------------------------------------------------
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _strings(meta: Mapping[str, Any], key: str) -> dict[str, str]:
+    values = meta.get(key)
+    if not isinstance(values, dict):
+        return {}
+    return {k: v for k, v in values.items() if isinstance(v, str)}
+
+
+def opted_in(obj: Mapping[str, Any]) -> bool:
+    meta = _meta(obj)
+    if kinds.QUEUE_LABEL in _strings(meta, "labels"):
+        return True
+    return any(placement.is_placement_annotation(name) for name in _strings(meta, "annotations"))
+
+
+def _get(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _placement(obj: Mapping[str, Any]) -> ev.Placement:
+    try:
+        return placement.parse(_strings(_meta(obj), "annotations"))
+    except placement.PlacementError as err:
+        raise _Denied("invalid-placement", f"kdispatch: invalid placement:\n{err}") from None
+
+
+def _pod_sets(info: KindInfo, obj: dict[str, Any]) -> tuple[list[podsets.PodSetSpec], list[ev.PodSet]]:
+    try:
+        specs = podsets.extract(info, obj)
+        return specs, podsets.to_pod_sets(specs)
+    except podsets.PodSetError as err:
+        raise _Denied("invalid-podsets", f"kdispatch: cannot read the pod sets of this {info.kind}: {err}") from None
+
+
+def _runtime_ms(obj: Mapping[str, Any]) -> int | None:
+    try:
+        return placement.parse_runtime_ms(_strings(_meta(obj), "annotations"))
+    except placement.PlacementError as err:
+        raise _Denied("invalid-placement", f"kdispatch: {err}") from None
+
+
+def _check_managed_by(info: KindInfo, obj: Mapping[str, Any]) -> None:
+    if info.managed_by_path is None:
+        return
+    current = _get(obj, info.managed_by_path)
+    if current is None or current == kinds.MANAGED_BY or current in info.default_controllers:
+        return
+    where = ".".join(info.managed_by_path)
+    raise _Denied(
+        "managed-elsewhere",
+        f"kdispatch: {where} is {current!r}: another controller manages this {info.kind}, so kdispatch "
+        f"cannot dispatch it. Remove {where} (kdispatch sets {kinds.MANAGED_BY!r}), or remove the "
+        f"{kinds.QUEUE_LABEL} label and the kdispatch annotations to run it without kdispatch.",
+        code=403,
+    )
+
+
+def is_held(info: KindInfo, obj: Mapping[str, Any]) -> bool:
+    if info.hold == "gate":
+        gates = _get(obj, ("spec", "schedulingGates"))
+        return isinstance(gates, list) and {"name": kinds.POD_SCHEDULING_GATE} in gates
+    if info.hold == "inactive":
+        return _get(obj, info.suspend_path) is False
+    return _get(obj, info.suspend_path) is True
+
+
+def _hold_ops(info: KindInfo, obj: dict[str, Any]) -> list[jsonpatch.Op]:
+    if info.hold == "gate":
+        gates = _get(obj, ("spec", "schedulingGates"))
+        gate = {"name": kinds.POD_SCHEDULING_GATE}
+        if not isinstance(gates, list):
+            return jsonpatch.set_value(obj, ("spec", "schedulingGates"), [gate])
+        return [] if gate in gates else [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+    held = info.hold != "inactive"
+    if info.managed_by_path is None:
+        return jsonpatch.set_value(obj, info.suspend_path, held)
+    # suspend and managedBy share a parent on every kind: one nested add when it is missing.
+    parent = info.suspend_path[:-1]
+    assert info.managed_by_path[:-1] == parent
+    wanted = {info.suspend_path[-1]: held, info.managed_by_path[-1]: kinds.MANAGED_BY}
+    existing = _get(obj, parent)
+    if not isinstance(existing, dict):
+        return jsonpatch.set_value(obj, parent, wanted)
+    return [op for key, value in wanted.items() for op in jsonpatch.set_value(obj, (*parent, key), value)]
+
+
+def _annotation_ops(obj: dict[str, Any], canonical: str) -> list[jsonpatch.Op]:
+    return jsonpatch.set_value(obj, ("metadata", "annotations", placement.PLACEMENT_ANNOTATION), canonical)
+
+
+def _allow(uid: str, reason: str, *, ops: list[jsonpatch.Op] | None = None, warnings: list[str] | None = None) -> Outcome:
+    patch = encode_patch(ops) if ops else None
+    response = AdmissionResponse(
+        uid=uid, allowed=True, patch=patch, patch_type="JSONPatch" if patch else None, warnings=warnings or None
+    )
+    return Outcome(response, reason)
+
+
+def _deny(uid: str, err: _Denied) -> Outcome:
+    reason = "Forbidden" if err.code == 403 else "BadRequest"
+    status = Status(code=err.code, message=err.message, reason=reason)
+    return Outcome(AdmissionResponse(uid=uid, allowed=False, status=status), err.reason)
+
+
+def _target(request: AdmissionRequest) -> tuple[KindInfo, dict[str, Any]] | None:
+    info = kinds.lookup(group=request.kind.group, version=request.kind.version, kind=request.kind.kind)
+    obj = request.old_object if request.operation == "DELETE" else request.object
+    if info is None or not isinstance(obj, dict) or not opted_in(obj):
+        return None
+    return info, obj
+
+
+def _recorded(obj: Mapping[str, Any] | None) -> bool:
+    """Admitted by kdispatch at CREATE (the canonical annotation is there)."""
+    return isinstance(obj, dict) and placement.PLACEMENT_ANNOTATION in _strings(_meta(obj), "annotations")
+
+
+def _check_placement_kept(info: KindInfo, old: Mapping[str, Any], new: ev.Placement) -> None:
+    # The webhook holds no state, so it cannot tell whether the dispatcher already acted on the
+    # recorded placement: once recorded, the placement is what the dispatch decisions used.
+    old_placement = _placement(old)
+    if old_placement == new:
+        return
+    before, after = placement.canonical_dict(old_placement), placement.canonical_dict(new)
+    changed = [k for k in sorted(before) if before[k] != after[k]]
+    raise _Denied(
+        "placement-changed",
+        f"kdispatch: the placement of a submitted {info.kind} cannot change (changed: {', '.join(changed)}); "
+        f"it was recorded at submission and dispatch decisions rest on it. Delete the job and submit it again "
+        f"with the new placement.",
+        code=403,
+    )
+
+
+# ---- /mutate -------------------------------------------------------------------------------------
+
+
+def mutate(request: AdmissionRequest, settings: Settings) -> Outcome:
+    if request.operation not in ("CREATE", "UPDATE"):
+        return _allow(request.uid, "ignored")
+    target = _target(request)
+    if target is None:
+        return _allow(request.uid, "ignored")
+    info, obj = target
+    try:
+        if request.operation == "UPDATE":
+            return _mutate_update(request, info, obj)
+        return _mutate_create(request, info, obj)
+    except _Denied as err:
+        return _deny(request.uid, err)
+
+
+def _mutate_create(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any]) -> Outcome:
+    spec = _placement(obj)
+    try:
+        _pod_sets(info, obj)
+    except podsets.NotDispatchable as err:
+        return _allow(request.uid, "not-dispatchable", warnings=[f"kdispatch: {err}"])
+    _runtime_ms(obj)
+    _check_managed_by(info, obj)
+    ops = _annotation_ops(obj, placement.canonical_json(spec)) + _hold_ops(info, obj)
+    return _allow(request.uid, "allowed", ops=ops)
+
+
+def _mutate_update(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any]) -> Outcome:
+    if not _recorded(request.old_object):
+        return _allow(
+            request.uid,
+            "not-recorded",
+            warnings=[f"kdispatch: this {info.kind} was not admitted by kdispatch when it was created, so it is not dispatched"],
+        )
+    spec = _placement(obj)
+    assert request.old_object is not None
+    _check_placement_kept(info, request.old_object, spec)
+    return _allow(request.uid, "allowed", ops=_annotation_ops(obj, placement.canonical_json(spec)))
+
+
+# ---- /validate -----------------------------------------------------------------------------------
+
+
+def validate(request: AdmissionRequest, settings: Settings) -> Outcome:
+    if request.operation == "CONNECT":
+        return _allow(request.uid, "ignored")
+    target = _target(request)
+    if target is None:
+        return _allow(request.uid, "ignored")
+    info, obj = target
+    try:
+        if request.operation == "DELETE":
+            return _validate_delete(request, info, obj)
+        if request.operation == "UPDATE":
+            return _validate_update(request, info, obj, settings)
+        return _validate_create(request, info, obj, settings)
+    except _Denied as err:
+        return _deny(request.uid, err)
+
+
+def job_ref(info: KindInfo, obj: Mapping[str, Any], request: AdmissionRequest) -> ev.JobRef:
+    meta = _meta(obj)
+    name = meta.get("name") or request.name
+    namespace = meta.get("namespace") or request.namespace
+    uid = meta.get("uid") or ""
+    return ev.JobRef(namespace=str(namespace), name=str(name), uid=str(uid), api_version=info.api_version, kind=info.kind)
+
+
+def _manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object for the remote copy, without the fields that belong to the manager cluster."""
+    meta = {k: v for k, v in _meta(obj).items() if k != "managedFields"}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+
+def _msg_id(request: AdmissionRequest, ref: ev.JobRef) -> str:
+    return request.uid or f"{ref.namespace}/{ref.name}/{ref.uid}"
+
+
+def _validate_create(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any], settings: Settings) -> Outcome:
+    spec = _placement(obj)
+    try:
+        specs, sets = _pod_sets(info, obj)
+    except podsets.NotDispatchable:
+        return _allow(request.uid, "not-dispatchable")
+    runtime_ms = _runtime_ms(obj)
+    _check_managed_by(info, obj)
+    if not is_held(info, obj) or not _recorded(obj):
+        raise _Denied(
+            "not-held",
+            f"kdispatch: this {info.kind} opts in to kdispatch but was not held by its mutating webhook "
+            f"(no {placement.PLACEMENT_ANNOTATION} annotation, or not suspended): it would run here and on a "
+            "worker cluster. Check that the kdispatch MutatingWebhookConfiguration is installed and covers this kind.",
+        )
+    if request.dry_run:
+        return _allow(request.uid, "allowed")
+    ref = job_ref(info, obj, request)
+    warnings: list[str] = []
+    group = podsets.pod_group_name(obj) if info.kind == "Pod" else ""
+    msg_id = _msg_id(request, ref)
+    if group:
+        # One submission per pod group: every pod of the group maps to the same message id, so the
+        # inbox keeps the first and drops the others (see docs/webhook.md, "Pod groups").
+        ref = ev.JobRef(namespace=ref.namespace, name=group, uid=ref.uid, api_version=ref.api_version, kind=ref.kind)
+        msg_id = f"podgroup/{ref.namespace}/{group}"
+    if not ref.name or not ref.uid:
+        warnings.append("kdispatch: the object has no name or uid yet; the manager watcher will record it")
+        return _allow(request.uid, "allowed", warnings=warnings)
+    name = priority.priority_class(kind=info.kind, obj=obj, sets=specs)
+    event = ev.JobSubmitted(
+        job=ref,
+        pod_sets=sets,
+        priority=priority.priority_value(name, settings.priority_classes),
+        priority_class=name,
+        placement=spec,
+        queue=_strings(_meta(obj), "labels").get(kinds.QUEUE_LABEL),
+        runtime_ms=runtime_ms,
+        manifest=_manifest(obj),
+    )
+    outcome = _allow(request.uid, "allowed")
+    return Outcome(outcome.response, outcome.reason, [Record(event, msg_id)])
+
+
+def _validate_update(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any], settings: Settings) -> Outcome:
+    old = request.old_object
+    if not _recorded(old):
+        return _allow(request.uid, "not-recorded")
+    assert old is not None
+    spec = _placement(obj)
+    _check_placement_kept(info, old, spec)
+    try:
+        specs, sets = _pod_sets(info, obj)
+    except podsets.NotDispatchable:
+        return _allow(request.uid, "not-dispatchable")
+    try:
+        old_specs = podsets.extract(info, old)
+        old_sets = podsets.to_pod_sets(old_specs)
+    except (podsets.PodSetError, podsets.NotDispatchable):
+        old_specs, old_sets = [], []
+    name = priority.priority_class(kind=info.kind, obj=obj, sets=specs)
+    old_name = priority.priority_class(kind=info.kind, obj=old, sets=old_specs)
+    held, was_held = is_held(info, obj), is_held(info, old)
+    if sets == old_sets and held == was_held and name == old_name:
+        return _allow(request.uid, "allowed")
+    if request.dry_run:
+        return _allow(request.uid, "allowed")
+    ref = job_ref(info, obj, request)
+    event = ev.JobUpdated(
+        job=ref,
+        pod_sets=sets,
+        suspended=held,
+        priority=priority.priority_value(name, settings.priority_classes),
+        priority_class=name,
+        manifest=_manifest(obj),
+    )
+    outcome = _allow(request.uid, "allowed")
+    return Outcome(outcome.response, outcome.reason, [Record(event, _msg_id(request, ref))])
+
+
+def _validate_delete(request: AdmissionRequest, info: KindInfo, old: dict[str, Any]) -> Outcome:
+    if request.dry_run or not _recorded(old):
+        return _allow(request.uid, "ignored")
+    ref = job_ref(info, old, request)
+    outcome = _allow(request.uid, "allowed")
+    return Outcome(outcome.response, outcome.reason, [Record(ev.JobDeleted(job=ref), _msg_id(request, ref))])

@@ -1,0 +1,78 @@
+"""Kubernetes resource quantities, parsed exactly (``k8s.io/apimachinery/pkg/api/resource``).
+
+Grammar: ``<sign>?<digits>(.<digits>)?<suffix>`` where the suffix is a binary SI one (Ki … Ei),
+a decimal SI one (n u m "" k M G T P E) or a decimal exponent (``e3``, ``E-2``). Values are kept
+as ``Fraction`` while they are summed and maxed, and turned into integers only at the end, the
+way Kueue does: CPU in millicores, everything else ``Value()``; both round up.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+_QUANTITY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
+# Kubernetes keeps quantities within int64 nano-units in practice; a bound keeps a hostile
+# "1e999999999" from turning into a number with a billion digits.
+_MAX_EXPONENT = 40
+_MAX_LENGTH = 64
+
+
+class QuantityError(ValueError):
+    pass
+
+
+def parse_quantity(value: object) -> Fraction:
+    """An exact value in base units (cores, bytes, devices). Accepts str, int and float (YAML)."""
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a quantity")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"{value!r} is not a quantity")
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value.strip()
+    else:
+        raise QuantityError(f"{value!r} is not a quantity (expected a string like '500m', '2Gi', '1')")
+    if len(text) > _MAX_LENGTH:
+        raise QuantityError(f"{text[:20]!r}… is not a quantity: longer than {_MAX_LENGTH} characters")
+    m = _QUANTITY.match(text)
+    if not m:
+        raise QuantityError(f"{text!r} is not a quantity (expected e.g. '500m', '2Gi', '1.5', '1e3')")
+    sign, number, suffix = m.group(1), m.group(2), m.group(3) or ""
+    amount = Fraction(number)
+    if suffix in _BINARY:
+        amount *= _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        amount *= _DECIMAL[suffix]
+    else:
+        exponent = int(suffix[1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            raise QuantityError(f"{text!r}: exponent {exponent} is out of range")
+        amount *= Fraction(10) ** exponent
+    return -amount if sign == "-" else amount
+
+
+def to_integer(resource: str, amount: Fraction) -> int:
+    """CPU → millicores, anything else → units; both rounded up; negatives floored to 0."""
+    if amount <= 0:
+        return 0
+    if resource == "cpu":
+        return math.ceil(amount * 1000)
+    return math.ceil(amount)
