@@ -127,7 +127,7 @@ class ReplayResult:
     last_policy: ev.PolicyLoaded | None = None
 
 
-BatchHook = Callable[[core.State, DecisionBatch], Awaitable[None] | None]
+BatchHook = Callable[["core.State", DecisionBatch], Awaitable[None] | None]
 InputHook = Callable[[ev.LogEntry], None]
 
 
