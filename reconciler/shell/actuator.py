@@ -1,0 +1,239 @@
+"""The actuator: makes the worker clusters match the log's decisions, idempotently.
+
+It reads the log (from the start: the projection it needs is small, see
+``clusters.desired``), then tails it. Every decision that changes what should exist on a
+cluster marks that copy, keyed by (job uid, cluster, attempt); a per-cluster executor makes the
+copy match its *latest* intent: Nominated -> create, Withdrawn/CleanUp -> delete, Evict -> evict
+(Placed and Finished are bookkeeping). Requests to an unreachable cluster are retried with
+back-off for as long as the intent stands, without holding up the other clusters.
+
+Idempotence, so that a restart or a second actuator never makes a copy twice: intents are levels,
+not edges; workers ignore a create of a copy they have (Kubernetes: same name with our labels;
+simulated: same uid and attempt) and treat deleting a missing copy as done. After catching up,
+every copy that should exist is re-applied once, and a garbage collector on an interval deletes
+our copies (origin label) that the log no longer wants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Protocol
+
+from eventlog import events as ev
+from eventlog.store import LogReader
+from reconciler.shell.clusters.backoff import Backoff
+from reconciler.shell.clusters.base import Unreachable, Worker
+from reconciler.shell.clusters.desired import CopyKey, Desired, Intent
+from reconciler.shell.logging import get_logger
+
+log = get_logger("reconciler.actuator")
+
+
+class DecisionListener(Protocol):
+    """Told about bookkeeping decisions (Placed, Finished) once caught up; e.g. the manager sync."""
+
+    async def decided(self, event: ev.DecisionEvent, desired: Desired) -> None: ...
+
+
+class _Executor:
+    """Applies intents to one cluster, a few copies at a time, retrying each until it sticks."""
+
+    def __init__(self, worker: Worker, desired: Desired, *, concurrency: int, stop: asyncio.Event) -> None:
+        self.worker = worker
+        self.desired = desired
+        self.stop = stop
+        self.concurrency = concurrency
+        self.queue: asyncio.Queue[CopyKey] = asyncio.Queue()
+        self.queued: set[CopyKey] = set()
+        self.inflight: set[CopyKey] = set()
+        self.again: set[CopyKey] = set()
+        self.done: dict[CopyKey, Intent] = {}
+        self.applied = 0
+
+    def submit(self, key: CopyKey) -> None:
+        if key in self.inflight:
+            self.again.add(key)
+        elif key not in self.queued:
+            self.queued.add(key)
+            self.queue.put_nowait(key)
+
+    def idle(self) -> bool:
+        return not self.queued and not self.inflight
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(self.concurrency):
+                tg.create_task(self._consume())
+
+    async def _consume(self) -> None:
+        while not self.stop.is_set():
+            key = await self.queue.get()
+            self.queued.discard(key)
+            self.inflight.add(key)
+            try:
+                await self._apply(key)
+            finally:
+                self.inflight.discard(key)
+                if key in self.again:
+                    self.again.discard(key)
+                    self.submit(key)
+
+    async def _apply(self, key: CopyKey) -> None:
+        backoff = Backoff(base_s=0.2, cap_s=30.0)
+        uid, cluster, attempt = key
+        while not self.stop.is_set():
+            intent = self.desired.intent(key)
+            if intent is None or intent is self.done.get(key) or intent is Intent.FINISHED:
+                return
+            job = self.desired.refs.get(uid)
+            bound = log.bind(job=job.key if job else uid, cluster=cluster, attempt=attempt, intent=str(intent))
+            try:
+                if intent is Intent.RUN:
+                    spec = self.desired.spec(key)
+                    if spec is None:
+                        bound.error("create_skipped_job_unknown", hint="the log has no JobSubmitted for this uid")
+                        self.done[key] = intent
+                        return
+                    await self.worker.create(spec)
+                elif job is not None and intent is Intent.EVICT:
+                    await self.worker.evict(job, attempt, reason=self.desired.evict_reason.get(key, "Preempted"))
+                elif job is not None and intent is Intent.GONE:
+                    await self.worker.delete(job, attempt)
+                self.done[key] = intent
+                self.applied += 1
+                bound.debug("applied")
+                return
+            except asyncio.CancelledError:
+                raise
+            except Unreachable as err:
+                delay = backoff.next_delay()
+                bound.info("cluster_unreachable_retrying", error=str(err), retry_in_s=round(delay, 3))
+            except Exception as err:  # an API error must not kill the executor: log and retry
+                delay = backoff.next_delay()
+                bound.error("apply_failed_retrying", error=str(err), retry_in_s=round(delay, 3))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), delay)
+
+
+class Actuator:
+    def __init__(
+        self,
+        reader: LogReader,
+        workers: Mapping[str, Worker],
+        *,
+        listeners: tuple[DecisionListener, ...] = (),
+        poll_interval_s: float = 0.02,
+        gc_interval_s: float = 30.0,
+        gc_grace_s: float = 60.0,
+        concurrency: int = 8,
+        read_batch: int = 1000,
+    ) -> None:
+        self.reader = reader
+        self.workers = dict(workers)
+        self.listeners = listeners
+        self.poll_interval_s = poll_interval_s
+        self.gc_interval_s = gc_interval_s
+        self.gc_grace_ms = int(gc_grace_s * 1000)
+        self.concurrency = concurrency
+        self.read_batch = read_batch
+        self.desired = Desired()
+        self.caught_up = asyncio.Event()
+        self._executors: dict[str, _Executor] = {}
+        self.collected = 0
+
+    @property
+    def next_seq(self) -> int:
+        return self.desired.seq + 1
+
+    def settled(self) -> bool:
+        """Caught up and nothing queued or in flight (tests and the benchmark wait for this)."""
+        return self.caught_up.is_set() and all(x.idle() for x in self._executors.values())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the log and apply it until ``stop`` is set. A crash of any part ends the run."""
+        for name, worker in self.workers.items():
+            self._executors[name] = _Executor(worker, self.desired, concurrency=self.concurrency, stop=stop)
+        tasks = [asyncio.create_task(ex.run(), name=f"executor-{n}") for n, ex in self._executors.items()]
+        tasks += [asyncio.create_task(self._follow(stop)), asyncio.create_task(self._gc_loop(stop))]
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            for task in [stopper, *tasks]:
+                task.cancel()
+            await asyncio.gather(stopper, *tasks, return_exceptions=True)
+
+    async def _follow(self, stop: asyncio.Event) -> None:
+        await self._read_available(apply=False)
+        for key in self.desired.active():
+            self._submit(key)
+        self.caught_up.set()
+        log.info("actuator_caught_up", seq=self.desired.seq, active=len(self.desired.active()))
+        while not stop.is_set():
+            if not await self._read_available(apply=True):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.poll_interval_s)
+
+    async def _read_available(self, *, apply: bool) -> bool:
+        got = False
+        async for batch in self.reader.read(from_seq=self.next_seq, batch=self.read_batch):
+            for entry in batch:
+                got = True
+                for key in self.desired.fold(entry):
+                    if apply:
+                        self._submit(key)
+                if apply and isinstance(entry.event, ev.Placed | ev.Finished):
+                    for listener in self.listeners:
+                        await listener.decided(entry.event, self.desired)
+        return got
+
+    def _submit(self, key: CopyKey) -> None:
+        ex = self._executors.get(key[1])
+        if ex is None:
+            log.warning("decision_for_unknown_cluster", cluster=key[1], job_uid=key[0], attempt=key[2])
+            return
+        ex.submit(key)
+
+    async def _gc_loop(self, stop: asyncio.Event) -> None:
+        await self.caught_up.wait()
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.gc_interval_s)
+            if not stop.is_set():
+                await self.collect_garbage()
+
+    async def collect_garbage(self) -> int:
+        """Delete our copies the log no longer wants, on every reachable cluster."""
+        removed = 0
+        for name, worker in self.workers.items():
+            try:
+                copies = await worker.copies()
+            except Unreachable:
+                continue
+            except Exception as err:
+                log.error("gc_list_failed", cluster=name, error=str(err))
+                continue
+            for copy in copies:
+                if not self.desired.collectable(
+                    job_uid=copy.job_uid, cluster=name, attempt=copy.attempt, age_ms=copy.age_ms, grace_ms=self.gc_grace_ms
+                ):
+                    continue
+                job = self.desired.refs.get(copy.job_uid) or ev.JobRef(
+                    namespace=copy.namespace, name=copy.name, uid=copy.job_uid
+                )
+                try:
+                    await worker.delete(job, copy.attempt)
+                except Unreachable:
+                    break
+                except Exception as err:
+                    log.error("gc_delete_failed", cluster=name, job=job.key, attempt=copy.attempt, error=str(err))
+                    continue
+                removed += 1
+                log.info("gc_deleted", cluster=name, job=job.key, attempt=copy.attempt)
+        self.collected += removed
+        return removed

@@ -1,0 +1,143 @@
+"""What the log wants on the worker clusters: a small projection of decisions, pure and fast.
+
+The actuator folds every log entry into ``Desired`` and then makes each touched remote copy
+match its intent. Because the projection is level-based (the *latest* intent per copy), applying
+it twice, after a restart or from a second actuator, does nothing new.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from msgspec import Struct, field
+
+from eventlog import events as ev
+from reconciler.shell.clusters.base import RemoteSpec
+
+CopyKey = tuple[str, str, int]  # (job uid, cluster, attempt)
+
+
+class Intent(StrEnum):
+    RUN = "run"  # Nominated: the copy should exist
+    EVICT = "evict"  # Evict: stop it (the job is requeued as a new attempt)
+    FINISHED = "finished"  # Finished: leave it alone until CleanUp
+    GONE = "gone"  # Withdrawn / CleanUp: remove it
+
+
+class JobSpec(Struct, kw_only=True):
+    job: ev.JobRef
+    pod_sets: list[ev.PodSet] = field(default_factory=list)
+    priority: int = 0
+    runtime_ms: int | None = None
+    queue: str | None = None
+    manifest: dict[str, Any] | None = None
+
+
+class Desired:
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobSpec] = {}
+        self.intents: dict[CopyKey, Intent] = {}
+        self.latest_attempt: dict[str, int] = {}
+        self.placed: dict[str, tuple[str, int]] = {}  # uid -> (cluster, attempt)
+        self.evict_reason: dict[CopyKey, str] = {}
+        self.refs: dict[str, ev.JobRef] = {}  # every job a decision named
+        self.seq = 0
+
+    def fold(self, entry: ev.LogEntry) -> list[CopyKey]:
+        """Fold one entry; returns the copies whose intent changed (to be applied)."""
+        self.seq = entry.seq
+        event = entry.event
+        job = getattr(event, "job", None)
+        if isinstance(job, ev.JobRef):
+            self.refs[job.uid] = job
+        match event:
+            case ev.JobSubmitted():
+                self.jobs[event.job.uid] = JobSpec(
+                    job=event.job,
+                    pod_sets=list(event.pod_sets),
+                    priority=event.priority,
+                    runtime_ms=event.runtime_ms,
+                    queue=event.queue,
+                    manifest=event.manifest,
+                )
+            case ev.JobUpdated():
+                spec = self.jobs.get(event.job.uid)
+                if spec is not None:
+                    spec.pod_sets = list(event.pod_sets)
+                    if event.priority is not None:
+                        spec.priority = event.priority
+                    if event.manifest is not None:
+                        spec.manifest = event.manifest
+            case ev.Nominated():
+                uid = event.job.uid
+                if event.attempt > self.latest_attempt.get(uid, 0):
+                    self.latest_attempt[uid] = event.attempt
+                keys = [(uid, c, event.attempt) for c in event.clusters]
+                return [k for k in keys if self._set(k, Intent.RUN)]
+            case ev.Withdrawn() | ev.CleanUp():
+                key = (event.job.uid, event.cluster, event.attempt)
+                return [key] if self._set(key, Intent.GONE) else []
+            case ev.Evict():
+                key = (event.job.uid, event.cluster, event.attempt)
+                self.evict_reason[key] = event.reason
+                return [key] if self._set(key, Intent.EVICT) else []
+            case ev.Finished():
+                self._set((event.job.uid, event.cluster, event.attempt), Intent.FINISHED)
+            case ev.Placed():
+                self.placed[event.job.uid] = (event.cluster, event.attempt)
+            case _:
+                pass
+        return []
+
+    def _set(self, key: CopyKey, intent: Intent) -> bool:
+        old = self.intents.get(key)
+        if old is intent or old is Intent.GONE:
+            return False  # GONE is final: a late duplicate never brings a copy back
+        if old is Intent.FINISHED and intent is not Intent.GONE:
+            return False
+        self.intents[key] = intent
+        return True
+
+    def intent(self, key: CopyKey) -> Intent | None:
+        return self.intents.get(key)
+
+    def wanted(self, job_uid: str, cluster: str, attempt: int) -> bool:
+        """Should this copy exist? (Finished copies too, until CleanUp.)"""
+        return self.intents.get((job_uid, cluster, attempt)) in (Intent.RUN, Intent.FINISHED)
+
+    def collectable(self, *, job_uid: str, cluster: str, attempt: int, age_ms: int, grace_ms: int) -> bool:
+        """May the garbage collector delete this copy found on ``cluster``?
+
+        Yes when the log says it is gone, or it belongs to an older attempt than the latest one
+        nominated. A copy the log does not know at all is collected only once it is older than
+        ``grace_ms``: another actuator may have created it from an entry we have not read yet.
+        """
+        intent = self.intents.get((job_uid, cluster, attempt))
+        if intent is Intent.GONE:
+            return True
+        if intent is not None:
+            return False
+        latest = self.latest_attempt.get(job_uid)
+        if latest is not None and attempt < latest:
+            return True
+        return age_ms > grace_ms
+
+    def spec(self, key: CopyKey) -> RemoteSpec | None:
+        job = self.jobs.get(key[0])
+        if job is None:
+            return None
+        return RemoteSpec(
+            job=job.job,
+            cluster=key[1],
+            attempt=key[2],
+            pod_sets=job.pod_sets,
+            priority=job.priority,
+            runtime_ms=job.runtime_ms,
+            queue=job.queue,
+            manifest=job.manifest,
+        )
+
+    def active(self) -> list[CopyKey]:
+        """Copies that should exist or be stopped (what a restarted actuator re-applies)."""
+        return [k for k, i in self.intents.items() if i in (Intent.RUN, Intent.EVICT)]
