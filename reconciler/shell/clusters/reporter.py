@@ -37,5 +37,11 @@ class InboxReporter:
                 if self.max_tries is not None and tries >= self.max_tries:
                     raise
                 delay = backoff.next_delay()
-                log.warning("fact_publish_failed", msg_id=msg_id, error=str(err), retry_in_s=round(delay, 3), **log_context(event))
+                log.warning(
+                    "fact_publish_failed",
+                    msg_id=msg_id,
+                    error=str(err),
+                    retry_in_s=round(delay, 3),
+                    **log_context(event),
+                )
                 await asyncio.sleep(delay)

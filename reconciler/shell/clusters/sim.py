@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 
 from eventlog.events import ClusterHeartbeat, InputEvent, JobRef
-from reconciler.sim.worker import SimWorker
 from reconciler.shell.clusters.base import CopyRef, RemoteSpec, Reporter, Unreachable, remote_fact_id
 from reconciler.shell.logging import get_logger
+from reconciler.sim.worker import SimWorker
 
 log = get_logger("reconciler.clusters.sim")
 
