@@ -1,0 +1,166 @@
+"""``python -m webhook``: the admission webhook alone (``kdispatch serve --webhook`` runs this too).
+
+    python -m webhook --port 9443 --nats nats://127.0.0.1:4222 --data-dir .kdispatch \
+        [--tls-cert tls.crt --tls-key tls.key] [--config kdispatch.yaml]
+
+With no ``--nats`` (and none in the config) it starts the embedded nats-server. With no TLS files
+it makes a development CA and serving certificate under ``<data-dir>/webhook-tls/`` and writes the
+CA bundle there (``ca.crt``) for the WebhookConfiguration. SIGTERM/SIGINT: stop accepting, let the
+reviews in flight finish, then close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+from aiohttp import web
+
+from webhook import admit
+from webhook.nats_link import NatsLink
+from webhook.priority import PriorityError, parse_mapping
+from webhook.server import DEFAULT_MAX_BODY, WebhookServer
+from webhook.tls import DEFAULT_SANS, CertFiles, self_signed
+
+log = structlog.get_logger("webhook")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m webhook", description="kdispatch admission webhook (HTTPS).")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
+    p.add_argument("--nats", default=None, help="NATS URL; default: the config's nats.url, else the embedded server")
+    p.add_argument("--nats-creds", default=None, help="NATS credentials file")
+    p.add_argument("--root", default="kd", help="which log on the NATS server (subject root, default kd)")
+    p.add_argument("--data-dir", default=None, help="data directory (default: the config's dataDir, else .kdispatch)")
+    p.add_argument("--tls-cert", default=None, help="serving certificate (PEM); reloaded when it changes")
+    p.add_argument("--tls-key", default=None, help="its private key (PEM)")
+    p.add_argument(
+        "--tls-san",
+        action="append",
+        default=[],
+        help="extra DNS name or IP for the self-signed certificate, e.g. kdispatch-webhook.kdispatch-system.svc",
+    )
+    p.add_argument("--config", default=None, help="kdispatch config file (reads nats.url, dataDir, policy.priorityClasses)")
+    p.add_argument("--priority-classes", default="", help="NAME=VALUE,... priority class values (added to the config's)")
+    p.add_argument("--publish-timeout", type=float, default=1.0, help="seconds to wait for the inbox ack (default 1)")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="largest review accepted")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def configure_logging(level: str) -> None:
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def read_config(path: str | None) -> dict[str, Any]:
+    """The few keys the webhook needs from the kdispatch config file (its schema lives with the
+    reconciler, which this package may not import)."""
+    if path is None:
+        return {}
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise SystemExit(f"{path}: {err}") from None
+    if not isinstance(raw, dict):
+        raise SystemExit(f"{path}: expected a mapping at the top level")
+    out: dict[str, Any] = {}
+    nats = raw.get("nats") if isinstance(raw.get("nats"), dict) else {}
+    if isinstance(nats.get("url"), str):
+        out["nats"] = nats["url"]
+    if isinstance(nats.get("creds"), str):
+        out["creds"] = nats["creds"]
+    if isinstance(raw.get("dataDir"), str):
+        out["data_dir"] = raw["dataDir"]
+    policy = raw.get("policy") if isinstance(raw.get("policy"), dict) else {}
+    classes = policy.get("priorityClasses", {})
+    if not isinstance(classes, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in classes.values()):
+        raise SystemExit(f"{path}: policy.priorityClasses must map names to integers")
+    out["priority_classes"] = {str(k): v for k, v in classes.items()}
+    return out
+
+
+async def _reload_tls(certs: CertFiles, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        certs.reload_if_changed()
+
+
+async def run(args: argparse.Namespace) -> int:
+    config = read_config(args.config)
+    try:
+        classes = {**config.get("priority_classes", {}), **parse_mapping(args.priority_classes)}
+    except PriorityError as err:
+        raise SystemExit(f"--priority-classes: {err}") from None
+    data_dir = Path(args.data_dir or config.get("data_dir") or ".kdispatch")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("give both --tls-cert and --tls-key, or neither (for a self-signed development certificate)")
+    if args.tls_cert:
+        cert, key, ca = Path(args.tls_cert), Path(args.tls_key), None
+    else:
+        ca, cert, key = self_signed(data_dir / "webhook-tls", names=[*args.tls_san, *DEFAULT_SANS])
+    certs = CertFiles(cert, key)
+
+    link = NatsLink(args.nats or config.get("nats"), data_dir=data_dir, root=args.root, creds=args.nats_creds or config.get("creds"))
+    link.start()
+    server = WebhookServer(
+        settings=admit.Settings(priority_classes=classes),
+        inbox=link.inbox,
+        nats_ready=link.ready,
+        publish_timeout_s=args.publish_timeout,
+        max_body=args.max_body_bytes,
+    )
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port, ssl_context=certs.context, backlog=1024)
+    await site.start()
+    reloader = asyncio.create_task(_reload_tls(certs, 5.0), name="tls-reload")
+    log.info("webhook_listening", url=f"https://{args.host}:{args.port}", ca_bundle=str(ca) if ca else None, cert=str(cert))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+    log.info("webhook_stopping", in_flight=server.in_flight)
+    await site.stop()  # no new connections
+    await server.wait_idle()  # reviews in flight are answered
+    reloader.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reloader
+    await runner.cleanup()
+    await link.close()
+    log.info("webhook_stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        return asyncio.run(run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

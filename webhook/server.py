@@ -1,0 +1,160 @@
+"""The HTTP transport: aiohttp handlers around the pure ``admit`` functions. Nothing else.
+
+Every answer to a well-formed review is HTTP 200 with an AdmissionReview echoing the request uid;
+a body that is not one gets 400 with the reason, an oversized body 413, a body that does not arrive
+in time 408. Publishing is bounded: if the inbox does not acknowledge within ``publish_timeout_s``
+the review is answered anyway (the job stays held; the manager watcher backfills it) and
+``kdispatch_webhook_publish_failures`` counts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import structlog
+from aiohttp import web
+
+from eventlog import events as ev
+from webhook import admit
+from webhook.metrics import Metrics
+from webhook.review import AdmissionRequest, ReviewError, decode_review, encode_response
+
+log = structlog.get_logger("webhook")
+
+DEFAULT_MAX_BODY = 6 * 1024 * 1024  # object + oldObject of the largest object etcd stores (1.5 MiB each)
+DEFAULT_READ_TIMEOUT_S = 10.0  # the apiserver's own limit (timeoutSeconds ≤ 30, default 10)
+
+Decide = Callable[[AdmissionRequest, admit.Settings], admit.Outcome]
+
+
+class Inbox(Protocol):
+    async def publish(self, event: ev.InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int: ...
+
+
+class WebhookServer:
+    """Holds what the handlers share; ``inbox`` returns None while NATS is not connected."""
+
+    def __init__(
+        self,
+        *,
+        settings: admit.Settings,
+        inbox: Callable[[], Inbox | None],
+        nats_ready: Callable[[], Awaitable[bool]],
+        publish_timeout_s: float = 1.0,
+        max_body: int = DEFAULT_MAX_BODY,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    ) -> None:
+        self.settings = settings
+        self.inbox = inbox
+        self.nats_ready = nats_ready
+        self.publish_timeout_s = publish_timeout_s
+        self.max_body = max_body
+        self.read_timeout_s = read_timeout_s
+        self.metrics = Metrics()
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body)
+        app.router.add_post("/mutate", self._review_handler("mutate", admit.mutate))
+        app.router.add_post("/validate", self._review_handler("validate", admit.validate))
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        return app
+
+    async def wait_idle(self) -> None:
+        """Until no review is being answered (graceful shutdown)."""
+        await self._idle.wait()
+
+    def _review_handler(self, endpoint: str, decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]:
+        latency = self.metrics.latency.labels(endpoint)
+        allowed = self.metrics.requests.labels(endpoint, "allowed")
+        denied = self.metrics.requests.labels(endpoint, "denied")
+        bad = self.metrics.requests.labels(endpoint, "bad_request")
+
+        async def handle(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            self.in_flight += 1
+            self._idle.clear()
+            try:
+                try:
+                    body = await asyncio.wait_for(request.read(), self.read_timeout_s)
+                except TimeoutError:
+                    bad.inc()
+                    return _error(408, f"the request body did not arrive within {self.read_timeout_s}s")
+                try:
+                    api_version, review = decode_review(body)
+                except ReviewError as err:
+                    bad.inc()
+                    log.info("review_rejected", endpoint=endpoint, error=str(err))
+                    return _error(400, f"not an AdmissionReview: {err}")
+                outcome = decide(review, self.settings)
+                if outcome.records:
+                    await self._publish(outcome.records, review)
+                if outcome.allowed:
+                    allowed.inc()
+                else:
+                    denied.inc()
+                    self.metrics.denials.labels(endpoint, outcome.reason).inc()
+                    log.info(
+                        "review_denied",
+                        endpoint=endpoint,
+                        reason=outcome.reason,
+                        job=f"{review.namespace}/{review.name}",
+                        kind=review.kind.kind,
+                        uid=review.uid,
+                        message=outcome.response.status.message if outcome.response.status else "",
+                    )
+                body_out = encode_response(outcome.response, api_version=api_version)
+                return web.Response(body=body_out, content_type="application/json")
+            finally:
+                self.in_flight -= 1
+                if self.in_flight == 0:
+                    self._idle.set()
+                latency.observe(time.perf_counter() - started)
+
+        return handle
+
+    async def _publish(self, records: list[admit.Record], review: AdmissionRequest) -> None:
+        inbox = self.inbox()
+        for record in records:
+            event = record.event
+            job = getattr(event, "job", None)
+            fields = {"job": job.key if isinstance(job, ev.JobRef) else "", "event": type(event).__name__, "msg_id": record.msg_id}
+            if inbox is None:
+                self.metrics.publish_failures.labels("unavailable").inc()
+                log.warning("publish_skipped", reason="NATS not connected; the manager watcher will backfill", **fields)
+                continue
+            try:
+                seq = await asyncio.wait_for(
+                    inbox.publish(event, msg_id=record.msg_id, timeout_s=self.publish_timeout_s), self.publish_timeout_s
+                )
+            except TimeoutError:
+                self.metrics.publish_failures.labels("timeout").inc()
+                log.warning("publish_timeout", bound_s=self.publish_timeout_s, **fields)
+            except Exception as err:  # any NATS failure: the review is answered regardless
+                self.metrics.publish_failures.labels("error").inc()
+                log.warning("publish_failed", error=f"{type(err).__name__}: {err}", **fields)
+            else:
+                self.metrics.published.labels(type(event).__name__).inc()
+                log.info("published", inbox_seq=seq, **fields)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if await self.nats_ready():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="NATS is not answering\n")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
