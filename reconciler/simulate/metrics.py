@@ -106,6 +106,10 @@ def profile_results(
             "log_entries": recorder.entries,
             "decisions": recorder.decisions,
             "by_priority_class": {name: wait_stats(rs) for name, rs in sorted(by_class.items())},
+            "by_cluster": {
+                name: {"placed": t.placed, "finished": t.finished, "preempted": t.preempted}
+                for name, t in sorted(recorder.clusters.items())
+            },
         }
     )
     if unfinished_phases:

@@ -39,6 +39,18 @@ class JobRecord:
 
 
 @dataclass
+class ClusterTally:
+    """Per cluster: what landed there and what happened to it."""
+
+    placed: int = 0
+    finished: int = 0
+    preempted: int = 0  # our Evicts of a running copy there for a preemptor
+    lost: int = 0  # times the cluster was declared Lost
+    requeued_by_loss: int = 0  # jobs requeued because this cluster was lost
+    replaced_after_loss: int = 0  # of those, placed again (elsewhere or here after recovery)
+
+
+@dataclass
 class Recorder:
     gpu_resource: str
     jobs: dict[str, JobRecord] = field(default_factory=dict)  # by uid, in submission order
@@ -53,6 +65,8 @@ class Recorder:
     decisions: int = 0
     first_ms: int | None = None
     last_ms: int = 0
+    clusters: dict[str, ClusterTally] = field(default_factory=dict)
+    _lost_from: dict[str, str] = field(default_factory=dict)  # uid -> cluster it was lost with
     _gpu_used: int = 0
     _running: dict[str, int] = field(default_factory=dict)  # uid -> gpus held
 
@@ -71,24 +85,29 @@ class Recorder:
                     rec.copies.update((c, attempt) for c in clusters)
             case ev.Placed(job=job, cluster=cluster, attempt=attempt):
                 self._placed(job.uid, cluster=cluster, attempt=attempt, at_ms=entry.at_ms)
-            case ev.Finished(job=job, succeeded=ok):
+            case ev.Finished(job=job, cluster=cluster, succeeded=ok):
+                self._tally(cluster).finished += 1
                 rec = self.jobs.get(job.uid)
                 if rec is not None:
                     rec.finished_ms = entry.at_ms
                     rec.succeeded = ok
                 self._stop(job.uid, entry.at_ms)
-            case ev.Requeued(job=job, reason=reason):
+            case ev.Requeued(job=job, reason=reason, cluster=cluster):
+                if reason == "WorkerLost" and cluster is not None:
+                    self._tally(cluster).requeued_by_loss += 1
+                    self._lost_from[job.uid] = cluster
                 rec = self.jobs.get(job.uid)
                 if rec is not None:
                     rec.requeues += 1
                 self.requeue_reasons[reason] = self.requeue_reasons.get(reason, 0) + 1
                 self._stop(job.uid, entry.at_ms)
-            case ev.Evict(job=job, preemptor=preemptor, reason=reason):
+            case ev.Evict(job=job, cluster=cluster, preemptor=preemptor, reason=reason):
                 rec = self.jobs.get(job.uid)
                 if rec is not None:
                     rec.evictions += 1
                 if preemptor is not None or reason == "Preempted":
                     self.preemptions += 1
+                    self._tally(cluster).preempted += 1
             case ev.Unschedulable(job=job):
                 rec = self.jobs.get(job.uid)
                 if rec is not None:
@@ -102,8 +121,9 @@ class Recorder:
                 self.claims += 1
             case ev.ClaimExpired():
                 self.claims_expired += 1
-            case ev.ClusterLost():
+            case ev.ClusterLost(cluster=cluster):
                 self.clusters_lost += 1
+                self._tally(cluster).lost += 1
             case _:
                 pass
 
@@ -119,7 +139,17 @@ class Recorder:
             submitted_ms=at_ms,
         )
 
+    def _tally(self, cluster: str) -> ClusterTally:
+        tally = self.clusters.get(cluster)
+        if tally is None:
+            tally = self.clusters[cluster] = ClusterTally()
+        return tally
+
     def _placed(self, uid: str, *, cluster: str, attempt: int, at_ms: int) -> None:
+        self._tally(cluster).placed += 1
+        lost_from = self._lost_from.pop(uid, None)
+        if lost_from is not None:
+            self._tally(lost_from).replaced_after_loss += 1
         rec = self.jobs.get(uid)
         if rec is None:
             return
