@@ -1,0 +1,190 @@
+"""``kdispatch serve`` as a real process: failover under load, metrics, config errors, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from eventlog import events as ev
+from eventlog.embedded import free_port
+from eventlog.jetstream import JetStreamLog
+from reconciler.shell.replay import DecisionBatch, units
+
+from .scenario import admit, decisions_of, publish_clusters, read_all, submission, wait_for
+
+CONFIG = """\
+policy:
+  workerLostTimeout: 10m
+  profiles:
+    - name: default
+      filters: [ClusterHealth, ClusterSelector, ClusterFeasibility, ClusterHeadroom]
+      scores: [CapacityScore]
+      strategy: {type: TopK, k: 1}
+"""
+
+
+def serve(url: str, root: str, config: Path, leader: str, *extra: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "reconciler", "serve", "--nats", url, "--root", root, "--config", str(config)]
+    return subprocess.Popen(
+        [*argv, "--leader-id", leader, "--lease-ttl", "1", "--no-actuator", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "kdispatch.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture
+async def procs() -> AsyncIterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+
+
+async def _worker(jlog: JetStreamLog, stop: asyncio.Event) -> None:
+    """Plays the worker clusters: admits every nominated copy on its first cluster."""
+    done: set[tuple[str, int]] = set()
+    while not stop.is_set():
+        for e in decisions_of(await read_all(jlog), ev.Nominated):
+            n = e.event
+            assert isinstance(n, ev.Nominated)
+            if (n.job.uid, n.attempt) not in done:
+                done.add((n.job.uid, n.attempt))
+                await admit(jlog, n, n.clusters[0])
+        await asyncio.sleep(0.05)
+
+
+async def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+    loop = asyncio.get_running_loop()
+    return await asyncio.wait_for(loop.run_in_executor(None, proc.wait), timeout_s)
+
+
+async def test_failover_kill_the_leader_mid_load(
+    jslog: JetStreamLog, nats_url: str, log_root: str, config: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    jobs = 60
+    a = serve(nats_url, log_root, config, "A")
+    procs.append(a)
+    await wait_for(jslog, lambda es: any(e.leader == "A" for e in es), timeout_s=30)
+    b = serve(nats_url, log_root, config, "B")
+    procs.append(b)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(_worker(jslog, stop))
+    try:
+        await publish_clusters(jslog)
+        for i in range(jobs):
+            await jslog.inbox.publish(submission(i, gpus=1 + i % 2), msg_id=f"submit/{i}")
+            if i == jobs // 3:
+                # Kill -9 the leader once it is busy deciding.
+                await wait_for(jslog, lambda es: len(decisions_of(es, ev.Placed)) >= 5)
+                a.send_signal(signal.SIGKILL)
+        entries = await wait_for(jslog, lambda es: len({e.event.job.uid for e in decisions_of(es, ev.Placed)}) >= jobs, timeout_s=60)  # type: ignore[attr-defined]
+    finally:
+        stop.set()
+        await worker
+
+    leaders = [e.leader for e in entries]
+    assert "A" in leaders and "B" in leaders
+    assert leaders.index("B") > max(i for i, name in enumerate(leaders) if name == "A")  # B took over; A never came back
+    # Nothing twice: every inbox entry once, every job placed once per attempt, nominations unique.
+    inbox = [e.inbox_seq for e in entries if e.inbox_seq is not None]
+    assert len(inbox) == len(set(inbox))
+    placed = collections.Counter((e.event.job.uid, e.event.attempt) for e in decisions_of(entries, ev.Placed))  # type: ignore[attr-defined]
+    assert max(placed.values()) == 1 and len(placed) == jobs
+    nominated = collections.Counter(
+        (e.event.job.uid, e.event.attempt, e.event.round) for e in decisions_of(entries, ev.Nominated)  # type: ignore[attr-defined]
+    )
+    assert max(nominated.values()) == 1
+    submitted = [e for e in entries if isinstance(e.event, ev.JobSubmitted)]
+    assert len(submitted) == jobs
+
+    async def each() -> AsyncIterator[ev.LogEntry]:
+        for e in entries:
+            yield e
+
+    batches = [u async for u in units(each()) if isinstance(u, DecisionBatch)]
+    assert batches and all(b.complete for b in batches)
+
+    verify = subprocess.run(
+        [sys.executable, "-m", "reconciler", "replay", "--verify", "--nats", nats_url, "--root", log_root],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "all identical" in verify.stdout
+
+    b.send_signal(signal.SIGTERM)
+    assert await _wait_exit(b, 20) == 0
+
+
+async def test_sigterm_hands_over_at_once_and_metrics_show_the_leader(
+    jslog: JetStreamLog, nats_url: str, log_root: str, config: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    port_a, port_b = free_port(), free_port()
+    a = serve(nats_url, log_root, config, "A", "--metrics-port", str(port_a), "--lease-ttl", "30")
+    procs.append(a)
+    await wait_for(jslog, lambda es: any(e.leader == "A" for e in es), timeout_s=30)
+    b = serve(nats_url, log_root, config, "B", "--metrics-port", str(port_b), "--lease-ttl", "30")
+    procs.append(b)
+    assert await _metric(port_a, "kdispatch_leader") == 1.0
+    assert await _metric(port_b, "kdispatch_leader") == 0.0
+    a.send_signal(signal.SIGTERM)
+    assert await _wait_exit(a, 20) == 0
+    # A released the lease on the way out: B leads without waiting for the 30 s TTL.
+    await publish_clusters(jslog)
+    entries = await wait_for(jslog, lambda es: any(isinstance(e.event, ev.ClusterRegistered) for e in es), timeout_s=15)
+    assert {e.leader for e in entries if isinstance(e.event, ev.ClusterRegistered)} == {"B"}
+    assert await _metric(port_b, "kdispatch_leader") == 1.0
+    assert await _metric(port_b, 'kdispatch_inputs_total{type="ClusterRegistered"}') == 2.0
+
+
+async def _metric(port: int, name: str) -> float:
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 20
+    while True:
+        try:
+            text = await loop.run_in_executor(None, scrape)
+        except OSError:
+            text = ""
+        for row in text.splitlines():
+            if row.split(" ")[0] == name:
+                return float(row.rsplit(" ", 1)[1])
+        if loop.time() > end:
+            raise AssertionError(f"{name} not found on :{port}/metrics")
+        await asyncio.sleep(0.1)
+
+
+def test_invalid_config_stops_start_up_with_the_field_path(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy:\n  profiles:\n    - name: x\n      roundTimeout: soon\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler", "serve", "--config", str(bad), "--nats", "nats://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert proc.returncode == 2
+    assert "invalid config" in proc.stderr and "roundTimeout" in proc.stderr
