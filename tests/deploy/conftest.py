@@ -1,0 +1,55 @@
+"""Shared fixtures for the deploy/ checks: where the manifests are and what each overlay renders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy import kustomize
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+KUSTOMIZATIONS = sorted(
+    path.parent.relative_to(DEPLOY).as_posix() for path in DEPLOY.rglob("kustomization.yaml")
+)
+# Installed on a manager cluster by `kubectl apply -k`: the base plus NATS plus TLS.
+OVERLAYS = ("overlays/cert-manager", "overlays/self-signed")
+
+_cache: dict[str, list[dict[str, Any]]] = {}
+
+
+def rendered(directory: str) -> list[dict[str, Any]]:
+    """The objects ``kubectl apply -k deploy/<directory>`` would apply (cached per session)."""
+    if directory not in _cache:
+        _cache[directory] = kustomize.render(DEPLOY / directory)
+    return _cache[directory]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def manifest_files() -> list[Path]:
+    """Every YAML file under deploy/ that holds Kubernetes objects (not kustomizations, not our config)."""
+    files = []
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        if docs and all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs):
+            files.append(path)
+    return files
+
+
+@pytest.fixture(params=KUSTOMIZATIONS)
+def kustomization(request: pytest.FixtureRequest) -> str:
+    return str(request.param)

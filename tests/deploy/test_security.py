@@ -1,0 +1,129 @@
+"""Every workload in every overlay runs locked down, sized, probed and disruption-budgeted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.deploy import kustomize
+from tests.deploy.conftest import KUSTOMIZATIONS, OVERLAYS, find, rendered
+
+WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod")
+
+
+def workloads(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] in WORKLOADS]
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    (spec,) = kustomize._pod_specs(obj)
+    return spec
+
+
+def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod_spec(obj)
+    return list(spec.get("initContainers", [])) + list(spec["containers"])
+
+
+ALL_WORKLOADS = [
+    (k, f"{o['kind']}/{o['metadata']['name']}") for k in KUSTOMIZATIONS for o in workloads(rendered(k))
+]
+
+
+def _workload(kustomization: str, ref: str) -> dict[str, Any]:
+    kind, name = ref.split("/")
+    (obj,) = find(rendered(kustomization), kind, name)
+    return obj
+
+
+def test_there_are_workloads_to_check() -> None:
+    names = {ref for _, ref in ALL_WORKLOADS}
+    assert {"Deployment/kdispatch-webhook", "Deployment/kdispatch-reconciler", "StatefulSet/nats"} <= names
+
+
+@pytest.mark.parametrize(("kustomization", "ref"), ALL_WORKLOADS)
+def test_pod_security(kustomization: str, ref: str) -> None:
+    obj = _workload(kustomization, ref)
+    spec = pod_spec(obj)
+    pod = spec.get("securityContext", {})
+    assert pod.get("runAsNonRoot") is True
+    assert pod.get("runAsUser", 0) > 0
+    assert pod.get("seccompProfile") == {"type": "RuntimeDefault"}
+    assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
+    for volume in spec.get("volumes", []):
+        assert "hostPath" not in volume, f"{ref}: hostPath volume {volume['name']}"
+    for container in containers(obj):
+        where = f"{ref} container {container['name']}"
+        ctx = container.get("securityContext", {})
+        assert ctx.get("runAsNonRoot", pod.get("runAsNonRoot")) is True, where
+        assert ctx.get("readOnlyRootFilesystem") is True, where
+        assert ctx.get("allowPrivilegeEscalation") is False, where
+        assert ctx.get("privileged", False) is False, where
+        assert ctx.get("capabilities", {}).get("drop") == ["ALL"], where
+        assert not ctx.get("capabilities", {}).get("add"), where
+        assert ctx.get("seccompProfile", pod.get("seccompProfile")) == {"type": "RuntimeDefault"}, where
+
+
+@pytest.mark.parametrize(("kustomization", "ref"), ALL_WORKLOADS)
+def test_resources_images_and_probes(kustomization: str, ref: str) -> None:
+    obj = _workload(kustomization, ref)
+    for container in pod_spec(obj)["containers"]:
+        where = f"{ref} container {container['name']}"
+        resources = container.get("resources", {})
+        for section in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(resources.get(section, {})), f"{where}: {section}"
+        name, tag, digest = kustomize.split_image(container["image"])
+        if kustomization in OVERLAYS or kustomization == "nats":
+            assert (tag and tag != "latest") or digest, f"{where}: image {container['image']} is not pinned"
+        assert "readinessProbe" in container and "livenessProbe" in container, where
+
+
+def test_webhook_probes_are_the_health_endpoints() -> None:
+    (webhook,) = find(rendered("overlays/cert-manager"), "Deployment", "kdispatch-webhook")
+    (container,) = webhook["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_replicas_and_disruption_budgets(overlay: str) -> None:
+    objects = rendered(overlay)
+    expected = {("Deployment", "kdispatch-webhook"): 2, ("Deployment", "kdispatch-reconciler"): 2, ("StatefulSet", "nats"): 3}
+    for (kind, name), replicas in expected.items():
+        (obj,) = find(objects, kind, name)
+        assert obj["spec"]["replicas"] == replicas
+        labels = obj["spec"]["template"]["metadata"]["labels"]
+        budgets = [
+            p
+            for p in find(objects, "PodDisruptionBudget")
+            if all(labels.get(k) == v for k, v in p["spec"]["selector"]["matchLabels"].items())
+        ]
+        assert len(budgets) == 1, f"{kind}/{name} needs exactly one PodDisruptionBudget"
+        spec = budgets[0]["spec"]
+        # A drain may take one pod at a time, never all of them.
+        assert spec.get("minAvailable", 0) >= 1 or spec.get("maxUnavailable") == 1
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policies_deny_by_default_and_allow_only_the_paths_used(overlay: str) -> None:
+    objects = rendered(overlay)
+    policies = {p["metadata"]["name"]: p["spec"] for p in find(objects, "NetworkPolicy")}
+    assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+
+    def ingress_ports(name: str) -> set[int]:
+        return {port["port"] for rule in policies[name].get("ingress", []) for port in rule.get("ports", [])}
+
+    (webhook,) = find(objects, "Deployment", "kdispatch-webhook")
+    webhook_port = webhook["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+    assert ingress_ports("kdispatch-webhook") == {webhook_port}
+    assert ingress_ports("nats") == {4222, 6222}
+    # NATS clients: only the webhook and the reconciler pods.
+    (client_rule,) = [r for r in policies["nats"]["ingress"] if r["ports"][0]["port"] == 4222]
+    (selector,) = client_rule["from"]
+    assert selector["podSelector"]["matchExpressions"] == [
+        {"key": "app.kubernetes.io/name", "operator": "In", "values": ["kdispatch-webhook", "kdispatch-reconciler"]}
+    ]
+    reconciler_egress = {p["port"] for r in policies["kdispatch-reconciler"]["egress"] for p in r["ports"]}
+    assert reconciler_egress == {4222, 443, 6443}
