@@ -82,14 +82,14 @@ def read_config(path: str | None) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise SystemExit(f"{path}: expected a mapping at the top level")
     out: dict[str, Any] = {}
-    nats = raw.get("nats") if isinstance(raw.get("nats"), dict) else {}
+    nats: dict[str, Any] = raw["nats"] if isinstance(raw.get("nats"), dict) else {}
     if isinstance(nats.get("url"), str):
         out["nats"] = nats["url"]
     if isinstance(nats.get("creds"), str):
         out["creds"] = nats["creds"]
     if isinstance(raw.get("dataDir"), str):
         out["data_dir"] = raw["dataDir"]
-    policy = raw.get("policy") if isinstance(raw.get("policy"), dict) else {}
+    policy: dict[str, Any] = raw["policy"] if isinstance(raw.get("policy"), dict) else {}
     classes = policy.get("priorityClasses", {})
     if not isinstance(classes, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in classes.values()):
         raise SystemExit(f"{path}: policy.priorityClasses must map names to integers")

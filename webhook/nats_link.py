@@ -66,7 +66,7 @@ class NatsLink:
         if self.log is None or not self.log.nc.is_connected:
             return False
         try:
-            await self.log.nc.flush(timeout=self.ping_timeout_s)
+            await asyncio.wait_for(self.log.nc.flush(), self.ping_timeout_s)
         except Exception:  # no PONG in time: not ready
             return False
         return True

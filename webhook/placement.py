@@ -121,7 +121,9 @@ class _Reader:
         bad = False
         for key in value:
             if key not in keys:
-                self.fail(f"{path}.{key}", key, "fields " + ", ".join(sorted(set(keys))), suggest(str(key), keys))
+                accepted = "fields " + ", ".join(sorted(set(keys)))
+                issue = PlacementIssue(self.annotation, f"{path}.{key}", f"unknown field {_show(key)}", accepted, suggest(str(key), keys))
+                self.issues.append(issue)
                 bad = True
         if bad:
             raise _Invalid()

@@ -1,0 +1,247 @@
+"""Pod sets and per-pod requests, checked by hand against KINDS.md for each kind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eventlog.events import PodSet
+from webhook import kinds, podsets
+
+GI, MI = 2**30, 2**20
+
+
+def _sets(api_version: str, kind: str, obj: dict[str, Any]) -> list[PodSet]:
+    info = kinds.lookup_api_version(api_version, kind)
+    assert info is not None
+    return podsets.pod_sets(info, {"apiVersion": api_version, "kind": kind, **obj})
+
+
+def _c(name: str, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    return {"name": name, "image": "busybox", "resources": resources, **extra}
+
+
+def test_job_count_is_min_of_parallelism_and_completions_and_limits_fill_requests() -> None:
+    job = {
+        "metadata": {"name": "j", "annotations": {"kueue.x-k8s.io/job-min-parallelism": "1"}},
+        "spec": {
+            "parallelism": 3,
+            "completions": 2,
+            "template": {
+                "spec": {
+                    "containers": [
+                        _c("a", {"cpu": "500m", "memory": "1Gi"}),
+                        _c("b", {"cpu": "250m"}, {"cpu": "1"}),  # requests win over limits
+                        _c("c", None, {"memory": "512Mi"}),  # limits stand in for missing requests
+                    ]
+                }
+            },
+        },
+    }
+    assert _sets("batch/v1", "Job", job) == [
+        PodSet(name="main", count=2, requests={"cpu": 750, "memory": GI + 512 * MI}, min_count=1)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "count"),
+    [({}, 1), ({"completions": 5}, 1), ({"parallelism": 4}, 4), ({"parallelism": 0, "completions": 3}, 0)],
+)
+def test_job_count_defaults(spec: dict[str, Any], count: int) -> None:
+    job = {"spec": {**spec, "template": {"spec": {"containers": [_c("a", {"cpu": 1})]}}}}
+    assert _sets("batch/v1", "Job", job)[0].count == count
+
+
+def test_jobset_one_set_per_replicated_job() -> None:
+    def rj(name: str, replicas: int, parallelism: int, completions: int, requests: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "replicas": replicas,
+            "template": {
+                "spec": {
+                    "parallelism": parallelism,
+                    "completions": completions,
+                    "template": {"spec": {"containers": [_c("m", requests)]}},
+                }
+            },
+        }
+
+    js = {"spec": {"replicatedJobs": [rj("leader", 1, 1, 1, {"cpu": 1}), rj("workers", 2, 4, 4, {"cpu": 2, "nvidia.com/gpu": 1})]}}
+    assert _sets("jobset.x-k8s.io/v1alpha2", "JobSet", js) == [
+        PodSet(name="leader", count=1, requests={"cpu": 1000}),
+        PodSet(name="workers", count=8, requests={"cpu": 2000, "nvidia.com/gpu": 1}),
+    ]
+
+
+def _ray_cluster_spec(**extra: Any) -> dict[str, Any]:
+    return {
+        "headGroupSpec": {"template": {"spec": {"containers": [_c("head", {"cpu": "1", "memory": "2Gi"})]}}},
+        "workerGroupSpecs": [
+            {"groupName": "small", "replicas": 2, "numOfHosts": 2, "template": {"spec": {"containers": [_c("w", {"cpu": 1})]}}},
+            {"groupName": "unset", "template": {"spec": {"containers": [_c("w", {"cpu": 1})]}}},
+        ],
+        **extra,
+    }
+
+
+def test_rayjob_with_the_default_submitter() -> None:
+    rayjob = {"spec": {"entrypoint": "python x.py", "rayClusterSpec": _ray_cluster_spec()}}
+    assert _sets("ray.io/v1", "RayJob", rayjob) == [
+        PodSet(name="head", count=1, requests={"cpu": 1000, "memory": 2 * GI}),
+        PodSet(name="small", count=4, requests={"cpu": 1000}),  # replicas x numOfHosts
+        PodSet(name="unset", count=0, requests={"cpu": 1000}),  # the CRD defaults replicas to 0
+        PodSet(name="submitter", count=1, requests={"cpu": 500, "memory": 200 * MI}),
+    ]
+
+
+def test_rayjob_sidecar_mode_puts_the_submitter_in_the_head() -> None:
+    rayjob = {"spec": {"submissionMode": "SidecarMode", "rayClusterSpec": _ray_cluster_spec()}}
+    sets = _sets("ray.io/v1", "RayJob", rayjob)
+    assert [s.name for s in sets] == ["head", "small", "unset"]
+    assert sets[0].requests == {"cpu": 1500, "memory": 2 * GI + 200 * MI}
+
+
+def test_raycluster_autoscaler_and_gcs_fault_tolerance() -> None:
+    rc = {
+        "metadata": {"annotations": {"ray.io/ft-enabled": "true"}},
+        "spec": {
+            "enableInTreeAutoscaling": True,
+            "headGroupSpec": {"template": {"spec": {"containers": [_c("head", {"cpu": "100m", "memory": "1Gi"})]}}},
+        },
+    }
+    # head: max(100m, 200m) + autoscaler 500m; memory max(1Gi, 256Mi) + 512Mi
+    assert _sets("ray.io/v1", "RayCluster", rc) == [PodSet(name="head", count=1, requests={"cpu": 700, "memory": GI + 512 * MI})]
+
+
+def test_rayjob_on_an_existing_cluster_is_not_dispatchable() -> None:
+    with pytest.raises(podsets.NotDispatchable):
+        _sets("ray.io/v1", "RayJob", {"spec": {"clusterSelector": {"ray.io/cluster": "c"}}})
+
+
+def test_pytorchjob_sets_in_the_fixed_order() -> None:
+    pj = {
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Worker": {"replicas": 3, "template": {"spec": {"containers": [_c("pytorch", {"cpu": 4})]}}},
+                "Master": {"template": {"spec": {"containers": [_c("pytorch", {"cpu": 2})]}}},
+            }
+        }
+    }
+    assert _sets("kubeflow.org/v1", "PyTorchJob", pj) == [
+        PodSet(name="master", count=1, requests={"cpu": 2000}),
+        PodSet(name="worker", count=3, requests={"cpu": 4000}),
+    ]
+
+
+SIDECAR_POD = {
+    "containers": [_c("main", {"cpu": "1", "memory": "1Gi"})],
+    "initContainers": [
+        _c("init1", {"cpu": "2", "memory": "100Mi"}),
+        _c("sidecar", {"cpu": "500m", "memory": "200Mi"}, restartPolicy="Always"),
+        _c("init2", {"cpu": "1", "memory": "2Gi"}),
+    ],
+}
+
+
+def test_sidecars_add_and_init_containers_max() -> None:
+    # containers + sidecar = 1.5 cpu, 1Gi+200Mi; init1 alone = 2 cpu; init2 + running sidecar =
+    # 1.5 cpu, 2Gi+200Mi. Per key max: cpu 2, memory 2Gi+200Mi.
+    assert _sets("v1", "Pod", {"metadata": {"name": "p"}, "spec": SIDECAR_POD}) == [
+        PodSet(name="main", count=1, requests={"cpu": 2000, "memory": 2 * GI + 200 * MI})
+    ]
+
+
+def test_appwrapper_drops_restart_policy_so_sidecars_are_plain_init_containers() -> None:
+    aw = {
+        "metadata": {"name": "aw"},
+        "spec": {
+            "components": [
+                {
+                    "template": {"apiVersion": "v1", "kind": "Pod", "spec": SIDECAR_POD},
+                    "podSets": [{"replicas": 2, "path": "template"}],
+                }
+            ]
+        },
+    }
+    # Without sidecars: containers 1 cpu / 1Gi; inits max 2 cpu / 2Gi.
+    assert _sets("workload.codeflare.dev/v1beta2", "AppWrapper", aw) == [
+        PodSet(name="aw-0", count=2, requests={"cpu": 2000, "memory": 2 * GI})
+    ]
+
+
+def test_overhead_is_added() -> None:
+    pod = {"spec": {"containers": [_c("main", {"cpu": "1", "memory": "1Gi"})], "overhead": {"cpu": "250m", "memory": "120Mi"}}}
+    assert _sets("v1", "Pod", pod)[0].requests == {"cpu": 1250, "memory": GI + 120 * MI}
+
+
+def test_pod_level_resources_override_cpu_and_memory_only() -> None:
+    pod = {
+        "spec": {
+            "resources": {"requests": {"cpu": "4"}, "limits": {"memory": "8Gi"}},
+            "containers": [_c("main", {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"})],
+        }
+    }
+    assert _sets("v1", "Pod", pod)[0].requests == {"cpu": 4000, "memory": 8 * GI, "nvidia.com/gpu": 1}
+
+
+def test_sub_milli_amounts_are_summed_before_rounding() -> None:
+    pod = {"spec": {"containers": [_c("a", {"cpu": "500u"}), _c("b", {"cpu": "500u"})]}}
+    assert _sets("v1", "Pod", pod)[0].requests == {"cpu": 1}
+
+
+def test_workload_pod_sets() -> None:
+    wl = {"spec": {"podSets": [{"name": "a", "count": 3, "minCount": 2, "template": {"spec": {"containers": [_c("m", {"cpu": 1})]}}}]}}
+    assert _sets("kueue.x-k8s.io/v1beta1", "Workload", wl) == [PodSet(name="a", count=3, requests={"cpu": 1000}, min_count=2)]
+
+
+def test_trainjob_counts_trainer_nodes() -> None:
+    tj = {"spec": {"trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}}}
+    assert _sets("trainer.kubeflow.org/v1alpha1", "TrainJob", tj) == [PodSet(name="node", count=2, requests={"nvidia.com/gpu": 1})]
+
+
+def test_plain_pod_group_counts_the_whole_group() -> None:
+    pod = {
+        "metadata": {"labels": {"kueue.x-k8s.io/pod-group-name": "g"}, "annotations": {"kueue.x-k8s.io/pod-group-total-count": "4"}},
+        "spec": {"containers": [_c("m", {"cpu": 1})]},
+    }
+    assert _sets("v1", "Pod", pod) == [PodSet(name="main", count=4, requests={"cpu": 1000})]
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "obj", "path", "fragment"),
+    [
+        (
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "two"}}}},
+            "$.spec.pytorchReplicaSpecs.Worker.replicas",
+            "non-negative integer",
+        ),
+        (
+            "batch/v1",
+            "Job",
+            {"spec": {"template": {"spec": {"containers": [_c("a", {"cpu": "1x"})]}}}},
+            "$.spec.template.spec.containers[0].resources.requests.cpu",
+            "not a quantity",
+        ),
+        ("batch/v1", "Job", {"spec": []}, "$.spec", "expected an object"),
+        (
+            "batch/v1",
+            "Job",
+            {"metadata": {"annotations": {"kueue.x-k8s.io/job-min-parallelism": "zero"}}, "spec": {}},
+            "$.metadata.annotations['kueue.x-k8s.io/job-min-parallelism']",
+            "positive integer",
+        ),
+    ],
+)
+def test_errors_name_the_path(api_version: str, kind: str, obj: dict[str, Any], path: str, fragment: str) -> None:
+    with pytest.raises(podsets.PodSetError) as err:
+        _sets(api_version, kind, obj)
+    assert err.value.path == path
+    assert fragment in err.value.message
