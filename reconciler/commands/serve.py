@@ -17,18 +17,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import os
 import signal
 import socket
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-from reconciler.config import Config, ConfigError, load_config
+from reconciler.config import ConfigError, load_config
 from reconciler.shell import logging as klog
 from reconciler.shell.child import Supervised
+from reconciler.shell.compose import ClusterSet, registration
 from reconciler.shell.leader import run_candidate
 from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.metrics import ReconcilerMetrics, start_metrics_server
@@ -63,7 +62,9 @@ async def run_async(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         policy = policy_event(config.policy)
-    except ConfigError as err:
+        for cluster in config.clusters:
+            registration(cluster)  # quantities and durations are checked before anything starts
+    except (ConfigError, ValueError) as err:
         print(f"kdispatch serve: invalid config: {err}", file=sys.stderr)
         return 2
     from eventlog.jetstream import connect
@@ -102,11 +103,8 @@ async def run_async(args: argparse.Namespace) -> int:
             )
         )
         if not args.no_actuator:
-            starter = _actuator_starter()
-            if starter is None:
-                log.warning("actuator_unavailable", hint="reconciler.shell.actuator is not installed")
-            else:
-                tasks.append(asyncio.create_task(starter(jlog, config, stop), name="actuator"))
+            clusters = ClusterSet.from_config(config, reader=jlog.reader, inbox=jlog.inbox)
+            tasks.append(asyncio.create_task(clusters.run(stop), name="clusters"))
         if args.webhook:
             child = Supervised("webhook", _webhook_argv(args, jlog.url, data_dir), on_restart=metrics.webhook_restarts.inc)
             tasks.append(asyncio.create_task(child.run(stop), name="webhook"))
@@ -164,18 +162,3 @@ def _webhook_argv(args: argparse.Namespace, nats_url: str, data_dir: str) -> lis
     if args.root != "kd":
         argv += ["--root", args.root]
     return argv
-
-
-ActuatorStarter = Callable[[Any, Config, asyncio.Event], Coroutine[Any, Any, None]]
-
-
-def _actuator_starter() -> ActuatorStarter | None:
-    """The clusters area's entry point, if present: ``run_clusters(log, config, stop)``."""
-    try:
-        module = importlib.import_module("reconciler.shell.clusters")
-    except ModuleNotFoundError as err:
-        if err.name and "reconciler.shell.clusters".startswith(err.name):
-            return None
-        raise
-    starter: ActuatorStarter | None = getattr(module, "run_clusters", None)
-    return starter
