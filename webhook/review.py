@@ -57,10 +57,12 @@ class AdmissionRequest(Struct, frozen=True, rename="camel"):
     name: str = ""
     namespace: str = ""
     user_info: UserInfo = field(default_factory=UserInfo)
-    object: dict[str, Any] | None = None
-    old_object: dict[str, Any] | None = None
+    # Typed loosely on purpose: only a supported, opted-in kind needs an object, and admit checks
+    # its shape there (some real captures carry e.g. "oldObject": "None" on a CREATE).
+    object: Any = None
+    old_object: Any = None
     dry_run: bool = False
-    options: dict[str, Any] | None = None
+    options: Any = None
 
 
 class Status(Struct, frozen=True, omit_defaults=True):
@@ -87,11 +89,19 @@ class AdmissionReview(Struct, frozen=True, omit_defaults=True, rename="camel"):
     response: AdmissionResponse | None = None
 
 
+class _ReviewOut(Struct, frozen=True, rename="camel"):
+    """What the webhook sends back: apiVersion and kind always present, as the apiserver requires."""
+
+    api_version: str
+    kind: str
+    response: AdmissionResponse
+
+
 class _Envelope(Struct, frozen=True, rename="camel"):
     """What tells a review from a bare request before the strict decode."""
 
-    api_version: str = ""
-    kind: str = ""
+    api_version: Any = ""
+    kind: Any = ""
     request: msgspec.Raw = msgspec.Raw(b"")
     operation: Any = None
 
@@ -124,7 +134,7 @@ def decode_review(body: bytes) -> tuple[str, AdmissionRequest]:
             raise ReviewError("expected a JSON object: an AdmissionReview (admission.k8s.io/v1)") from None
         raise _error_from(err, prefix="") from None
     request = bytes(envelope.request)
-    if not request and envelope.operation is not None and not envelope.kind:
+    if not request and envelope.operation is not None and isinstance(envelope.kind, dict):
         try:
             return REVIEW_VERSIONS[0], _request_decoder.decode(body)
         except msgspec.MsgspecError as err:
@@ -145,7 +155,7 @@ def decode_review(body: bytes) -> tuple[str, AdmissionRequest]:
 
 
 def encode_response(response: AdmissionResponse, *, api_version: str = REVIEW_VERSIONS[0]) -> bytes:
-    return _encoder.encode(AdmissionReview(api_version=api_version, response=response))
+    return _encoder.encode(_ReviewOut(api_version=api_version, kind="AdmissionReview", response=response))
 
 
 def decode_any_review(body: bytes) -> AdmissionReview:
