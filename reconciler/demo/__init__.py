@@ -1,0 +1,1 @@
+"""``kdispatch demo``: the end-to-end demo (see ``reconciler.demo.run``)."""

@@ -1,0 +1,150 @@
+"""The demo plays the kube-apiserver's part of admission: real AdmissionReviews over HTTPS.
+
+For each CREATE, as the apiserver does: call the mutating hook (``/mutate``), apply the
+JSONPatch it answers, fill ``metadata.uid`` (and ``name`` from ``generateName``), then call the
+validating hook (``/validate``) with the final object; the webhook records ``JobSubmitted`` there.
+TLS is verified against the webhook's CA, like a ``caBundle`` in a webhook configuration.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import ssl
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+# kind -> (group, version, plural resource), as the apiserver fills AdmissionRequest.resource.
+RESOURCES = {
+    "Job": ("batch", "v1", "jobs"),
+    "JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    "RayJob": ("ray.io", "v1", "rayjobs"),
+    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
+}
+
+
+class AdmissionFailed(RuntimeError):
+    """The webhook denied or could not answer a review; the message says which job and why."""
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def apply_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 ``add``/``replace``/``remove`` on a copy (what an apiserver applies for a webhook)."""
+    out = copy.deepcopy(obj)
+    for op in ops:
+        tokens = [_unescape(t) for t in op["path"].split("/")[1:]]
+        parent: Any = out
+        for token in tokens[:-1]:
+            parent = parent[int(token)] if isinstance(parent, list) else parent[token]
+        last = tokens[-1]
+        kind = op["op"]
+        if isinstance(parent, list):
+            index = len(parent) if last == "-" else int(last)
+            if kind == "add":
+                parent.insert(index, op["value"])
+            elif kind == "replace":
+                parent[index] = op["value"]
+            elif kind == "remove":
+                del parent[index]
+            else:
+                raise AdmissionFailed(f"unsupported JSONPatch op {kind!r}")
+        elif kind in ("add", "replace"):
+            parent[last] = op["value"]
+        elif kind == "remove":
+            del parent[last]
+        else:
+            raise AdmissionFailed(f"unsupported JSONPatch op {kind!r}")
+    return out
+
+
+def review(obj: dict[str, Any], *, operation: str = "CREATE") -> dict[str, Any]:
+    kind = obj["kind"]
+    group, version, plural = RESOURCES[kind]
+    meta = obj.get("metadata", {})
+    gvk = {"group": group, "version": version, "kind": kind}
+    gvr = {"group": group, "version": version, "resource": plural}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": gvk,
+            "resource": gvr,
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", "default"),
+            "operation": operation,
+            "userInfo": {"username": "demo-user", "groups": ["system:authenticated"]},
+            "object": obj,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": "kdispatch-demo"},
+        },
+    }
+
+
+@dataclass
+class Admitted:
+    obj: dict[str, Any]
+    warnings: list[str]
+
+
+class ApiServer:
+    """One HTTPS session to the webhook; ``create`` runs mutate + validate for one object."""
+
+    def __init__(self, base_url: str, *, ca_file: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._ssl = ssl.create_default_context(cafile=ca_file)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ApiServer:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _call(self, hook: str, body: dict[str, Any]) -> dict[str, Any]:
+        assert self._session is not None
+        async with self._session.post(f"{self.base_url}/{hook}", json=body, ssl=self._ssl) as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise AdmissionFailed(f"/{hook} answered HTTP {resp.status}: {text[:300]}")
+        answer: dict[str, Any] = json.loads(text)["response"]
+        if answer.get("uid") != body["request"]["uid"]:
+            raise AdmissionFailed(f"/{hook} answered for review {answer.get('uid')!r}, not ours")
+        return answer
+
+    async def create(self, obj: dict[str, Any]) -> Admitted:
+        name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "?")
+        mutated = await self._call("mutate", review(obj))
+        if not mutated.get("allowed"):
+            raise AdmissionFailed(f"{obj['kind']} {name}: denied by /mutate: {mutated.get('status')}")
+        final = obj
+        if mutated.get("patch"):
+            final = apply_patch(obj, json.loads(base64.b64decode(mutated["patch"])))
+        meta = final.setdefault("metadata", {})
+        if not meta.get("name"):
+            meta["name"] = meta.pop("generateName", "job-") + uuid.uuid4().hex[:5]
+        meta["uid"] = str(uuid.uuid4())
+        validated = await self._call("validate", review(final))
+        if not validated.get("allowed"):
+            raise AdmissionFailed(f"{obj['kind']} {name}: denied by /validate: {validated.get('status')}")
+        return Admitted(obj=final, warnings=[*(mutated.get("warnings") or []), *(validated.get("warnings") or [])])
+
+    async def ready(self) -> bool:
+        assert self._session is not None
+        try:
+            async with self._session.get(f"{self.base_url}/readyz", ssl=self._ssl) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, OSError):
+            return False

@@ -1,0 +1,139 @@
+"""What the demo shows: a live progress line, the story as it happens, the final summary."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from reconciler.demo.workload import DemoJob
+from reconciler.simulate.metrics import percentile, seconds
+from reconciler.simulate.recorder import Recorder
+from reconciler.simulate.report import _table
+
+FINAL_PHASES = ("Finished", "Deleted")
+
+
+class Screen:
+    """Stories on stdout with the time since start; the progress line on stderr (redrawn on a
+    terminal, every few seconds otherwise)."""
+
+    def __init__(self, *, out: TextIO | None = None, err: TextIO | None = None, quiet: bool = False) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.quiet = quiet
+        self.started = time.monotonic()
+        self._tty = bool(getattr(self.err, "isatty", lambda: False)())
+        self._last_line = 0.0
+        self._drawn = False
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def _clear(self) -> None:
+        if self._tty and self._drawn:
+            self.err.write("\r\033[K")
+            self.err.flush()
+            self._drawn = False
+
+    def say(self, text: str) -> None:
+        self._clear()
+        self.out.write(f"[{self.elapsed():6.1f}s] {text}\n")
+        self.out.flush()
+
+    def progress(self, line: str) -> None:
+        if self.quiet:
+            return
+        now = self.elapsed()
+        if self._tty:
+            self.err.write("\r\033[K" + line[: 160])
+            self._drawn = True
+        elif now - self._last_line >= 5.0:
+            self.err.write(line + "\n")
+            self._last_line = now
+        else:
+            return
+        self.err.flush()
+
+    def done(self) -> None:
+        self._clear()
+
+
+def progress_line(
+    *, elapsed: float, submitted: int, total: int, summary: Mapping[str, Any] | None, recorder: Recorder
+) -> str:
+    phases: Counter[str] = Counter()
+    health = []
+    if summary is not None:
+        phases.update(str(j.get("phase")) for j in summary.get("jobs", {}).values())
+        for name, c in sorted(summary.get("clusters", {}).items()):
+            h = str(c.get("health", "?"))
+            if h != "Healthy":
+                health.append(f"{name}:{h}")
+    order = ("Queued", "Nominated", "Placed", "Finished", "Suspended", "Unschedulable", "Deleted")
+    counts = "  ".join(f"{p.lower()} {phases[p]}" for p in order if phases.get(p))
+    extra = f"  | {' '.join(health)}" if health else ""
+    return (
+        f"[{elapsed:6.1f}s] submitted {submitted}/{total}  {counts}"
+        f"  | preemptions {recorder.preemptions}{extra}"
+    )
+
+
+def cluster_table(recorder: Recorder, summary: Mapping[str, Any] | None, names: list[str]) -> str:
+    rows = [["cluster", "health", "placed", "finished", "preempted", "lost", "requeued by loss", "re-placed after loss"]]
+    clusters = (summary or {}).get("clusters", {})
+    for name in names:
+        t = recorder.clusters.get(name)
+        health = str(clusters.get(name, {}).get("health", "?"))
+        if t is None:
+            rows.append([name, health, "0", "0", "0", "0", "0", "0"])
+            continue
+        rows.append(
+            [name, health]
+            + [str(v) for v in (t.placed, t.finished, t.preempted, t.lost, t.requeued_by_loss, t.replaced_after_loss)]
+        )
+    return _table(rows)
+
+
+def class_table(recorder: Recorder, jobs: list[DemoJob]) -> str:
+    by_class: dict[str, list[int | None]] = {}
+    finished: Counter[str] = Counter()
+    records = {r.key: r for r in recorder.jobs.values()}
+    for job in jobs:
+        rec = records.get(job.key)
+        by_class.setdefault(job.job_class, []).append(None if rec is None else rec.wait_ms)
+        if rec is not None and rec.finished_ms is not None:
+            finished[job.job_class] += 1
+    rows = [["job class", "jobs", "finished", "wait p50 s", "wait p95 s", "max s"]]
+    for cls, waits in sorted(by_class.items()):
+        known = sorted(w for w in waits if w is not None)
+        rows.append(
+            [cls, str(len(waits)), str(finished[cls])]
+            + [_fmt(seconds(percentile(known, p))) for p in (50, 95, 100)]
+        )
+    return _table(rows)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def next_steps(*, data_dir: Path, job: str, nats_server: str) -> str:
+    d = str(data_dir)
+    return "\n".join(
+        [
+            "Look further (the log stays in the data dir):",
+            f"  kdispatch log --data-dir {d} | tail -40",
+            f"  kdispatch log --data-dir {d} --subject 'kd.log.decision.>'",
+            f"  kdispatch explain {job} --data-dir {d}",
+            f"  kdispatch replay --verify --data-dir {d}",
+            "  # with the nats CLI, start the log's server and look at the streams:",
+            f"  {nats_server} --jetstream --store_dir {d}/jetstream --port 4222 &",
+            "  nats --server nats://127.0.0.1:4222 stream ls",
+            "  nats --server nats://127.0.0.1:4222 stream view KD_LOG",
+            "  nats --server nats://127.0.0.1:4222 sub 'kd.log.cluster.>' --all",
+        ]
+    )
