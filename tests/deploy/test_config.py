@@ -1,0 +1,127 @@
+"""The config in the ConfigMap is valid, every key in it means something, and a bad config stops
+``kdispatch serve`` (the reconciler container's command) with the field's path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import yaml
+
+from reconciler.cli import build_parser
+from reconciler.config import Config, decode_config
+from reconciler.shell.policy import policy_event
+from tests.deploy.conftest import DEPLOY, OVERLAYS, find, one, rendered
+
+CONFIG_MOUNT = "/etc/kdispatch/config"
+
+
+def shipped_config_text(overlay: str = "overlays/cert-manager") -> str:
+    (configmap,) = [o for o in find(rendered(overlay), "ConfigMap") if o["metadata"]["name"].startswith("kdispatch-config-")]
+    text: str = configmap["data"]["config.yaml"]
+    return text
+
+
+def ignored_keys(raw: Any, value: Any, path: str = "$") -> list[str]:
+    """Keys of ``raw`` that decoding dropped without a word (structs that allow unknown fields)."""
+    found: list[str] = []
+    if isinstance(value, msgspec.Struct) and isinstance(raw, dict):
+        fields = {f.encode_name: f.name for f in msgspec.structs.fields(type(value))}
+        for key, item in raw.items():
+            if key not in fields:
+                found.append(f"{path}.{key}")
+            else:
+                found += ignored_keys(item, getattr(value, fields[key]), f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(raw, list):
+        for i, (r, v) in enumerate(zip(raw, value, strict=True)):
+            found += ignored_keys(r, v, f"{path}[{i}]")
+    elif isinstance(value, dict) and isinstance(raw, dict):
+        for key, item in raw.items():
+            found += ignored_keys(item, value[key], f"{path}.{key}")
+    return found
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_configmap_config_decodes_and_every_key_counts(overlay: str) -> None:
+    raw = yaml.safe_load(shipped_config_text(overlay))
+    config = decode_config(raw, source="ConfigMap kdispatch-config")
+    assert ignored_keys(raw, config) == []
+    assert config.nats.replicas == 3, "the NATS overlay runs 3 servers: streams at 3 replicas"
+    (nats,) = find(rendered(overlay), "StatefulSet", "nats")
+    assert config.nats.replicas <= nats["spec"]["replicas"]
+    policy = policy_event(config.policy)  # what the leader records as PolicyLoaded
+    assert [p.name for p in policy.profiles] == ["default"]
+
+
+def test_ignored_keys_are_found() -> None:
+    """A camelCase key on a struct that allows unknown fields would be dropped: we see it."""
+    raw = {"policy": {"profiles": [{"name": "x", "strategy": {"type": "Incremental", "stepSize": 3}}]}}
+    assert ignored_keys(raw, decode_config(raw)) == ["$.policy.profiles[0].strategy.stepSize"]
+
+
+def test_the_config_is_the_file_both_containers_read() -> None:
+    objects = rendered("overlays/cert-manager")
+    for name in ("kdispatch-reconciler", "kdispatch-webhook"):
+        spec = one(objects, "Deployment", name)["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
+        assert mount["mountPath"] == CONFIG_MOUNT and mount["readOnly"] is True
+        assert f"--config={CONFIG_MOUNT}/config.yaml" in container["args"]
+
+
+def test_reconciler_args_are_accepted_by_kdispatch_serve() -> None:
+    deployment = one(rendered("overlays/cert-manager"), "Deployment", "kdispatch-reconciler")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["kdispatch"]
+    parser, _ = build_parser()
+    args = parser.parse_args(container["args"])
+    assert args.command == "serve"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert args.metrics_port == ports["metrics"]
+    assert args.leader_id == "$(POD_NAME)"
+    assert any(e["name"] == "POD_NAME" for e in container["env"]), "the leader id comes from the downward API"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+
+def _serve(config: Path) -> subprocess.CompletedProcess[str]:
+    kdispatch = Path(sys.executable).parent / "kdispatch"
+    return subprocess.run(
+        [str(kdispatch), "serve", f"--config={config}", "--metrics-port=0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "words"),
+    [
+        (lambda c: c["policy"]["profiles"][0].update(roundTimout="30s"), "$.policy.profiles[0]", "roundTimout"),
+        (lambda c: c["nats"].update(replicas="three"), "$.nats.replicas", "Expected `int`"),
+        (lambda c: c["clusters"][0]["kubeconfig"].update(secretRef={"key": "k"}), "$.clusters[0].kubeconfig.secretRef", "name"),
+        (lambda c: c["policy"].update(workerLostTimeout="a minute"), "$.policy.workerLostTimeout", "not a duration"),
+    ],
+    ids=["typo", "type", "missing", "duration"],
+)
+def test_invalid_config_stops_serve_with_the_field_path(tmp_path: Path, edit: Any, path: str, words: str) -> None:
+    config = yaml.safe_load(shipped_config_text())
+    edit(config)
+    bad = tmp_path / "config.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    result = _serve(bad)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("kdispatch serve: invalid config: ")
+    assert f"{path}: " in result.stderr
+    assert words in result.stderr
+    assert len(result.stderr.splitlines()) == 1, "one line a person can act on, no traceback"
+
+
+def test_decode_error_is_a_config_error_for_the_loader() -> None:
+    with pytest.raises(ValueError, match=r"\$\.policy\.profiles\[0\]: .*roundTimout"):
+        decode_config({"policy": {"profiles": [{"name": "x", "roundTimout": "5s"}]}})
+    assert isinstance(decode_config({}), Config)
+    assert (DEPLOY / "base" / "config.yaml").read_text() == shipped_config_text()
