@@ -1,0 +1,263 @@
+"""The admission decision: what is patched, denied and recorded, per operation."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from eventlog import events as ev
+from webhook import admit, jsonpatch, kinds, placement
+from webhook.review import AdmissionRequest, decode_review
+
+SETTINGS = admit.Settings(priority_classes={"high": 1000})
+
+
+def _job(**annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train",
+            "namespace": "team-a",
+            "labels": {kinds.QUEUE_LABEL: "user-queue", "kueue.x-k8s.io/priority-class": "high"},
+            "annotations": dict(annotations),
+        },
+        "spec": {
+            "parallelism": 2,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}},
+        },
+    }
+
+
+def _request(
+    obj: dict[str, Any] | None, *, operation: str = "CREATE", old: dict[str, Any] | None = None, dry_run: bool = False, uid: str = "rev-1"
+) -> AdmissionRequest:
+    source = obj if obj is not None else old
+    assert source is not None
+    group, _, version = source["apiVersion"].rpartition("/")
+    request = {
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": source["kind"]},
+        "operation": operation,
+        "namespace": "team-a",
+        "name": source["metadata"].get("name", ""),
+        "object": obj,
+        "oldObject": old,
+        "dryRun": dry_run,
+    }
+    _, parsed = decode_review(json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode())
+    return parsed
+
+
+def _ops(outcome: admit.Outcome) -> list[dict[str, Any]]:
+    return json.loads(base64.b64decode(outcome.response.patch)) if outcome.response.patch else []
+
+
+def _admitted(obj: dict[str, Any], *, uid: str = "obj-uid-1") -> dict[str, Any]:
+    """What the API server stores: our patch applied, then name and uid filled in."""
+    patched = jsonpatch.apply(obj, _ops(admit.mutate(_request(obj), SETTINGS)))
+    patched["metadata"]["uid"] = uid
+    patched["metadata"].setdefault("name", "train-x7k2p")
+    patched["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    return patched
+
+
+def test_create_is_patched_with_canonical_annotation_suspend_and_managed_by() -> None:
+    obj = _job(**{"kueue.x-k8s.io/cluster-selector": "region=eu"})
+    outcome = admit.mutate(_request(obj), SETTINGS)
+    assert outcome.allowed and outcome.response.patch_type == "JSONPatch"
+    canonical = placement.canonical_json(ev.Placement(cluster_selector={"region": "eu"}))
+    assert _ops(outcome) == [
+        {"op": "add", "path": "/metadata/annotations/kdispatch.io~1placement", "value": canonical},
+        {"op": "add", "path": "/spec/suspend", "value": True},
+        {"op": "add", "path": "/spec/managedBy", "value": "kueue.x-k8s.io/multikueue"},
+    ]
+
+
+def test_objects_without_annotations_get_the_whole_map() -> None:
+    obj = _job()
+    del obj["metadata"]["annotations"]
+    ops = _ops(admit.mutate(_request(obj), SETTINGS))
+    assert ops[0]["path"] == "/metadata/annotations" and placement.PLACEMENT_ANNOTATION in ops[0]["value"]
+
+
+def test_kubeflow_jobs_get_a_run_policy() -> None:
+    obj = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "p", "labels": {kinds.QUEUE_LABEL: "q"}},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"template": {"spec": {"containers": [{"name": "pytorch"}]}}}}},
+    }
+    ops = _ops(admit.mutate(_request(obj), SETTINGS))
+    assert ops[1:] == [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True, "managedBy": kinds.MANAGED_BY}}]
+
+
+def test_pods_are_held_by_a_scheduling_gate() -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {kinds.QUEUE_LABEL: "q"}}, "spec": {"containers": [{"name": "c"}]}}
+    assert _ops(admit.mutate(_request(pod), SETTINGS))[1:] == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": kinds.POD_SCHEDULING_GATE}]}
+    ]
+    pod["spec"]["schedulingGates"] = [{"name": "other"}]
+    assert _ops(admit.mutate(_request(pod), SETTINGS))[1:] == [
+        {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": kinds.POD_SCHEDULING_GATE}}
+    ]
+
+
+def test_workloads_are_held_inactive() -> None:
+    wl = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "w", "annotations": {"kdispatch.io/profile": "gpu"}}, "spec": {"podSets": []}}
+    assert _ops(admit.mutate(_request(wl), SETTINGS))[1:] == [{"op": "add", "path": "/spec/active", "value": False}]
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {**_job(), "metadata": {"name": "plain", "labels": {"app": "x"}}},  # not opted in
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {kinds.QUEUE_LABEL: "q"}}, "spec": {}},
+    ],
+    ids=["not-opted-in", "unsupported-kind"],
+)
+def test_others_are_allowed_untouched(obj: dict[str, Any]) -> None:
+    for hook in (admit.mutate, admit.validate):
+        outcome = hook(_request(obj), SETTINGS)
+        assert outcome.allowed and outcome.response.patch is None and not outcome.records
+
+
+def test_invalid_placement_is_denied_with_every_reason() -> None:
+    obj = _job(**{"kdispatch.io/dispatch-mode": "fast", "kdispatch.io/nominate": "x"})
+    outcome = admit.mutate(_request(obj), SETTINGS)
+    assert not outcome.allowed and outcome.reason == "invalid-placement"
+    assert outcome.response.status is not None and outcome.response.status.code == 400
+    message = outcome.response.status.message
+    assert "kdispatch.io/dispatch-mode" in message and "kdispatch.io/nominate" in message
+    assert outcome.response.uid == "rev-1"
+
+
+def test_a_job_managed_by_another_controller_is_denied() -> None:
+    obj = _job()
+    obj["spec"]["managedBy"] = "example.com/my-controller"
+    outcome = admit.mutate(_request(obj), SETTINGS)
+    assert not outcome.allowed and outcome.reason == "managed-elsewhere"
+    assert outcome.response.status is not None and "'example.com/my-controller'" in outcome.response.status.message
+
+
+def test_the_kinds_own_controller_default_is_replaced() -> None:
+    obj = _job()
+    obj["spec"]["managedBy"] = "kubernetes.io/job-controller"
+    assert {"op": "add", "path": "/spec/managedBy", "value": kinds.MANAGED_BY} in _ops(admit.mutate(_request(obj), SETTINGS))
+
+
+def test_generate_name_objects_are_patched_at_mutate() -> None:
+    obj = _job()
+    obj["metadata"] = {**obj["metadata"], "generateName": "train-"}
+    del obj["metadata"]["name"]
+    assert admit.mutate(_request(obj), SETTINGS).response.patch
+
+
+def test_validate_records_one_submission_with_everything_the_dispatcher_needs() -> None:
+    stored = _admitted(_job(**{"kdispatch.io/cluster-names": "east,west", "kdispatch.io/simulated-runtime": "90s"}))
+    outcome = admit.validate(_request(stored, uid="rev-7"), SETTINGS)
+    assert outcome.allowed
+    [record] = outcome.records
+    assert record.msg_id == "rev-7"
+    event = record.event
+    assert isinstance(event, ev.JobSubmitted)
+    assert event.job == ev.JobRef(namespace="team-a", name="train", uid="obj-uid-1", api_version="batch/v1", kind="Job")
+    assert event.pod_sets == [ev.PodSet(name="main", count=2, requests={"cpu": 1000})]
+    assert (event.priority_class, event.priority) == ("high", 1000)
+    assert event.placement == ev.Placement(cluster_names=["east", "west"])
+    assert (event.queue, event.runtime_ms, event.source) == ("user-queue", 90_000, "webhook")
+    assert event.manifest is not None and "managedFields" not in event.manifest["metadata"]
+    assert event.manifest["spec"]["suspend"] is True
+
+
+def test_validate_dry_run_records_nothing() -> None:
+    outcome = admit.validate(_request(_admitted(_job()), dry_run=True), SETTINGS)
+    assert outcome.allowed and not outcome.records
+
+
+def test_validate_denies_an_object_the_mutating_hook_did_not_hold() -> None:
+    stored = _job()
+    stored["metadata"]["uid"] = "u"
+    outcome = admit.validate(_request(stored), SETTINGS)
+    assert not outcome.allowed and outcome.reason == "not-held"
+    assert outcome.response.status is not None and "MutatingWebhookConfiguration" in outcome.response.status.message
+
+
+def test_validate_without_a_name_leaves_it_to_the_watcher() -> None:
+    stored = _admitted(_job(), uid="")
+    outcome = admit.validate(_request(stored), SETTINGS)
+    assert outcome.allowed and not outcome.records and outcome.response.warnings
+
+
+def test_pod_group_members_share_one_submission() -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "g-0",
+            "namespace": "team-a",
+            "labels": {kinds.QUEUE_LABEL: "q", "kueue.x-k8s.io/pod-group-name": "g"},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+    }
+    ids = set()
+    for i in range(2):
+        pod["metadata"]["name"] = f"g-{i}"
+        stored = _admitted(pod, uid=f"pod-{i}")
+        [record] = admit.validate(_request(stored, uid=f"rev-{i}"), SETTINGS).records
+        assert isinstance(record.event, ev.JobSubmitted) and record.event.job.name == "g"
+        assert record.event.pod_sets == [ev.PodSet(name="main", count=2, requests={"cpu": 1000})]
+        ids.add(record.msg_id)
+    assert ids == {"podgroup/team-a/g"}
+
+
+def test_update_changing_the_placement_of_a_submitted_job_is_denied() -> None:
+    old = _admitted(_job(**{"kdispatch.io/cluster-selector": "region=eu"}))
+    new = json.loads(json.dumps(old))
+    new["metadata"]["annotations"]["kdispatch.io/cluster-selector"] = "region=us"
+    for hook in (admit.mutate, admit.validate):
+        outcome = hook(_request(new, operation="UPDATE", old=old), SETTINGS)
+        assert not outcome.allowed and outcome.reason == "placement-changed"
+        assert outcome.response.status is not None and outcome.response.status.code == 403
+        assert "changed: clusterSelector" in outcome.response.status.message
+
+
+def test_update_that_keeps_the_placement_is_allowed_without_patch() -> None:
+    old = _admitted(_job(**{"kdispatch.io/cluster-selector": "region=eu"}))
+    new = json.loads(json.dumps(old))
+    new["metadata"]["labels"]["team"] = "ml"
+    outcome = admit.mutate(_request(new, operation="UPDATE", old=old), SETTINGS)
+    assert outcome.allowed and outcome.response.patch is None
+    assert not admit.validate(_request(new, operation="UPDATE", old=old), SETTINGS).records
+
+
+def test_update_that_changes_pod_sets_is_recorded() -> None:
+    old = _admitted(_job())
+    new = json.loads(json.dumps(old))
+    new["spec"]["parallelism"] = 5
+    outcome = admit.validate(_request(new, operation="UPDATE", old=old, uid="rev-9"), SETTINGS)
+    [record] = outcome.records
+    assert record.msg_id == "rev-9" and isinstance(record.event, ev.JobUpdated)
+    assert record.event.pod_sets == [ev.PodSet(name="main", count=5, requests={"cpu": 1000})]
+    assert record.event.suspended is True and record.event.priority == 1000
+
+
+def test_update_of_a_job_kdispatch_never_admitted_is_left_alone() -> None:
+    old = _job()
+    new = json.loads(json.dumps(old))
+    new["spec"]["parallelism"] = 5
+    outcome = admit.mutate(_request(new, operation="UPDATE", old=old), SETTINGS)
+    assert outcome.allowed and outcome.response.patch is None and outcome.response.warnings
+    assert not admit.validate(_request(new, operation="UPDATE", old=old), SETTINGS).records
+
+
+def test_delete_is_recorded() -> None:
+    old = _admitted(_job())
+    [record] = admit.validate(_request(None, operation="DELETE", old=old, uid="rev-d"), SETTINGS).records
+    assert record == admit.Record(ev.JobDeleted(job=admit.job_ref(kinds.SUPPORTED_KINDS[0], old, _request(old))), "rev-d")
+    assert not admit.validate(_request(None, operation="DELETE", old=old, dry_run=True), SETTINGS).records
+    assert admit.mutate(_request(None, operation="DELETE", old=old), SETTINGS).allowed
