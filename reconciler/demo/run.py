@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eventlog import events as ev
 from eventlog.embedded import free_port
 from reconciler import core
 from reconciler.demo import setup
@@ -35,17 +34,14 @@ from reconciler.demo.follower import LogFollower
 from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_line
 from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, main_jobs
 from reconciler.shell import logging as klog
-from reconciler.shell.actuator import Actuator
 from reconciler.shell.child import Supervised
-from reconciler.shell.clusters.reporter import InboxReporter
 from reconciler.shell.clusters.sim import SimCluster
+from reconciler.shell.compose import ClusterSet
 from reconciler.shell.leader import run_candidate
 from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.policy import policy_event
 from reconciler.shell.replay import replay
-from reconciler.sim.worker import SimWorker
 from reconciler.simulate.metrics import percentile, seconds
-from reconciler.simulate.quantity import parse_resources
 from reconciler.simulate.recorder import Recorder
 
 MARKER = "demo-config.yaml"
@@ -142,29 +138,6 @@ class Demo:
             return None
         summary: dict[str, Any] = core.summary(self.loop.state)
         return summary
-
-    def _sim_clusters(self, config: Any) -> dict[str, SimCluster]:
-        out = {}
-        for c in config.clusters:
-            sim = c.simulated
-            worker = SimWorker(
-                c.name,
-                parse_resources(sim.capacity),
-                admission_latency_ms=_ms(sim.admission_latency),
-                default_runtime_ms=_ms(sim.default_runtime),
-            )
-            out[c.name] = SimCluster(worker, heartbeat_interval_s=setup.HEARTBEAT_INTERVAL_S)
-        return out
-
-    async def _register(self, reporter: InboxReporter, config: Any) -> None:
-        for c in config.clusters:
-            event = ev.ClusterRegistered(
-                cluster=c.name,
-                labels=dict(c.labels),
-                taints=list(c.taints),
-                capacity=parse_resources(c.simulated.capacity),
-            )
-            await reporter.report(event, msg_id=f"demo-{self.run_id}/register/{c.name}")
 
     async def _wait_webhook(self, api: ApiServer, ca: Path) -> None:
         deadline = time.monotonic() + 60
@@ -269,12 +242,11 @@ class Demo:
             tasks.append(asyncio.create_task(self.webhook.run(stop), name="webhook"))
             self.loop = LeaderLoop(jlog, LoopSettings(leader_id=f"demo-{self.run_id}", policy=policy_event(config.policy)))
             tasks.append(asyncio.create_task(run_candidate(jlog, self.loop, stop=stop), name="leader"))
-            reporter = InboxReporter(jlog.inbox)
-            self.sims = self._sim_clusters(config)
-            await self._register(reporter, config)
-            tasks += [asyncio.create_task(s.run(reporter, stop), name=f"cluster-{n}") for n, s in self.sims.items()]
-            actuator = Actuator(jlog.reader, self.sims, gc_interval_s=5.0, gc_grace_s=10.0)
-            tasks.append(asyncio.create_task(actuator.run(stop), name="actuator"))
+            clusters = ClusterSet.from_config(
+                config, reader=jlog.reader, inbox=jlog.inbox, heartbeat_interval_s=setup.HEARTBEAT_INTERVAL_S
+            )
+            self.sims = {n: w for n, w in clusters.workers.items() if isinstance(w, SimCluster)}
+            tasks.append(asyncio.create_task(clusters.run(stop), name="clusters"))
             tasks.append(asyncio.create_task(follower.run(stop), name="follower"))
             tasks.append(asyncio.create_task(self._progress(stop), name="progress"))
             self.screen.say(
@@ -414,12 +386,6 @@ class Demo:
             lines.append("demo FAILED:")
             lines += [f"  - {p}" for p in outcome.problems]
         return "\n".join(lines)
-
-
-def _ms(value: int | str) -> int:
-    from reconciler.config import parse_duration_ms
-
-    return parse_duration_ms(value)
 
 
 async def run_demo(opts: Options, *, screen: Screen | None = None) -> int:

@@ -1,0 +1,81 @@
+"""The demo, shortened, through its real entry point (``kdispatch demo``), then the commands it
+tells a person to run, on the log it left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+KDISPATCH = [sys.executable, "-m", "reconciler"]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    data_dir = tmp_path_factory.mktemp("demo") / "data"
+    proc = subprocess.run(
+        [*KDISPATCH, "demo", "--fast", "--jobs", "40", "--data-dir", str(data_dir), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    return proc, data_dir
+
+
+def test_demo_succeeds_and_its_summary_holds(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, data_dir = demo_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
+    summary = json.loads((data_dir / "demo-summary.json").read_text())
+    assert summary["ok"] and summary["problems"] == []
+    # Every job reached a final state.
+    assert summary["submitted"] == summary["jobs"] >= 40
+    assert set(summary["phases"]) <= {"Finished", "Deleted"}
+    assert sum(summary["phases"].values()) == summary["jobs"]
+    # The silent cluster was lost, its jobs requeued and all placed again.
+    lost = summary["clusters"][summary["silent_cluster"]]
+    assert lost["lost"] >= 1 and lost["requeued_by_loss"] >= 1
+    assert lost["replaced_after_loss"] == lost["requeued_by_loss"]
+    # The burst preempted something.
+    assert summary["preemptions"] >= 1
+    assert summary["replay"]["mismatch"] is None and summary["replay"]["verified_batches"] > 0
+    # The printed summary: per-cluster and per-class tables and the commands to look further.
+    out = proc.stdout
+    assert "Per cluster:" in out and "Per job class" in out and "re-placed after loss" in out
+    assert f"kdispatch replay --verify --data-dir {data_dir.absolute()}" in out
+    assert "demo OK" in out
+
+
+def test_replay_verify_passes_on_the_demo_log(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, data_dir = demo_run
+    assert proc.returncode == 0
+    replayed = subprocess.run(
+        [*KDISPATCH, "replay", "--verify", "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr[-2000:]
+
+
+def test_explain_works_on_the_job_the_demo_points_at(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, data_dir = demo_run
+    assert proc.returncode == 0
+    job = json.loads((data_dir / "demo-summary.json").read_text())["explain_job"]
+    explained = subprocess.run(
+        [*KDISPATCH, "explain", job, "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert explained.returncode == 0, explained.stdout + explained.stderr[-2000:]
+    assert job in explained.stdout
+
+
+def test_demo_refuses_a_data_dir_it_did_not_make(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("keep me")
+    proc = subprocess.run(
+        [*KDISPATCH, "demo", "--fast", "--jobs", "40", "--data-dir", str(tmp_path), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "was not made by `kdispatch demo`" in proc.stderr
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
