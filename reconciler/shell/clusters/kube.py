@@ -1,0 +1,414 @@
+"""A Kubernetes worker cluster: creates and removes our copies, and watches them.
+
+Requests (from the actuator): ``create`` is idempotent by name + origin labels (AlreadyExists with
+our labels for the same attempt is success; an older attempt of ours that the log no longer
+wants is deleted first; anything else is reported as ``RemoteRejected``); ``delete`` only removes
+the copy with the asked (uid, attempt), with a uid precondition, and reports ``RemoteGone``;
+``evict`` removes the copy and reports ``RemoteEvicted`` (the dispatcher requeues the job as a new
+attempt, as MultiKueue removes the remote workload).
+
+Observation (``run``): list + watch (resourceVersion, re-list on 410 Gone, re-list every
+``resync_s``) of every served job kind with our origin label, and of Kueue ``Workload`` objects
+when the worker runs Kueue; a heartbeat (GET /version with a timeout) on an interval; capacity
+and usage from ClusterQueues (or nodes and pods). Every failure is retried with exponential
+back-off and jitter; nothing here raises out of ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from eventlog import events as ev
+from reconciler.shell.clusters.api import ApiError, Gone, KubeApi
+from reconciler.shell.clusters.backoff import Backoff
+from reconciler.shell.clusters.base import (
+    ORIGIN_LABEL,
+    CopyRef,
+    RemoteSpec,
+    Reporter,
+    Unreachable,
+    remote_fact_id,
+)
+from reconciler.shell.clusters.kinds import KINDS, Kind, kind_for
+from reconciler.shell.clusters.remote import (
+    Origin,
+    PermanentFailure,
+    age_ms,
+    job_facts,
+    origin_of,
+    remote_manifest,
+    workload_facts,
+    workload_owner_uid,
+)
+from reconciler.shell.clusters.usage import from_cluster_queues, from_nodes_and_pods
+from reconciler.shell.logging import get_logger
+
+log = get_logger("reconciler.clusters.kube")
+
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
+
+StatusListener = Callable[[str, Origin, dict[str, Any]], Awaitable[None]]
+"""Called with (cluster, origin, remote status) whenever one of our copies changes."""
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class KubeWorker:
+    def __init__(
+        self,
+        name: str,
+        api: KubeApi,
+        *,
+        manager_id: str,
+        labels: dict[str, str] | None = None,
+        taints: list[ev.Taint] | None = None,
+        worker_lost_timeout_ms: int | None = None,
+        kueue: bool | None = None,
+        kinds: tuple[Kind, ...] = KINDS,
+        heartbeat_interval_s: float = 5.0,
+        heartbeat_timeout_s: float = 3.0,
+        usage_interval_s: float = 15.0,
+        resync_s: int = 300,
+    ) -> None:
+        self.name = name
+        self.api = api
+        self.manager_id = manager_id
+        self.labels = labels or {}
+        self.taints = taints or []
+        self.worker_lost_timeout_ms = worker_lost_timeout_ms
+        self.kueue_setting = kueue
+        self.kueue: bool = bool(kueue)
+        self.kinds = kinds
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.usage_interval_s = usage_interval_s
+        self.resync_s = resync_s
+        self.selector = f"{ORIGIN_LABEL}={manager_id}"
+        self.wanted: Callable[[str, int], bool] = lambda _uid, _attempt: True
+        self.status_listeners: list[StatusListener] = []
+        self.reporter: Reporter | None = None
+        self.usage: ev.Resources = {}
+        self.capacity: ev.Resources = {}
+        self._by_remote_uid: dict[str, Origin] = {}
+        self._workloads: dict[str, dict[str, Any]] = {}  # owner (remote job) uid -> workload
+        self._sent: set[str] = set()
+        self._served: dict[str, bool] = {}  # kind name -> served by this cluster (learned)
+        self._log = log.bind(cluster=name)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _kind(self, job: ev.JobRef) -> Kind:
+        kind = kind_for(job.api_version, job.kind)
+        if kind is None:
+            raise PermanentFailure(
+                f"{job.api_version} {job.kind} is not a kind kdispatch can copy to a worker"
+            )
+        return kind
+
+    async def create(self, spec: RemoteSpec) -> None:
+        bound = self._log.bind(job=spec.job.key, attempt=spec.attempt)
+        try:
+            kind = self._kind(spec.job)
+            body = remote_manifest(spec, kind=kind, manager_id=self.manager_id, kueue=self.kueue)
+        except PermanentFailure as err:
+            await self._reject(spec.job, spec.attempt, str(err))
+            return
+        for _ in range(3):
+            try:
+                await self.api.create(kind.group, kind.version, kind.plural, spec.job.namespace, body)
+                bound.info("remote_created", kueue=self.kueue)
+                return
+            except ApiError as err:
+                if err.status == 409:
+                    if await self._resolve_conflict(spec, kind):
+                        return
+                    continue  # a superseded copy of ours was removed: create again
+                if err.status in (400, 403, 404, 422):
+                    hint = " (check the worker's RBAC: see docs/clusters.md)" if err.status == 403 else ""
+                    await self._reject(spec.job, spec.attempt, f"{err.message}{hint}")
+                    return
+                raise
+        raise Unreachable(f"{self.name}: {spec.job.key} keeps conflicting with an old copy; retrying")
+
+    async def _resolve_conflict(self, spec: RemoteSpec, kind: Kind) -> bool:
+        """AlreadyExists: True if it is this very copy; False after removing a superseded copy of
+        ours (create again); reports a rejection when the name belongs to something else."""
+        existing = await self.api.get(
+            kind.group, kind.version, kind.plural, spec.job.namespace, spec.job.name
+        )
+        if existing is None:
+            return False  # deleted meanwhile
+        origin = origin_of(existing, manager_id=self.manager_id)
+        if origin is not None and origin.job.uid == spec.job.uid and origin.attempt == spec.attempt:
+            return True
+        if origin is not None and not self.wanted(origin.job.uid, origin.attempt):
+            await self.api.delete(
+                kind.group,
+                kind.version,
+                kind.plural,
+                spec.job.namespace,
+                spec.job.name,
+                uid=origin.remote_uid,
+            )
+            self._log.info("superseded_copy_removed", job=spec.job.key, old_attempt=origin.attempt)
+            return False
+        owner = "another kdispatch copy still wanted" if origin else "an object kdispatch did not create"
+        await self._reject(
+            spec.job,
+            spec.attempt,
+            f"{kind.kind} {spec.job.key} already exists on {self.name} and is {owner}",
+        )
+        return True
+
+    async def _reject(self, job: ev.JobRef, attempt: int, reason: str) -> None:
+        self._log.warning("remote_rejected", job=job.key, attempt=attempt, reason=reason)
+        await self._report(ev.RemoteRejected(job=job, cluster=self.name, attempt=attempt, reason=reason))
+
+    async def delete(self, job: ev.JobRef, attempt: int) -> None:
+        kind = kind_for(job.api_version, job.kind)
+        if kind is not None:
+            existing = await self.api.get(kind.group, kind.version, kind.plural, job.namespace, job.name)
+            origin = origin_of(existing, manager_id=self.manager_id) if existing else None
+            if origin is not None and origin.job.uid == job.uid and origin.attempt == attempt:
+                await self.api.delete(
+                    kind.group, kind.version, kind.plural, job.namespace, job.name, uid=origin.remote_uid
+                )
+                self._log.info("remote_deleted", job=job.key, attempt=attempt)
+        await self._report(ev.RemoteGone(job=job, cluster=self.name, attempt=attempt))
+
+    async def evict(self, job: ev.JobRef, attempt: int, *, reason: str) -> None:
+        await self.delete(job, attempt)
+        await self._report(ev.RemoteEvicted(job=job, cluster=self.name, attempt=attempt, reason=reason))
+
+    async def copies(self) -> list[CopyRef]:
+        out: list[CopyRef] = []
+        for kind in self.kinds:
+            if self._served.get(kind.kind) is False:
+                continue
+            try:
+                listing = await self.api.list_objects(
+                    kind.group, kind.version, kind.plural, label_selector=self.selector
+                )
+            except ApiError as err:
+                if err.status == 404:
+                    continue
+                raise
+            for obj in listing.get("items") or []:
+                origin = origin_of(obj, manager_id=self.manager_id)
+                if origin is not None:
+                    out.append(
+                        CopyRef(
+                            job_uid=origin.job.uid,
+                            attempt=origin.attempt,
+                            namespace=origin.job.namespace,
+                            name=origin.job.name,
+                            age_ms=age_ms(obj),
+                        )
+                    )
+        return out
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    async def _report(self, event: ev.InputEvent, *, msg_id: str | None = None) -> None:
+        msg_id = msg_id or remote_fact_id(event)
+        if msg_id in self._sent:
+            return
+        if self.reporter is None:
+            self._log.warning("fact_dropped_not_running", msg_id=msg_id)
+            return
+        await self.reporter.report(event, msg_id=msg_id)
+        self._sent.add(msg_id)
+
+    # -- observation ----------------------------------------------------------------------------
+
+    async def run(self, reporter: Reporter, stop: asyncio.Event) -> None:
+        self.reporter = reporter
+        await self._detect_kueue()
+        tasks = [asyncio.create_task(self._heartbeats(stop)), asyncio.create_task(self._usage_loop(stop))]
+        for kind in self.kinds:
+            tasks.append(
+                asyncio.create_task(self._watch_loop(kind.group, kind.version, kind.plural, kind.kind, stop))
+            )
+        tasks.append(
+            asyncio.create_task(self._watch_loop(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", stop))
+        )
+        try:
+            await stop.wait()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _detect_kueue(self) -> None:
+        if self.kueue_setting is not None:
+            self.kueue = self.kueue_setting
+            return
+        backoff = Backoff(base_s=0.5, cap_s=30.0)
+        while True:
+            try:
+                await self.api.list_objects(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues")
+                self.kueue = True
+                break
+            except ApiError as err:
+                if err.status != 404:
+                    self._log.warning("kueue_detection_failed", error=str(err))
+                self.kueue = False
+                break
+            except Unreachable as err:
+                delay = backoff.next_delay()
+                self._log.info("cluster_unreachable", error=str(err), retry_in_s=round(delay, 2))
+                await asyncio.sleep(delay)
+        self._log.info("kueue_detected" if self.kueue else "no_kueue_using_job_status", kueue=self.kueue)
+
+    async def _heartbeats(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            now = wall_ms()
+            try:
+                await self.api.version(timeout_s=self.heartbeat_timeout_s)
+                hb = ev.ClusterHeartbeat(cluster=self.name, reachable=True, usage=dict(self.usage))
+            except (Unreachable, ApiError) as err:
+                self._log.info("heartbeat_failed", error=str(err))
+                hb = ev.ClusterHeartbeat(cluster=self.name, reachable=False)
+            await self._report(hb, msg_id=f"{self.name}/heartbeat/{now}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.heartbeat_interval_s)
+
+    async def _usage_loop(self, stop: asyncio.Event) -> None:
+        backoff = Backoff(base_s=1.0, cap_s=60.0)
+        while not stop.is_set():
+            wait_s = self.usage_interval_s
+            try:
+                await self.refresh_usage()
+                backoff.reset()
+            except (Unreachable, ApiError) as err:
+                wait_s = min(backoff.next_delay(), self.usage_interval_s)
+                self._log.info("usage_refresh_failed", error=str(err))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait_s)
+
+    async def refresh_usage(self) -> None:
+        if self.kueue:
+            listing = await self.api.list_objects(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues")
+            capacity, usage = from_cluster_queues(listing.get("items") or [])
+        else:
+            capacity, usage = from_nodes_and_pods(await self.api.list_nodes(), await self.api.list_pods())
+        self.usage = usage
+        if capacity != self.capacity:
+            self.capacity = capacity
+            update = ev.ClusterUpdated(
+                cluster=self.name,
+                labels=self.labels,
+                taints=self.taints,
+                capacity=capacity,
+                worker_lost_timeout_ms=self.worker_lost_timeout_ms,
+            )
+            digest = hashlib.sha256(repr(sorted(capacity.items())).encode()).hexdigest()[:16]
+            await self._report(update, msg_id=f"{self.name}/updated/{digest}")
+            self._log.info("capacity_changed", capacity=capacity)
+
+    async def _watch_loop(
+        self, group: str, version: str, plural: str, kind_name: str, stop: asyncio.Event
+    ) -> None:
+        """List, then watch from the list's resourceVersion; re-list on 410 and every resync."""
+        backoff = Backoff(base_s=0.2, cap_s=30.0)
+        selector = "" if plural == "workloads" else self.selector
+        known: dict[str, dict[str, Any]] = {}
+        while not stop.is_set():
+            if plural == "workloads" and not self.kueue:
+                return
+            try:
+                listing = await self.api.list_objects(group, version, plural, label_selector=selector)
+                self._served[kind_name] = True
+                rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+                current = {self._key(o): o for o in listing.get("items") or []}
+                for key, obj in known.items():
+                    if key not in current:
+                        await self._on_event(plural, "DELETED", obj)
+                for obj in current.values():
+                    await self._on_event(plural, "ADDED", obj)
+                known = current
+                backoff.reset()
+                async for event in self.api.watch(
+                    group,
+                    version,
+                    plural,
+                    resource_version=rv,
+                    label_selector=selector,
+                    timeout_s=self.resync_s,
+                ):
+                    obj = event["object"]
+                    if event["type"] == "DELETED":
+                        known.pop(self._key(obj), None)
+                    elif event["type"] in ("ADDED", "MODIFIED"):
+                        known[self._key(obj)] = obj
+                    await self._on_event(plural, event["type"], obj)
+            except Gone:
+                self._log.info("watch_expired_relisting", resource=plural)
+            except ApiError as err:
+                if err.status == 404:
+                    self._served[kind_name] = False
+                    await _sleep_or_stop(stop, self.resync_s)  # not served here: look again later
+                    continue
+                delay = backoff.next_delay()
+                self._log.warning("watch_failed", resource=plural, error=str(err), retry_in_s=round(delay, 2))
+                await _sleep_or_stop(stop, delay)
+            except Unreachable as err:
+                delay = backoff.next_delay()
+                self._log.info(
+                    "watch_disconnected", resource=plural, error=str(err), retry_in_s=round(delay, 2)
+                )
+                await _sleep_or_stop(stop, delay)
+
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+    async def _on_event(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
+        if plural == "workloads":
+            await self._on_workload(kind, obj)
+            return
+        origin = origin_of(obj, manager_id=self.manager_id)
+        if origin is None:
+            return
+        if kind == "DELETED":
+            self._by_remote_uid.pop(origin.remote_uid, None)
+            self._workloads.pop(origin.remote_uid, None)
+            await self._report(ev.RemoteGone(job=origin.job, cluster=self.name, attempt=origin.attempt))
+            return
+        self._by_remote_uid[origin.remote_uid] = origin
+        for fact in job_facts(obj, origin, cluster=self.name, kueue=self.kueue):
+            await self._report(fact)
+        workload = self._workloads.get(origin.remote_uid)
+        if workload is not None:
+            for fact in workload_facts(workload, origin, cluster=self.name):
+                await self._report(fact)
+        status = obj.get("status")
+        if isinstance(status, dict):
+            for listener in self.status_listeners:
+                await listener(self.name, origin, status)
+
+    async def _on_workload(self, kind: str, workload: dict[str, Any]) -> None:
+        owner = workload_owner_uid(workload)
+        if owner is None:
+            return
+        if kind == "DELETED":
+            self._workloads.pop(owner, None)
+            return
+        self._workloads[owner] = workload
+        origin = self._by_remote_uid.get(owner)
+        if origin is not None:  # else: its job arrives later and looks the workload up
+            for fact in workload_facts(workload, origin, cluster=self.name):
+                await self._report(fact)
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

@@ -1,0 +1,43 @@
+"""Every Kubernetes API call the adapter makes, as (cluster, api group, resource, verb).
+
+Deploy builds the manager's and the workers' RBAC from this list, and ``api.KubeApi`` asserts
+each call is in it before making it, so the list cannot rot. Non-resource URLs (``/version``)
+are listed with an empty group and the path as the resource.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from reconciler.shell.clusters.kinds import KINDS
+
+Role = Literal["manager", "worker"]
+ApiCall = tuple[Role, str, str, str]
+
+_MANAGER_JOB_VERBS = ("list", "watch", "get", "patch")
+_WORKER_JOB_VERBS = ("list", "watch", "get", "create", "delete")
+
+API_CALLS: list[ApiCall] = [
+    *(("manager", k.group, k.plural, verb) for k in KINDS for verb in _MANAGER_JOB_VERBS),
+    *(("manager", k.group, f"{k.plural}/status", "patch") for k in KINDS),
+    ("manager", "", "secrets", "get"),  # a worker's kubeconfig given as a Secret reference
+    ("manager", "", "/version", "get"),
+    *(("worker", k.group, k.plural, verb) for k in KINDS for verb in _WORKER_JOB_VERBS),
+    ("worker", "kueue.x-k8s.io", "workloads", "list"),
+    ("worker", "kueue.x-k8s.io", "workloads", "watch"),
+    ("worker", "kueue.x-k8s.io", "clusterqueues", "list"),
+    ("worker", "", "nodes", "list"),
+    ("worker", "", "pods", "list"),
+    ("worker", "", "/version", "get"),
+]
+
+_ALLOWED = frozenset(API_CALLS)
+
+
+class UnlistedApiCall(AssertionError):
+    """A call missing from ``API_CALLS``: add it there (and to deploy's RBAC) first."""
+
+
+def check(role: Role, group: str, resource: str, verb: str) -> None:
+    if (role, group, resource, verb) not in _ALLOWED:
+        raise UnlistedApiCall(f"{role} {verb} {group or 'core'}/{resource} is not in rbac.API_CALLS")
