@@ -24,7 +24,7 @@ class DecodeError(ValueError):
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")
-_event_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)  # type: ignore[arg-type]
+_event_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 _entry_decoder = msgspec.json.Decoder(LogEntry)
 _any_decoder = msgspec.json.Decoder()
 

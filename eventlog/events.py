@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import msgspec
 from msgspec import Struct, field
 
 SCHEMA_VERSION = 1
@@ -415,8 +414,8 @@ DecisionEvent = (
 
 AnyEvent = InputEvent | DecisionEvent
 
-INPUT_TYPES: tuple[type[Event], ...] = InputEvent.__args__  # type: ignore[attr-defined]
-DECISION_TYPES: tuple[type[Event], ...] = DecisionEvent.__args__  # type: ignore[attr-defined]
+INPUT_TYPES: tuple[type[Event], ...] = InputEvent.__args__
+DECISION_TYPES: tuple[type[Event], ...] = DecisionEvent.__args__
 ALL_TYPES: tuple[type[Event], ...] = INPUT_TYPES + DECISION_TYPES
 
 

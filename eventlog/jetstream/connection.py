@@ -1,0 +1,82 @@
+"""Connecting to NATS: a URL (with optional creds file and TLS files) or the embedded server."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+import structlog
+from msgspec import Struct
+from nats.aio.client import Client
+
+log = structlog.get_logger("eventlog.connection")
+
+
+class TlsFiles(Struct, frozen=True, kw_only=True):
+    """PEM files: ``ca`` to verify the server, ``cert``/``key`` for a client certificate."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
+def ssl_context(tls: TlsFiles | ssl.SSLContext) -> ssl.SSLContext:
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=tls.ca)
+    if tls.cert:
+        ctx.load_cert_chain(tls.cert, tls.key)
+    elif tls.key:
+        raise ValueError("TLS key given without a certificate (tls.cert)")
+    return ctx
+
+
+async def open_client(
+    url: str,
+    *,
+    creds: str | Path | None = None,
+    tls: TlsFiles | ssl.SSLContext | None = None,
+    name: str = "kdispatch",
+    timeout_s: float = 10.0,
+) -> Client:
+    """Connect, retrying for ``timeout_s``; once connected, reconnect forever (the server may be
+    restarting or failing over). Raises ``ConnectionError`` naming the URL and the last error."""
+    last_error: list[Exception] = []
+
+    async def _on_error(err: Exception) -> None:
+        last_error[:] = [err]
+        log.warning("nats_error", url=url, error=str(err) or type(err).__name__)
+
+    async def _on_disconnect() -> None:
+        log.warning("nats_disconnected", url=url)
+
+    async def _on_reconnect() -> None:
+        log.info("nats_reconnected", url=url)
+
+    if creds is not None and not Path(creds).is_file():
+        raise FileNotFoundError(f"NATS credentials file {creds} does not exist")
+    client = Client()
+    connecting = client.connect(
+        url,
+        name=name,
+        user_credentials=str(creds) if creds is not None else None,
+        tls=ssl_context(tls) if tls is not None else None,
+        error_cb=_on_error,
+        disconnected_cb=_on_disconnect,
+        reconnected_cb=_on_reconnect,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.25,  # type: ignore[arg-type]  # typed int, takes seconds as float
+        connect_timeout=max(1, min(5, int(timeout_s))),
+        pending_size=64 * 1024 * 1024,
+    )
+    try:
+        await asyncio.wait_for(connecting, timeout_s)
+    except TimeoutError:
+        reason = f"{type(last_error[0]).__name__}: {last_error[0]}" if last_error else "no answer"
+        await client.close()
+        raise ConnectionError(
+            f"cannot reach NATS at {url} within {timeout_s}s ({reason}); check the URL, that the server "
+            "runs with JetStream enabled, and the credentials/TLS settings"
+        ) from None
+    return client

@@ -1,0 +1,50 @@
+"""The inbox: many writers publish facts, de-duplicated by ``Nats-Msg-Id``."""
+
+from __future__ import annotations
+
+import nats.errors
+import structlog
+from nats.js import JetStreamContext
+
+from eventlog import codec, subjects
+from eventlog.events import InputEvent
+from eventlog.jetstream.names import LogNames
+from eventlog.store import LogError, PublishTimeout
+
+log = structlog.get_logger("eventlog.inbox")
+
+
+class JetStreamInbox:
+    def __init__(self, js: JetStreamContext, names: LogNames) -> None:
+        self._js = js
+        self._names = names
+
+    def subject(self, event: InputEvent) -> str:
+        return subjects.subject_for(event, prefix=self._names.inbox_prefix)
+
+    async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
+        """Publish a fact; returns its inbox sequence (the original one for a duplicate msg_id)."""
+        subject = self.subject(event)
+        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        try:
+            ack = await self._js.publish(
+                subject,
+                codec.encode(event),
+                timeout=timeout_s,
+                stream=self._names.inbox_stream,
+                headers=headers,
+            )
+        except (TimeoutError, nats.errors.TimeoutError) as err:
+            raise PublishTimeout(
+                f"inbox {self._names.inbox_stream} did not acknowledge {subject} within {timeout_s}s; "
+                "is the NATS server (and its JetStream quorum) up?"
+            ) from err
+        except nats.js.errors.NoStreamResponseError as err:
+            raise LogError(
+                f"no stream answers on {subject}: stream {self._names.inbox_stream} is missing; "
+                "connect() creates it"
+            ) from err
+        if ack.duplicate:
+            log.debug("inbox_duplicate", subject=subject, msg_id=msg_id, seq=ack.seq)
+        seq: int = ack.seq
+        return seq
