@@ -1,0 +1,45 @@
+"""``decide(state)``: everything the state calls for, as one batch of decisions. Pure.
+
+Order within a batch (the actuator carries decisions out in this order):
+1. cluster health (ClusterLost / ClusterRecovered), claims that expired;
+2. jobs already dispatched: reports, loss, suspension, admission, drift, taints, timeouts, and
+   withdrawal of unwanted copies — all capacity releases happen here;
+3. dispatch of waiting jobs (Nominated, PreemptionClaimed + Evict);
+4. Unschedulable summaries, computed against the final capacity.
+Folding the batch and deciding again yields nothing (the fixpoint replay relies on).
+"""
+
+from __future__ import annotations
+
+from eventlog import events as ev
+from reconciler.core import phases
+from reconciler.core.dispatch import dispatch, report_unschedulable
+from reconciler.core.draft import Draft
+from reconciler.core.lifecycle import cluster_health, expire_claims, handle_job
+from reconciler.core.scratch import Scratch
+from reconciler.core.state import State
+
+
+def decide(state: State) -> list[ev.DecisionEvent]:
+    s = Scratch.start(state)
+    lost, recovered = cluster_health(s)
+    expire_claims(s)
+    keys = dict(state.pending)
+    for cluster in (*lost, *recovered):
+        for key in state.by_cluster.get(cluster, {}):
+            keys[key] = None
+    drafts: dict[str, Draft] = {}
+    for key in sorted(keys):
+        job = state.jobs.get(key)
+        if job is None:
+            continue
+        drafts[key] = handle_job(s, job)
+    released = s.help
+    candidates = [d for d in drafts.values() if d.phase in phases.WAITING]
+    if released:  # capacity came free: every waiting job gets another look
+        for key in state.waiting:
+            if key not in drafts:
+                candidates.append(Draft.of(state.jobs[key]))
+    left = dispatch(s, candidates)
+    report_unschedulable(s, left)
+    return s.out

@@ -1,0 +1,139 @@
+"""The second half of a decide pass: dispatch waiting jobs, preempt, report the unschedulable.
+
+Jobs go in a stable order: priority (highest first), then claim holders, then submission order,
+then key. A job that fits somewhere is nominated by its profile's strategy; one that fits nowhere
+may preempt (one claim per job, on exactly one cluster); the rest are reported ``Unschedulable``
+at the end of the pass, against the final capacity, and only when the summary changed.
+"""
+
+from __future__ import annotations
+
+from eventlog import events as ev
+from reconciler.core import phases
+from reconciler.core.draft import Draft
+from reconciler.core.framework.cycle import evaluate, rejection_summary, summary_message
+from reconciler.core.framework.profile import CompiledProfile
+from reconciler.core.jobs import JobRecord
+from reconciler.core.preemption import select_victims
+from reconciler.core.scratch import Scratch
+from reconciler.core.strategies import choose, round_deadline
+
+
+def order_key(s: Scratch, job: JobRecord) -> tuple[int, int, int, str]:
+    return (-job.priority, 0 if job.key in s.claims else 1, job.submitted_seq, job.key)
+
+
+def profile_for(s: Scratch, job: JobRecord) -> CompiledProfile | None:
+    return s.state.profiles.get(job.placement.profile)
+
+
+def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
+    """Nominate or preempt for each draft; returns the ones left unschedulable."""
+    left: list[Draft] = []
+    failed_specs: set[tuple[bytes, int, str]] = set()
+    for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
+        job = d.job
+        if job.suspended or d.phase not in (*phases.WAITING, phases.QUEUED):
+            continue
+        if d.not_before_ms is not None and s.now < d.not_before_ms:
+            continue
+        profile = profile_for(s, job)
+        if profile is None:
+            left.append(d)
+            continue
+        # Identical jobs that already failed in this pass fail again (capacity only shrinks while
+        # dispatching), unless a claim or earlier rounds make this one different.
+        memo = (job.spec_key, job.priority, profile.name)
+        if memo in failed_specs and not d.tried and job.key not in s.claims and not d.timed_out:
+            left.append(d)
+            continue
+        inp = s.cycle_input(job)
+        evaluation = evaluate(profile, inp, spec_key=job.spec_key)
+        table = s.state.clusters
+        ranked = [table.names[i] for i in evaluation.ranked]
+        claim = s.claims.get(job.key)
+        if claim is not None and claim.cluster in ranked:
+            ranked.remove(claim.cluster)
+            ranked.insert(0, claim.cluster)
+            chosen = [claim.cluster]
+        else:
+            chosen = choose(profile.spec.strategy, placement=job.placement, ranked=ranked, tried=d.tried)
+        if chosen:
+            deadline = round_deadline(profile.spec.strategy, now_ms=s.now, timeout_ms=profile.spec.round_timeout_ms)
+            d.nominate(s, clusters=chosen, deadline_ms=deadline)
+            continue
+        if ranked or d.timed_out:  # every feasible cluster was tried this attempt: start over later
+            d.requeue(s, reason="AdmissionTimeout", cluster=None, backoff=True, message="no cluster admitted the job")
+            continue
+        if claim is None and job.placement.preemption_policy == "PreemptLowerPriority" and _preempt(s, d, evaluation):
+            continue
+        if claim is None:
+            failed_specs.add(memo)
+            left.append(d)
+    return left
+
+
+def _preempt(s: Scratch, d: Draft, evaluation: object) -> bool:
+    from reconciler.core.framework.cycle import Evaluation
+
+    assert isinstance(evaluation, Evaluation)
+    job = d.job
+    choice = select_victims(s, job, evaluation)
+    if choice is None:
+        return False
+    state = s.state
+    victims = [state.jobs[k] for k in choice.victims]
+    expires = s.now + state.claim_ttl_ms
+    s.emit(
+        ev.PreemptionClaimed(
+            preemptor=job.ref,
+            cluster=choice.cluster,
+            victims=[v.ref for v in victims],
+            expires_ms=expires,
+            claim=dict(job.demand),
+        )
+    )
+    from reconciler.core.jobs import Claim
+
+    s.claims[job.key] = Claim(
+        preemptor=job.key,
+        cluster=choice.cluster,
+        victims=list(choice.victims),
+        expires_ms=expires,
+        priority=job.priority,
+        claim=dict(job.demand),
+    )
+    for victim in victims:
+        s.emit(
+            ev.Evict(
+                job=victim.ref,
+                cluster=choice.cluster,
+                attempt=victim.attempt,
+                preemptor=job.ref,
+                reason=f"Preempted by {job.key} (priority {job.priority} > {victim.priority})",
+            )
+        )
+    return True
+
+
+def report_unschedulable(s: Scratch, drafts: list[Draft]) -> None:
+    """Against the capacity left after the whole pass, so a second decide finds nothing new."""
+    table = s.state.clusters
+    by_spec: dict[tuple[bytes, int, str], dict[str, int]] = {}
+    for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
+        job = d.job
+        profile = profile_for(s, job)
+        if profile is None:
+            name = job.placement.profile
+            error = s.state.profile_errors.get(name, f"profile {name!r} is not defined")
+            counts = {error: int(table.present.sum())}
+        else:
+            memo = (job.spec_key, job.priority, profile.name)
+            counts = by_spec.get(memo) or {}
+            if memo not in by_spec:
+                evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, scores=False)
+                counts = rejection_summary(evaluation, present=table.present)
+                by_spec[memo] = counts
+        if not d.requeued and job.phase == phases.UNSCHEDULABLE and job.unschedulable == counts:
+            continue
+        s.emit(ev.Unschedulable(job=job.ref, reasons=counts, message=summary_message(counts)))

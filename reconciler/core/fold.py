@@ -1,0 +1,473 @@
+"""``fold(state, entry)``: apply one log entry (an input fact or a decision) to the state.
+
+Inputs record facts and mark what ``decide`` must look at; decisions carry out what was decided.
+Time is the entry's ``at_ms``: timers whose deadline it passes mark their jobs for ``decide``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from eventlog import events as ev
+from reconciler.core import phases
+from reconciler.core.clusters import LOST, READY, REMOVED, ClusterRecord, taint_id
+from reconciler.core.framework.tolerations import eviction_delay_ms
+from reconciler.core.jobs import Claim, JobRecord, Report, gang_demand
+from reconciler.core.state import State
+
+_placement_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+def fold(state: State, entry: ev.LogEntry) -> State:
+    event = entry.event
+    decision = ev.is_decision(event)
+    if decision and (entry.batch[0] == 0 if entry.batch else not state.last_was_decision):
+        _decide_ran(state)
+    state.last_was_decision = decision
+    state.seq = entry.seq
+    state.now_ms = entry.at_ms
+    _fire_timers(state)
+    handler = _HANDLERS.get(type(event))
+    if handler is not None:
+        handler(state, event)
+    return state
+
+
+def _decide_ran(state: State) -> None:
+    """The decisions being folded came from a decide that looked at everything pending."""
+    for key in state.pending:
+        job = state.jobs.get(key)
+        if job is not None:
+            job.reports.clear()
+            job.spec_changed = False
+    state.pending.clear()
+    state.help = False
+
+
+def _fire_timers(state: State) -> None:
+    timers = state.timers
+    while timers and timers[0][0] <= state.now_ms:
+        _, key = heapq.heappop(timers)
+        state.mark(key)
+
+
+def _job(state: State, ref: ev.JobRef) -> JobRecord | None:
+    job = state.jobs.get(ref.key)
+    if job is None or job.ref.uid != ref.uid:
+        return None
+    return job
+
+
+# ---- manager-side inputs ----------------------------------------------------------------------
+
+
+def _spec_key(placement: ev.Placement, demand: ev.Resources) -> bytes:
+    return _placement_encoder.encode((placement, demand))
+
+
+def _submitted(state: State, e: ev.JobSubmitted) -> None:
+    old = state.jobs.get(e.job.key)
+    if old is not None and old.ref.uid == e.job.uid:
+        return  # the same job seen again (webhook and watch both report it)
+    demand = gang_demand(e.pod_sets)
+    job = JobRecord(
+        ref=e.job,
+        pod_sets=list(e.pod_sets),
+        demand=demand,
+        spec_key=_spec_key(e.placement, demand),
+        event_priority=e.priority,
+        priority_class=e.priority_class,
+        placement=e.placement,
+        submitted_seq=state.seq,
+        suspended=e.suspended,
+        runtime_ms=e.runtime_ms,
+    )
+    job.priority = state.resolve_priority(job)
+    if old is not None:
+        state.pool.remove(old.ref.key)
+        state.waiting.pop(old.key, None)
+    state.jobs[job.key] = job
+    state.set_phase(job, phases.SUSPENDED if e.suspended else phases.QUEUED)
+    state.mark(job.key)
+
+
+def _updated(state: State, e: ev.JobUpdated) -> None:
+    job = _job(state, e.job)
+    if job is None or job.phase in phases.TERMINAL:
+        return
+    if e.pod_sets and list(e.pod_sets) != job.pod_sets:
+        counted = [c for c in job.copies if c.counted]
+        for c in counted:
+            state.uncount(job, c)
+        job.pod_sets = list(e.pod_sets)
+        job.demand = gang_demand(job.pod_sets)
+        job.spec_key = _spec_key(job.placement, job.demand)
+        for c in counted:
+            state.count(job, c)
+        job.spec_changed = True
+        state.help = True
+    if e.priority is not None:
+        job.event_priority = e.priority
+    if e.priority_class is not None:
+        job.priority_class = e.priority_class
+    job.priority = state.resolve_priority(job)
+    state.pool.set_priority(job.key, job.priority)
+    if e.suspended != job.suspended:
+        job.suspended = e.suspended
+        if e.suspended and job.phase in phases.WAITING:
+            state.set_phase(job, phases.SUSPENDED)
+        elif not e.suspended and job.phase == phases.SUSPENDED:
+            job.not_before_ms = None
+            state.set_phase(job, phases.QUEUED)
+    state.mark(job.key)
+
+
+def _deleted(state: State, e: ev.JobDeleted) -> None:
+    job = _job(state, e.job)
+    if job is None or job.phase == phases.DELETED:
+        return
+    state.set_phase(job, phases.DELETED)
+    state.pool.remove(job.key)
+    state.mark(job.key)
+
+
+# ---- cluster inputs ----------------------------------------------------------------------------
+
+
+def _registered(state: State, e: ev.ClusterRegistered | ev.ClusterUpdated) -> None:
+    table = state.clusters
+    slot = table.index.get(e.cluster)
+    old = table.records[slot] if slot is not None else None
+    since = dict(old.taint_since_ms) if old else {}
+    current = {taint_id(t) for t in e.taints if t.effect == "NoExecute"}
+    for tid in sorted(current):
+        since.setdefault(tid, state.now_ms)
+    since = {k: v for k, v in since.items() if k in current}
+    record = ClusterRecord(
+        name=e.cluster,
+        labels=dict(e.labels),
+        taints=list(e.taints),
+        capacity=dict(e.capacity),
+        reported=dict(old.reported) if old else {},
+        assumed=dict(old.assumed) if old else {},
+        health=old.health if old and old.health != REMOVED else READY,
+        last_seen_ms=state.now_ms if old is None or old.health == REMOVED else old.last_seen_ms,
+        lost_at_ms=old.lost_at_ms if old and old.health == LOST else None,
+        lost_timeout_ms=e.worker_lost_timeout_ms,
+        taint_since_ms=since,
+    )
+    table.upsert(record)
+    state.help = True
+    # Running jobs may have to leave because of a NoExecute taint: look at them now, and again
+    # when a tolerationSeconds runs out.
+    for key in sorted(state.by_cluster.get(e.cluster, {})):
+        job = state.jobs[key]
+        state.mark(key)
+        if job.cluster != e.cluster:
+            continue
+        tolerations = job.placement.cluster_tolerations
+        for t in e.taints:
+            if t.effect == "NoExecute":
+                delay = eviction_delay_ms(tolerations, t)
+                if delay:
+                    state.timer(since[taint_id(t)] + delay, key)
+
+
+def _removed(state: State, e: ev.ClusterRemoved) -> None:
+    slot = state.clusters.index.get(e.cluster)
+    if slot is None:
+        return
+    state.clusters.records[slot].health = REMOVED
+    state.clusters.touch()
+    for key in sorted(state.by_cluster.get(e.cluster, {})):
+        state.mark(key)
+
+
+def _heartbeat(state: State, e: ev.ClusterHeartbeat) -> None:
+    table = state.clusters
+    slot = table.index.get(e.cluster)
+    if slot is None or not e.reachable:
+        return
+    record = table.records[slot]
+    if record.health == REMOVED:
+        return
+    table.build()
+    table.seen(slot, state.now_ms)
+    before = record.reported
+    if any(before.get(k, 0) > e.usage.get(k, 0) for k in before) or record.health == LOST:
+        state.help = True
+    if before != e.usage:
+        table.set_reported(slot, e.usage)
+
+
+# ---- remote facts ----------------------------------------------------------------------------
+
+
+def _remote_created(state: State, e: ev.RemoteCreated | ev.RemoteAdmitted) -> None:
+    job = _job(state, e.job)
+    if job is None:
+        return
+    copy = job.copy(e.cluster, e.attempt)
+    admitted = isinstance(e, ev.RemoteAdmitted)
+    if copy is None:
+        state.add_copy(job, e.cluster, e.attempt, phases.COPY_ADMITTED if admitted else phases.COPY_CREATED)
+    elif copy.state in (phases.COPY_NOMINATED, phases.COPY_CREATED):
+        copy.state = phases.COPY_ADMITTED if admitted else phases.COPY_CREATED
+    current = e.attempt == job.attempt and job.phase == phases.NOMINATED and e.cluster in job.nominated
+    if current and job.winner is None:
+        best_effort = job.placement.dispatch_mode == "BestEffort"
+        if admitted or best_effort:
+            job.winner = e.cluster
+    state.mark(job.key)
+
+
+def _report(kind: str) -> Callable[[State, Any], None]:
+    def handle(state: State, e: ev.RemoteRejected | ev.RemoteEvicted | ev.RemoteFinished | ev.RemoteGone) -> None:
+        job = _job(state, e.job)
+        if job is None:
+            return
+        copy = job.copy(e.cluster, e.attempt)
+        if kind == "gone":
+            if copy is not None:
+                was_withdrawing = copy.state == phases.COPY_WITHDRAWING
+                state.drop_copy(job, copy)
+                if was_withdrawing:
+                    return
+        elif copy is None:
+            copy = state.add_copy(job, e.cluster, e.attempt, phases.COPY_DONE)
+        elif copy.state != phases.COPY_WITHDRAWING:
+            copy.state = phases.COPY_DONE
+        job.reports.append(
+            Report(
+                kind=kind,
+                cluster=e.cluster,
+                attempt=e.attempt,
+                succeeded=getattr(e, "succeeded", True),
+                reason=getattr(e, "reason", ""),
+            )
+        )
+        state.mark(job.key)
+
+    return handle
+
+
+def _policy(state: State, e: ev.PolicyLoaded) -> None:
+    if state.policy_override is not None:
+        return
+    state.policy = e
+    _policy_changed(state)
+
+
+def _policy_changed(state: State) -> None:
+    state.install_policy()
+    for key, job in state.jobs.items():
+        job.priority = state.resolve_priority(job)
+        state.pool.set_priority(key, job.priority)
+    state.help = True
+
+
+# ---- decisions ---------------------------------------------------------------------------------
+
+
+def _nominated(state: State, e: ev.Nominated) -> None:
+    job = _job(state, e.job)
+    if job is None:
+        return
+    job.attempt = e.attempt
+    job.round = e.round
+    job.nominated = list(e.clusters)
+    job.deadline_ms = e.deadline_ms
+    job.winner = None
+    job.unschedulable = None
+    job.not_before_ms = None
+    for cluster in e.clusters:
+        state.count(job, state.add_copy(job, cluster, e.attempt, phases.COPY_NOMINATED))
+    claim = state.claims.pop(job.key, None)
+    if claim is not None:
+        state.help = True
+    state.set_phase(job, phases.NOMINATED)
+    state.timer(e.deadline_ms, job.key)
+
+
+def _placed(state: State, e: ev.Placed) -> None:
+    job = _job(state, e.job)
+    if job is None:
+        return
+    job.cluster = e.cluster
+    job.placed_at_ms = state.now_ms
+    job.winner = None
+    job.deadline_ms = None
+    job.nominated = [c for c in job.nominated if c == e.cluster]
+    copy = job.copy(e.cluster, e.attempt)
+    if copy is not None:
+        copy.state = phases.COPY_ADMITTED
+        state.count(job, copy)
+    state.set_phase(job, phases.PLACED)
+    slot = state.clusters.index[e.cluster]
+    state.pool.add(job.key, cluster=slot, priority=job.priority, started_ms=state.now_ms, demand=job.demand)
+
+
+def _withdrawn(state: State, e: ev.Withdrawn | ev.CleanUp) -> None:
+    job = _job(state, e.job)
+    if job is None:
+        return
+    copy = job.copy(e.cluster, e.attempt)
+    if copy is not None:
+        state.uncount(job, copy)
+        copy.state = phases.COPY_WITHDRAWING
+    if e.attempt == job.attempt and e.cluster in job.nominated:
+        job.nominated.remove(e.cluster)
+        if e.cluster not in job.tried:
+            job.tried.append(e.cluster)
+    if e.attempt == job.attempt and job.cluster == e.cluster and isinstance(e, ev.Withdrawn):
+        job.cluster = None
+        state.pool.remove(job.key)
+
+
+def _unschedulable(state: State, e: ev.Unschedulable) -> None:
+    job = _job(state, e.job)
+    if job is None:
+        return
+    job.unschedulable = dict(e.reasons)
+    job.last_reason = e.message
+    state.set_phase(job, phases.UNSCHEDULABLE)
+
+
+def _requeued(state: State, e: ev.Requeued) -> None:
+    job = _job(state, e.job)
+    if job is None:
+        return
+    table = state.clusters
+    for copy in list(job.copies):
+        if copy.attempt != job.attempt:
+            continue
+        state.uncount(job, copy)
+        slot = table.index.get(copy.cluster)
+        health = table.records[slot].health if slot is not None else REMOVED
+        if health == REMOVED:
+            state.drop_copy(job, copy)
+        elif health == LOST and copy.state != phases.COPY_WITHDRAWING:
+            copy.state = phases.COPY_STALE
+    job.attempt += 1
+    job.round = 0
+    job.nominated = []
+    job.tried = []
+    job.winner = None
+    job.cluster = None
+    job.placed_at_ms = None
+    job.deadline_ms = None
+    job.not_before_ms = e.not_before_ms
+    job.requeues += 1
+    job.last_reason = f"{e.reason}: {e.message}" if e.message else e.reason
+    job.unschedulable = None
+    job.evicting_for = None
+    if e.reason in ("Preempted", "Evicted"):
+        job.evictions += 1
+    state.pool.remove(job.key)
+    state.set_phase(job, phases.SUSPENDED if job.suspended else phases.QUEUED)
+    state.timer(e.not_before_ms, job.key)
+
+
+def _cluster_lost(state: State, e: ev.ClusterLost) -> None:
+    slot = state.clusters.index.get(e.cluster)
+    if slot is None:
+        return
+    record = state.clusters.records[slot]
+    record.health = LOST
+    record.lost_at_ms = state.now_ms
+    state.clusters.touch()
+
+
+def _cluster_recovered(state: State, e: ev.ClusterRecovered) -> None:
+    slot = state.clusters.index.get(e.cluster)
+    if slot is None:
+        return
+    record = state.clusters.records[slot]
+    record.health = READY
+    record.lost_at_ms = None
+    state.clusters.touch()
+    state.help = True
+
+
+def _claimed(state: State, e: ev.PreemptionClaimed) -> None:
+    job = _job(state, e.preemptor)
+    if job is None:
+        return
+    state.claims[job.key] = Claim(
+        preemptor=job.key,
+        cluster=e.cluster,
+        victims=[v.key for v in e.victims],
+        expires_ms=e.expires_ms,
+        priority=job.priority,
+        claim=dict(e.claim),
+    )
+    job.last_reason = f"preempting {len(e.victims)} job(s) on {e.cluster}"
+    job.unschedulable = None
+    state.timer(e.expires_ms, job.key)
+
+
+def _evict(state: State, e: ev.Evict) -> None:
+    job = _job(state, e.job)
+    if job is None:
+        return
+    job.evicting_for = e.preemptor.key if e.preemptor else "kdispatch"
+    state.pool.set_evicting(job.key)
+
+
+def _claim_expired(state: State, e: ev.ClaimExpired) -> None:
+    if state.claims.pop(e.preemptor.key, None) is not None:
+        state.help = True
+
+
+def _finished(state: State, e: ev.Finished) -> None:
+    job = _job(state, e.job)
+    if job is None:
+        return
+    copy = job.copy(e.cluster, e.attempt)
+    if copy is not None:
+        state.uncount(job, copy)
+        if copy.state != phases.COPY_WITHDRAWING:
+            copy.state = phases.COPY_DONE
+    for other in job.copies:
+        state.uncount(job, other)
+    job.succeeded = e.succeeded
+    job.cluster = e.cluster
+    job.nominated = []
+    job.winner = None
+    job.deadline_ms = None
+    state.pool.remove(job.key)
+    state.set_phase(job, phases.FINISHED)
+
+
+_HANDLERS: dict[type, Callable[[State, Any], None]] = {
+    ev.JobSubmitted: _submitted,
+    ev.JobUpdated: _updated,
+    ev.JobDeleted: _deleted,
+    ev.ClusterRegistered: _registered,
+    ev.ClusterUpdated: _registered,
+    ev.ClusterRemoved: _removed,
+    ev.ClusterHeartbeat: _heartbeat,
+    ev.RemoteCreated: _remote_created,
+    ev.RemoteAdmitted: _remote_created,
+    ev.RemoteRejected: _report("rejected"),
+    ev.RemoteEvicted: _report("evicted"),
+    ev.RemoteFinished: _report("finished"),
+    ev.RemoteGone: _report("gone"),
+    ev.PolicyLoaded: _policy,
+    ev.Nominated: _nominated,
+    ev.Placed: _placed,
+    ev.Withdrawn: _withdrawn,
+    ev.CleanUp: _withdrawn,
+    ev.Unschedulable: _unschedulable,
+    ev.Requeued: _requeued,
+    ev.ClusterLost: _cluster_lost,
+    ev.ClusterRecovered: _cluster_recovered,
+    ev.PreemptionClaimed: _claimed,
+    ev.Evict: _evict,
+    ev.ClaimExpired: _claim_expired,
+    ev.Finished: _finished,
+}

@@ -1,0 +1,114 @@
+"""What a plugin is: a name, reason messages, a factory, and Filter and/or Score.
+
+Third-party plugins implement the same classes and register through the ``kdispatch.plugins``
+entry-point group (see ``registry``). A plugin is built once per profile from its validated
+arguments and must be a pure function of its inputs: no clock, no I/O, no randomness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from msgspec import Struct
+
+from eventlog.events import Placement, Resources
+from reconciler.core.clusters import ClusterTable
+from reconciler.core.framework.status import Code, Reason
+from reconciler.core.resources import Vec
+
+Codes = npt.NDArray[np.int32]
+Scores = npt.NDArray[np.int64]
+Slots = npt.NDArray[np.intp]
+
+MAX_SCORE = 100
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What plugins may know about the job being placed."""
+
+    key: str
+    uid: str
+    placement: Placement
+    priority: int
+    demand: Resources  # the whole gang, summed over pod sets
+    demand_vec: Vec  # the same as a row over the table's resource columns
+    missing: tuple[str, ...]  # demanded resources that no cluster has ever declared
+
+
+@dataclass
+class CycleInput:
+    """One job against all clusters. ``free`` already excludes claims held for others; ``ready``
+    is cluster health as of this decide pass (a cluster lost earlier in the pass is not ready)."""
+
+    job: JobView
+    clusters: ClusterTable
+    free: npt.NDArray[np.int64]
+    ready: npt.NDArray[np.bool_]
+    now_ms: int
+
+
+@dataclass
+class FilterResult:
+    """Per cluster: 0 = passes, i > 0 = rejected for ``reasons[i - 1]``."""
+
+    verdict: Codes
+    reasons: list[Reason] = field(default_factory=list)
+    skipped: bool = False
+
+    @staticmethod
+    def passing(n: int) -> FilterResult:
+        return FilterResult(verdict=np.zeros(n, dtype=np.int32), skipped=True)
+
+    @staticmethod
+    def from_mask(ok: npt.NDArray[np.bool_], reason: Reason) -> FilterResult:
+        verdict = np.where(ok, 0, 1).astype(np.int32)
+        return FilterResult(verdict=verdict, reasons=[reason])
+
+    def code_of(self, slot: int) -> Code:
+        v = int(self.verdict[slot])
+        return Code.SUCCESS if v == 0 else self.reasons[v - 1].code
+
+
+class Plugin:
+    """Base of every plugin. Subclasses set ``name`` and, if they take arguments, ``Args``."""
+
+    name: ClassVar[str] = ""
+    Args: ClassVar[type[Struct] | None] = None
+
+    def __init__(self, args: Any = None) -> None:
+        self.args = args
+
+
+class FilterPlugin(Plugin):
+    # True when the verdict depends only on the job's spec and the clusters' labels, taints and
+    # capacity (not on usage): such results are cached per (spec, table version).
+    static: ClassVar[bool] = False
+
+    def filter(self, inp: CycleInput) -> FilterResult:
+        raise NotImplementedError
+
+
+class ScorePlugin(Plugin):
+    def score(self, inp: CycleInput, candidates: Slots) -> Scores:
+        """Raw integer scores for ``candidates`` (any non-negative range)."""
+        raise NotImplementedError
+
+    def normalize(self, scores: Scores) -> Scores:
+        """Map raw scores onto 0..MAX_SCORE; the default scales by the maximum."""
+        return normalize_by_max(scores)
+
+
+def normalize_by_max(scores: Scores, *, reverse: bool = False) -> Scores:
+    """kube-scheduler's DefaultNormalizeScore: integer scaling so the best gets MAX_SCORE."""
+    if len(scores) == 0:
+        return scores
+    top = int(scores.max())
+    if top <= 0:
+        out = np.zeros_like(scores) if not reverse else np.full_like(scores, MAX_SCORE)
+        return out
+    scaled = scores * MAX_SCORE // top
+    return MAX_SCORE - scaled if reverse else scaled

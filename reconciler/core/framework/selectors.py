@@ -1,0 +1,49 @@
+"""Label selector evaluation over all clusters at once (shared by selector and affinity plugins)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eventlog.events import MatchExpression, SelectorTerm
+from reconciler.core.clusters import ClusterTable, Mask
+
+
+def expression_mask(table: ClusterTable, expr: MatchExpression) -> Mask:
+    column = table.label(expr.key)
+    op = expr.operator
+    if op == "In":
+        return column.matching(expr.values)
+    if op == "NotIn":  # as in Kubernetes: a cluster without the label matches NotIn
+        return ~column.matching(expr.values)
+    if op == "Exists":
+        return np.asarray(column.value_ids >= 0)
+    if op == "DoesNotExist":
+        return np.asarray(column.value_ids < 0)
+    try:
+        bound = int(expr.values[0]) if len(expr.values) == 1 else None
+    except ValueError:
+        bound = None
+    if bound is None:  # Gt/Lt need exactly one integer; the webhook rejects others
+        return np.zeros(len(table), dtype=np.bool_)
+    with np.errstate(invalid="ignore"):
+        if op == "Gt":
+            return np.asarray(column.numeric > bound)
+        return np.asarray(column.numeric < bound)
+
+
+def term_mask(table: ClusterTable, term: SelectorTerm) -> Mask:
+    """An AND of expressions; an empty term matches nothing (as in Kubernetes node affinity)."""
+    if not term.match_expressions:
+        return np.zeros(len(table), dtype=np.bool_)
+    mask = expression_mask(table, term.match_expressions[0])
+    for expr in term.match_expressions[1:]:
+        mask = mask & expression_mask(table, expr)
+    return mask
+
+
+def terms_mask(table: ClusterTable, terms: list[SelectorTerm]) -> Mask:
+    """An OR of terms."""
+    mask = np.zeros(len(table), dtype=np.bool_)
+    for term in terms:
+        mask |= term_mask(table, term)
+    return mask

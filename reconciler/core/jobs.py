@@ -1,0 +1,85 @@
+"""Per-job records: what the log says about a job and each of its remote copies."""
+
+from __future__ import annotations
+
+from msgspec import Struct, field
+
+from eventlog.events import JobRef, Placement, PodSet, Resources
+from reconciler.core import phases
+
+
+class Copy(Struct, kw_only=True):
+    cluster: str
+    attempt: int
+    state: str = phases.COPY_NOMINATED
+    counted: bool = False  # its demand is in the cluster's assumed usage
+
+
+class Report(Struct, kw_only=True):
+    """A worker fact waiting for ``decide`` to act on it."""
+
+    kind: str  # "finished" | "evicted" | "rejected" | "gone"
+    cluster: str
+    attempt: int
+    succeeded: bool = True
+    reason: str = ""
+
+
+class Claim(Struct, kw_only=True):
+    preemptor: str  # job key
+    cluster: str
+    victims: list[str]
+    expires_ms: int
+    priority: int
+    claim: Resources = field(default_factory=dict)
+
+
+class JobRecord(Struct, kw_only=True):
+    ref: JobRef
+    pod_sets: list[PodSet]
+    demand: Resources
+    spec_key: bytes  # placement + demand, for caching static filter verdicts
+    event_priority: int = 0
+    priority_class: str | None = None
+    priority: int = 0
+    placement: Placement = field(default_factory=Placement)
+    submitted_seq: int = 0
+    phase: str = phases.QUEUED
+    suspended: bool = False
+    attempt: int = 1
+    round: int = 0
+    nominated: list[str] = field(default_factory=list)  # open nominations of this round
+    tried: list[str] = field(default_factory=list)  # clusters of earlier rounds of this attempt
+    deadline_ms: int | None = None
+    winner: str | None = None  # first cluster to admit (or create, BestEffort) this attempt
+    cluster: str | None = None  # placed here
+    placed_at_ms: int | None = None
+    evictions: int = 0
+    requeues: int = 0
+    not_before_ms: int | None = None
+    last_reason: str = ""
+    unschedulable: dict[str, int] | None = None  # last reported summary (not re-emitted if equal)
+    copies: list[Copy] = field(default_factory=list)
+    reports: list[Report] = field(default_factory=list)
+    spec_changed: bool = False
+    evicting_for: str | None = None  # preemptor key while an Evict is outstanding
+    succeeded: bool | None = None
+    runtime_ms: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.ref.namespace}/{self.ref.name}"
+
+    def copy(self, cluster: str, attempt: int) -> Copy | None:
+        for c in self.copies:
+            if c.cluster == cluster and c.attempt == attempt:
+                return c
+        return None
+
+
+def gang_demand(pod_sets: list[PodSet]) -> Resources:
+    total: Resources = {}
+    for ps in pod_sets:
+        for name, amount in ps.requests.items():
+            total[name] = total.get(name, 0) + amount * ps.count
+    return {k: total[k] for k in sorted(total) if total[k] > 0}

@@ -1,0 +1,238 @@
+"""The first half of a decide pass: what happened to clusters and to jobs already dispatched.
+
+Worker loss and recovery, claim expiry, worker reports (finished, evicted, rejected, gone),
+suspension, admission (first admitted wins), spec drift, NoExecute taints, round timeouts, and
+the withdrawal of every remote copy the log no longer wants. Everything that releases capacity
+happens here, before any job is dispatched in the same pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eventlog import events as ev
+from reconciler.core import phases
+from reconciler.core.clusters import REMOVED, taint_id
+from reconciler.core.draft import Draft
+from reconciler.core.framework.cycle import run_filters
+from reconciler.core.framework.interface import CycleInput
+from reconciler.core.framework.tolerations import eviction_delay_ms
+from reconciler.core.jobs import JobRecord
+from reconciler.core.scratch import Scratch, job_view
+from reconciler.core.state import State
+
+
+def cluster_health(s: Scratch) -> tuple[list[str], list[str]]:
+    """Emit ClusterLost / ClusterRecovered; returns (lost now, recovered now), sorted by name."""
+    state = s.state
+    table = state.clusters
+    if len(table) == 0:
+        return [], []
+    timeouts = np.array(
+        [r.lost_timeout_ms if r.lost_timeout_ms is not None else state.worker_lost_timeout_ms for r in table.records],
+        dtype=np.int64,
+    )
+    silent = table.ready & (s.now - table.last_seen >= timeouts)
+    lost = sorted(table.names[i] for i in np.flatnonzero(silent))
+    recovered = sorted(
+        r.name
+        for r in table.records
+        if r.health == "Lost" and r.lost_at_ms is not None and r.last_seen_ms > r.lost_at_ms
+    )
+    for name in lost:
+        slot = table.index[name]
+        s.emit(ev.ClusterLost(cluster=name, last_seen_ms=table.records[slot].last_seen_ms))
+        s.ready[slot] = False
+    for name in recovered:
+        s.emit(ev.ClusterRecovered(cluster=name))
+        s.ready[table.index[name]] = True
+        s.help = True
+    return lost, recovered
+
+
+def expire_claims(s: Scratch) -> None:
+    state = s.state
+    table = state.clusters
+    for key in sorted(s.claims):
+        claim = s.claims[key]
+        job = state.jobs.get(key)
+        slot = table.index.get(claim.cluster)
+        gone = job is None or job.phase not in phases.WAITING or job.suspended
+        if s.now >= claim.expires_ms or gone or slot is None or not s.ready[slot]:
+            s.emit(ev.ClaimExpired(preemptor=job.ref if job else _ref(key), cluster=claim.cluster))
+            s.drop_claim(key)
+
+
+def _ref(key: str) -> ev.JobRef:
+    namespace, _, name = key.partition("/")
+    return ev.JobRef(namespace=namespace, name=name, uid="")
+
+
+def handle_job(s: Scratch, job: JobRecord) -> Draft:
+    """Apply everything that happened to one job; the draft says whether it needs dispatching."""
+    d = Draft.of(job)
+    if not d.terminal:
+        _reports(s, d)
+    if not d.terminal:
+        _clusters_gone(s, d)
+        _suspension(s, d)
+        _admission(s, d)
+        _placed_checks(s, d)
+        _round_timeout(s, d)
+    _reconcile_copies(s, d)
+    return d
+
+
+def _ready(s: Scratch, cluster: str) -> bool:
+    slot = s.state.clusters.index.get(cluster)
+    return slot is not None and bool(s.ready[slot])
+
+
+def _health(s: Scratch, cluster: str) -> str:
+    table = s.state.clusters
+    slot = table.index.get(cluster)
+    if slot is None:
+        return REMOVED
+    if s.ready[slot]:
+        return "Ready"
+    return table.records[slot].health if table.records[slot].health == REMOVED else "Lost"
+
+
+def _reports(s: Scratch, d: Draft) -> None:
+    job = d.job
+    for rep in job.reports:
+        if d.terminal:
+            return
+        current = rep.attempt == d.attempt
+        if rep.kind == "finished":
+            here = d.cluster == rep.cluster or rep.cluster in d.nominated
+            # Finished on an old copy (e.g. while its cluster was unreachable) counts as long as
+            # the new attempt has not been admitted anywhere: the job is not run twice.
+            if (current and here) or (not current and d.phase != phases.PLACED):
+                d.finish(s, cluster=rep.cluster, attempt=rep.attempt, succeeded=rep.succeeded)
+            continue
+        if not current:
+            continue  # a fact about a superseded copy: reconciling copies cleans it up
+        reason: ev.RequeueReason
+        if rep.kind == "rejected":
+            reason = "Rejected"
+        elif job.evicting_for is not None:
+            reason = "Preempted"
+        else:
+            reason = "Evicted"
+        message = rep.reason or f"remote copy {rep.kind} on {rep.cluster}"
+        if d.cluster == rep.cluster and d.phase == phases.PLACED:
+            if rep.kind != "gone":
+                d.withdraw(s, cluster=rep.cluster, attempt=rep.attempt, reason=message)
+            d.requeue(s, reason=reason, cluster=rep.cluster, backoff=reason != "Preempted", message=message)
+        elif rep.cluster in d.nominated:
+            d.withdraw(s, cluster=rep.cluster, attempt=rep.attempt, reason=message)
+            if d.winner == rep.cluster:
+                d.winner = None
+            if not d.nominated and d.phase == phases.NOMINATED:
+                d.requeue(s, reason=reason, cluster=rep.cluster, backoff=True, message=message)
+
+
+def _clusters_gone(s: Scratch, d: Draft) -> None:
+    if d.phase == phases.PLACED and d.cluster is not None:
+        health = _health(s, d.cluster)
+        if health != "Ready":
+            reason: ev.RequeueReason = "WorkerLost" if health == "Lost" else "ClusterRemoved"
+            d.requeue(s, reason=reason, cluster=d.cluster, backoff=False, message=f"cluster {d.cluster} {health.lower()}")
+            return
+    if d.phase == phases.NOMINATED:
+        gone = [c for c in d.nominated if _health(s, c) != "Ready"]
+        for cluster in gone:
+            d.withdraw(s, cluster=cluster, attempt=d.attempt, reason=f"cluster {cluster} {_health(s, cluster).lower()}")
+            if d.winner == cluster:
+                d.winner = None
+        if gone and not d.nominated:
+            reason = "WorkerLost" if _health(s, gone[0]) == "Lost" else "ClusterRemoved"
+            d.requeue(s, reason=reason, cluster=gone[0], backoff=False, message=f"cluster {gone[0]} unavailable")
+
+
+def _suspension(s: Scratch, d: Draft) -> None:
+    if not d.job.suspended or d.phase not in (phases.NOMINATED, phases.PLACED):
+        return
+    for cluster in list(d.nominated):
+        d.withdraw(s, cluster=cluster, attempt=d.attempt, reason="suspended on the manager")
+    if d.cluster is not None:
+        d.withdraw(s, cluster=d.cluster, attempt=d.attempt, reason="suspended on the manager")
+    d.requeue(s, reason="Suspended", cluster=None, backoff=False, message="suspended on the manager")
+
+
+def _admission(s: Scratch, d: Draft) -> None:
+    if d.phase == phases.NOMINATED and d.winner is not None and d.winner in d.nominated:
+        d.place(s, d.winner)
+
+
+def _placed_checks(s: Scratch, d: Draft) -> None:
+    if d.phase != phases.PLACED or d.cluster is None:
+        return
+    job = d.job
+    state = s.state
+    slot = state.clusters.index[d.cluster]
+    if job.spec_changed:
+        why = _no_longer_fits(state, job, slot)
+        if why:
+            d.withdraw(s, cluster=d.cluster, attempt=d.attempt, reason=f"spec changed: {why}")
+            d.requeue(s, reason="SpecChanged", cluster=None, backoff=False, message=why)
+            return
+    record = state.clusters.records[slot]
+    for taint in record.taints:
+        if taint.effect != "NoExecute":
+            continue
+        delay = eviction_delay_ms(job.placement.cluster_tolerations, taint)
+        tid = taint_id(taint)
+        if delay is not None and s.now >= record.taint_since_ms.get(tid, s.now) + delay:
+            message = f"taint {tid} not tolerated" + (f" after {delay // 1000}s" if delay else "")
+            cluster = d.cluster
+            d.withdraw(s, cluster=cluster, attempt=d.attempt, reason=message)
+            d.requeue(s, reason="Evicted", cluster=cluster, backoff=False, message=message)
+            return
+
+
+def _no_longer_fits(state: State, job: JobRecord, slot: int) -> str:
+    """The first static filter (labels, taints, total capacity) the new spec fails there."""
+    profile = state.profiles.get(job.placement.profile) or state.profiles.get("default")
+    if profile is None:
+        return ""
+    table = state.clusters
+    inp = CycleInput(job=job_view(state, job), clusters=table, free=table.free(), ready=table.ready, now_ms=state.now_ms)
+    for (name, plugin), (_, result) in zip(profile.filters, run_filters(profile, inp, spec_key=job.spec_key), strict=True):
+        if plugin.static and result.verdict[slot]:
+            return f"{name}: {result.reasons[int(result.verdict[slot]) - 1].message}"
+    return ""
+
+
+def _round_timeout(s: Scratch, d: Draft) -> None:
+    job = d.job
+    if d.phase != phases.NOMINATED or d.winner is not None or job.deadline_ms is None:
+        return
+    if s.now < job.deadline_ms:
+        return
+    for cluster in list(d.nominated):
+        d.withdraw(s, cluster=cluster, attempt=d.attempt, reason="AdmissionTimeout: not admitted within the round")
+    d.timed_out = True
+    d.phase = phases.QUEUED
+
+
+def _reconcile_copies(s: Scratch, d: Draft) -> None:
+    """Withdraw (or clean up) every copy the job no longer wants, once its cluster is reachable."""
+    for (cluster, attempt), (copy_state, _counted) in list(d.copies.items()):
+        if copy_state == phases.COPY_WITHDRAWING:
+            continue
+        wanted = (
+            not d.terminal
+            and attempt == d.attempt
+            and (cluster in d.nominated or cluster == d.cluster)
+        )
+        if wanted or not _ready(s, cluster):
+            continue
+        if copy_state == phases.COPY_STALE:
+            reason = "superseded while the cluster was lost"
+        elif attempt != d.attempt:
+            reason = f"stale copy of attempt {attempt} (now {d.attempt})"
+        else:
+            reason = "no longer wanted"
+        d.withdraw(s, cluster=cluster, attempt=attempt, reason=reason)

@@ -1,0 +1,48 @@
+"""ClusterAffinity (required terms, a filter) and ClusterAffinityScore (preferred terms)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reconciler.core.framework.interface import (
+    CycleInput,
+    FilterPlugin,
+    FilterResult,
+    ScorePlugin,
+    Scores,
+    Slots,
+)
+from reconciler.core.framework.registry import register
+from reconciler.core.framework.selectors import term_mask, terms_mask
+from reconciler.core.framework.status import Code, Reason
+
+NAME = "ClusterAffinity"
+SCORE_NAME = "ClusterAffinityScore"
+REASON_NO_TERM = "no required cluster-affinity term matches"
+
+
+@register
+class ClusterAffinity(FilterPlugin):
+    name = NAME
+    static = True
+
+    def filter(self, inp: CycleInput) -> FilterResult:
+        required = inp.job.placement.cluster_affinity.required
+        if not required:
+            return FilterResult.passing(len(inp.clusters))
+        ok = terms_mask(inp.clusters, required)
+        return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NO_TERM))
+
+
+@register
+class ClusterAffinityScore(ScorePlugin):
+    """Sum of the weights of the preferred terms a cluster matches, normalized by the best."""
+
+    name = SCORE_NAME
+
+    def score(self, inp: CycleInput, candidates: Slots) -> Scores:
+        total = np.zeros(len(candidates), dtype=np.int64)
+        for weighted in inp.job.placement.cluster_affinity.preferred:
+            mask = term_mask(inp.clusters, weighted.term)[candidates]
+            total += mask.astype(np.int64) * weighted.weight
+        return total

@@ -1,0 +1,113 @@
+"""Capacity plugins, over every resource of the whole gang (all pod sets on one cluster).
+
+- ClusterFeasibility: the gang fits the cluster's total capacity (could ever run there).
+- ClusterHeadroom: the gang fits what is free now: capacity - max(reported usage, our assumed
+  usage) - capacity claimed by preemptions for other jobs of equal or higher priority.
+- CapacityScore: most headroom left after placing (spreads load).
+- BinPack: least headroom left after placing (packs, keeps big holes for big jobs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from reconciler.core.framework.interface import (
+    MAX_SCORE,
+    CycleInput,
+    FilterPlugin,
+    FilterResult,
+    ScorePlugin,
+    Scores,
+    Slots,
+)
+from reconciler.core.framework.registry import register
+from reconciler.core.framework.status import Code, Reason
+
+FEASIBILITY = "ClusterFeasibility"
+HEADROOM = "ClusterHeadroom"
+CAPACITY_SCORE = "CapacityScore"
+BINPACK = "BinPack"
+
+
+def reason_total(resource: str) -> str:
+    return f"insufficient {resource}"
+
+
+def reason_free(resource: str) -> str:
+    return f"insufficient free {resource}"
+
+
+def _fit(inp: CycleInput, available: npt.NDArray[np.int64], *, code: Code) -> FilterResult:
+    n = len(inp.clusters)
+    job = inp.job
+    describe = reason_total if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else reason_free
+    if job.missing:
+        # Nobody declared this resource at all: fail everywhere, naming it.
+        reason = Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason_total(job.missing[0]))
+        return FilterResult(verdict=np.ones(n, dtype=np.int32), reasons=[reason])
+    cols = np.flatnonzero(job.demand_vec > 0)
+    if len(cols) == 0:
+        return FilterResult.passing(n)
+    short = available[:, cols] < job.demand_vec[cols]
+    hit = short.any(axis=1)
+    first = np.argmax(short, axis=1)
+    verdict = np.where(hit, first + 1, 0).astype(np.int32)
+    names = inp.clusters.resources.names
+    reasons = [Reason(code, describe(names[c])) for c in cols]
+    return FilterResult(verdict=verdict, reasons=reasons)
+
+
+@register
+class ClusterFeasibility(FilterPlugin):
+    name = FEASIBILITY
+    static = True
+
+    def filter(self, inp: CycleInput) -> FilterResult:
+        return _fit(inp, inp.clusters.capacity, code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+
+@register
+class ClusterHeadroom(FilterPlugin):
+    name = HEADROOM
+
+    def filter(self, inp: CycleInput) -> FilterResult:
+        return _fit(inp, inp.free, code=Code.UNSCHEDULABLE)
+
+
+def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
+    """Per candidate, 0..100: mean over the demanded resources of (free - demand) / capacity."""
+    job = inp.job
+    cols = np.flatnonzero(job.demand_vec > 0)
+    cap = inp.clusters.capacity[candidates]
+    if len(cols) == 0:
+        cols = np.flatnonzero(cap.sum(axis=0) > 0)
+    if len(cols) == 0:
+        return np.full(len(candidates), MAX_SCORE, dtype=np.int64)
+    left = inp.free[np.ix_(candidates, cols)] - job.demand_vec[cols]
+    total = np.maximum(cap[:, cols], 1)
+    frac = np.clip(left * MAX_SCORE // total, 0, MAX_SCORE)
+    out: Scores = frac.sum(axis=1) // len(cols)
+    return out
+
+
+@register
+class CapacityScore(ScorePlugin):
+    name = CAPACITY_SCORE
+
+    def score(self, inp: CycleInput, candidates: Slots) -> Scores:
+        return headroom_after(inp, candidates)
+
+    def normalize(self, scores: Scores) -> Scores:
+        return scores  # already 0..100 and comparable across jobs
+
+
+@register
+class BinPack(ScorePlugin):
+    name = BINPACK
+
+    def score(self, inp: CycleInput, candidates: Slots) -> Scores:
+        return MAX_SCORE - headroom_after(inp, candidates)
+
+    def normalize(self, scores: Scores) -> Scores:
+        return scores

@@ -1,0 +1,21 @@
+"""ClusterHealth: only Ready clusters take new work (Lost and removed ones do not)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult
+from reconciler.core.framework.registry import register
+from reconciler.core.framework.status import Code, Reason
+
+NAME = "ClusterHealth"
+REASON_NOT_READY = "cluster not ready (lost or removed)"
+
+
+@register
+class ClusterHealth(FilterPlugin):
+    name = NAME
+
+    def filter(self, inp: CycleInput) -> FilterResult:
+        ok = np.asarray(inp.ready)
+        return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_READY))

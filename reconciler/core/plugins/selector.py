@@ -1,0 +1,35 @@
+"""ClusterSelector: every ``key=value`` of the job's cluster-selector must be a cluster label."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult
+from reconciler.core.framework.registry import register
+from reconciler.core.framework.status import Code, Reason
+
+NAME = "ClusterSelector"
+
+
+def reason_label(key: str, value: str) -> str:
+    return f"label {key}={value} missing"
+
+
+@register
+class ClusterSelector(FilterPlugin):
+    name = NAME
+    static = True
+
+    def filter(self, inp: CycleInput) -> FilterResult:
+        selector = inp.job.placement.cluster_selector
+        n = len(inp.clusters)
+        if not selector:
+            return FilterResult.passing(n)
+        verdict = np.zeros(n, dtype=np.int32)
+        reasons = []
+        for key in sorted(selector):
+            value = selector[key]
+            ok = inp.clusters.label(key).matching([value])
+            reasons.append(Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason_label(key, value)))
+            verdict[(verdict == 0) & ~ok] = len(reasons)
+        return FilterResult(verdict=verdict, reasons=reasons)

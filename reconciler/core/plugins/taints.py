@@ -1,0 +1,75 @@
+"""ClusterTaints (filter) and ClusterTaintScore (fewer untolerated PreferNoSchedule is better).
+
+NoSchedule and NoExecute taints must be tolerated; PreferNoSchedule only lowers the score. The
+job's tolerations are matched against each *distinct* taint once, then the cluster x taint matrix
+answers for every cluster.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reconciler.core.framework.interface import (
+    CycleInput,
+    FilterPlugin,
+    FilterResult,
+    ScorePlugin,
+    Scores,
+    Slots,
+    normalize_by_max,
+)
+from reconciler.core.framework.registry import register
+from reconciler.core.framework.status import Code, Reason
+from reconciler.core.framework.tolerations import tolerated
+
+NAME = "ClusterTaints"
+SCORE_NAME = "ClusterTaintScore"
+
+
+def reason_taint(taint_id: str) -> str:
+    return f"taint {taint_id} not tolerated"
+
+
+@register
+class ClusterTaints(FilterPlugin):
+    name = NAME
+    static = True
+
+    def filter(self, inp: CycleInput) -> FilterResult:
+        table = inp.clusters
+        n = len(table)
+        tolerations = inp.job.placement.cluster_tolerations
+        cols = [
+            i
+            for i, taint in enumerate(table.taints)
+            if taint.effect != "PreferNoSchedule" and not tolerated(tolerations, taint, for_new_placement=True)
+        ]
+        if not cols:
+            return FilterResult.passing(n) if not table.taints else FilterResult(np.zeros(n, dtype=np.int32))
+        sub = table.taint_matrix[:, cols]
+        hit = sub.any(axis=1)
+        first = np.argmax(sub, axis=1)
+        verdict = np.where(hit, first + 1, 0).astype(np.int32)
+        reasons = [Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason_taint(table.taint_ids[c])) for c in cols]
+        return FilterResult(verdict=verdict, reasons=reasons)
+
+
+@register
+class ClusterTaintScore(ScorePlugin):
+    name = SCORE_NAME
+
+    def score(self, inp: CycleInput, candidates: Slots) -> Scores:
+        table = inp.clusters
+        tolerations = inp.job.placement.cluster_tolerations
+        cols = [
+            i
+            for i, taint in enumerate(table.taints)
+            if taint.effect == "PreferNoSchedule" and not tolerated(tolerations, taint, for_new_placement=True)
+        ]
+        if not cols:
+            return np.zeros(len(candidates), dtype=np.int64)
+        counts: Scores = table.taint_matrix[np.ix_(candidates, np.array(cols, dtype=np.intp))].sum(axis=1).astype(np.int64)
+        return counts
+
+    def normalize(self, scores: Scores) -> Scores:
+        return normalize_by_max(scores, reverse=True)

@@ -1,0 +1,92 @@
+"""The running set as columns, for preemption: which of our jobs run where, at what priority.
+
+One row per placed job, kept up to date by ``fold`` (O(1) per placement change via a free list),
+so choosing victims across 1,000 clusters and 50,000 running jobs is a filter, a sort and a
+grouped cumulative sum in numpy rather than a Python loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from eventlog.events import Resources
+from reconciler.core.resources import ResourceIndex
+
+_GROW = 1024
+
+
+class RunningPool:
+    def __init__(self, resources: ResourceIndex) -> None:
+        self.resources = resources
+        self.size = 0  # rows in use or freed (high-water mark)
+        self.alive: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
+        self.evicting: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
+        self.cluster: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.priority: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.started: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.demand: npt.NDArray[np.int64] = np.zeros((0, 0), dtype=np.int64)
+        self.keys: list[str] = []
+        self.row_of: dict[str, int] = {}
+        self._free: list[int] = []
+        self._demands: list[Resources] = []
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def _ensure(self) -> None:
+        cap, cols = len(self.alive), len(self.resources)
+        if cols != self.demand.shape[1]:
+            demand = np.zeros((cap, cols), dtype=np.int64)
+            for row in self.row_of.values():
+                demand[row] = self.resources.vector(self._demands[row])
+            self.demand = demand
+        if self.size <= cap:
+            return
+        extra = max(_GROW, cap)
+        self.alive = np.concatenate([self.alive, np.zeros(extra, dtype=np.bool_)])
+        self.evicting = np.concatenate([self.evicting, np.zeros(extra, dtype=np.bool_)])
+        self.cluster = np.concatenate([self.cluster, np.zeros(extra, dtype=np.int64)])
+        self.priority = np.concatenate([self.priority, np.zeros(extra, dtype=np.int64)])
+        self.started = np.concatenate([self.started, np.zeros(extra, dtype=np.int64)])
+        self.demand = np.concatenate([self.demand, np.zeros((extra, cols), dtype=np.int64)])
+        self.keys.extend([""] * extra)
+        self._demands.extend([{}] * extra)
+
+    def add(self, key: str, *, cluster: int, priority: int, started_ms: int, demand: Resources) -> None:
+        self.remove(key)
+        if self._free:
+            row = self._free.pop()
+        else:
+            row = self.size
+            self.size += 1
+        self._ensure()
+        self.alive[row] = True
+        self.evicting[row] = False
+        self.cluster[row] = cluster
+        self.priority[row] = priority
+        self.started[row] = started_ms
+        self.keys[row] = key
+        self._demands[row] = demand
+        self.demand[row] = self.resources.vector(demand)
+        self.row_of[key] = row
+
+    def remove(self, key: str) -> None:
+        row = self.row_of.pop(key, None)
+        if row is not None:
+            self.alive[row] = False
+            self._free.append(row)
+
+    def set_evicting(self, key: str) -> None:
+        row = self.row_of.get(key)
+        if row is not None:
+            self.evicting[row] = True
+
+    def set_priority(self, key: str, priority: int) -> None:
+        row = self.row_of.get(key)
+        if row is not None:
+            self.priority[row] = priority
+
+    def matrix(self) -> npt.NDArray[np.int64]:
+        self._ensure()
+        return self.demand

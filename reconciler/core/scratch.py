@@ -1,0 +1,112 @@
+"""The scratch view one ``decide`` pass works on: cluster usage and claims *as if* the decisions
+emitted so far in this pass were already folded. Nothing here touches the state, so ``decide``
+stays pure; the same bookkeeping happens for real when the leader folds the decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from eventlog import events as ev
+from eventlog.events import Resources
+from reconciler.core.clusters import Mask
+from reconciler.core.framework.interface import CycleInput, JobView
+from reconciler.core.jobs import Claim, JobRecord
+from reconciler.core.state import State
+
+
+@dataclass
+class Scratch:
+    state: State
+    now: int
+    assumed: npt.NDArray[np.int64]
+    ready: Mask
+    free_base: npt.NDArray[np.int64]
+    claims: dict[str, Claim]
+    help: bool
+    out: list[ev.DecisionEvent] = field(default_factory=list)
+
+    @staticmethod
+    def start(state: State) -> Scratch:
+        table = state.clusters
+        table.build()
+        assumed = table.assumed.copy()
+        return Scratch(
+            state=state,
+            now=state.now_ms,
+            assumed=assumed,
+            ready=table.ready.copy(),
+            free_base=table.capacity - np.maximum(table.reported, assumed),
+            claims=dict(state.claims),
+            help=state.help,
+        )
+
+    def emit(self, event: ev.DecisionEvent) -> None:
+        self.out.append(event)
+
+    def _shift(self, cluster: str, demand: Resources, *, sign: int) -> None:
+        table = self.state.clusters
+        slot = table.index.get(cluster)
+        if slot is None or not demand:
+            return
+        self.assumed[slot] += sign * table.vector(demand)
+        self.free_base[slot] = table.capacity[slot] - np.maximum(table.reported[slot], self.assumed[slot])
+
+    def assume(self, cluster: str, demand: Resources) -> None:
+        self._shift(cluster, demand, sign=+1)
+
+    def release(self, cluster: str, demand: Resources) -> None:
+        self._shift(cluster, demand, sign=-1)
+        self.help = True
+
+    def drop_claim(self, key: str) -> None:
+        if self.claims.pop(key, None) is not None:
+            self.help = True
+
+    def free_for(self, job: JobRecord) -> npt.NDArray[np.int64]:
+        """Free capacity as this job sees it: claims of equal or higher priority are held back."""
+        held = [c for c in self.claims.values() if c.priority >= job.priority and c.preemptor != job.key]
+        if not held:
+            return self.free_base
+        table = self.state.clusters
+        free = self.free_base.copy()
+        for claim in held:
+            slot = table.index.get(claim.cluster)
+            if slot is not None:
+                free[slot] -= table.vector(claim.claim)
+        return free
+
+    def cycle_input(self, job: JobRecord) -> CycleInput:
+        return CycleInput(
+            job=job_view(self.state, job),
+            clusters=self.state.clusters,
+            free=self.free_for(job),
+            ready=self.ready,
+            now_ms=self.now,
+        )
+
+
+def job_view(state: State, job: JobRecord) -> JobView:
+    """Memoized per (table version, spec, priority): a pure function of the job and the table."""
+    table = state.clusters
+    views = state.view_memo
+    cached = views.get(job.key)
+    if cached is not None and cached[0] == table.version and cached[1] is job.spec_key and cached[2] == job.priority:
+        return cached[3]
+    missing = tuple(k for k in job.demand if k not in table.resources.index)
+    view = JobView(
+        key=job.key,
+        uid=job.ref.uid,
+        placement=job.placement,
+        priority=job.priority,
+        demand=job.demand,
+        demand_vec=table.vector(job.demand),
+        missing=missing,
+    )
+    if len(views) > 200_000:
+        views.clear()
+    views[job.key] = (table.version, job.spec_key, job.priority, view)
+    return view

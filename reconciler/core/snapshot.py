@@ -1,0 +1,100 @@
+"""``dump_state`` / ``load_state``: the state as msgpack (data only, no pickle: a snapshot from
+the bucket can never run code). Derived structures (arrays, indexes, running pool, compiled
+profiles) are rebuilt on load; everything a later ``decide`` depends on is in the snapshot.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import Struct
+
+from eventlog.events import PolicyLoaded
+from reconciler.core import phases
+from reconciler.core.clusters import ClusterRecord
+from reconciler.core.jobs import Claim, JobRecord
+from reconciler.core.state import State
+
+SNAPSHOT_VERSION = 1
+
+
+class Snapshot(Struct, kw_only=True):
+    version: int = SNAPSHOT_VERSION
+    seq: int
+    now_ms: int
+    policy: PolicyLoaded | None
+    policy_override: PolicyLoaded | None
+    resources: list[str]
+    clusters: list[ClusterRecord]
+    jobs: list[JobRecord]
+    claims: list[Claim]
+    pending: list[str]
+    help: bool
+    waiting: list[str]
+    timers: list[tuple[int, str]]
+    last_was_decision: bool
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Snapshot)
+
+
+class SnapshotError(ValueError):
+    pass
+
+
+def dump_state(state: State) -> bytes:
+    return _encoder.encode(
+        Snapshot(
+            seq=state.seq,
+            now_ms=state.now_ms,
+            policy=state.policy,
+            policy_override=state.policy_override,
+            resources=list(state.clusters.resources.names),
+            clusters=state.clusters.records,
+            jobs=list(state.jobs.values()),
+            claims=list(state.claims.values()),
+            pending=list(state.pending),
+            help=state.help,
+            waiting=list(state.waiting),
+            timers=list(state.timers),
+            last_was_decision=state.last_was_decision,
+        )
+    )
+
+
+def load_state(raw: bytes) -> State:
+    try:
+        snap = _decoder.decode(raw)
+    except msgspec.DecodeError as err:
+        raise SnapshotError(f"not a kdispatch core snapshot: {err}") from None
+    if snap.version != SNAPSHOT_VERSION:
+        raise SnapshotError(f"snapshot version {snap.version}, this core reads {SNAPSHOT_VERSION}: replay from the log")
+    state = State(policy=snap.policy, policy_override=snap.policy_override)
+    state.seq, state.now_ms = snap.seq, snap.now_ms
+    state.install_policy()
+    for name in snap.resources:
+        state.clusters.resources.add(name)
+    for record in snap.clusters:
+        state.clusters.upsert(record)
+    state.clusters.build()
+    for job in snap.jobs:
+        state.jobs[job.key] = job
+        for copy in job.copies:
+            state.by_cluster.setdefault(copy.cluster, {})[job.key] = None
+        if job.phase == phases.PLACED and job.cluster is not None and job.cluster in state.clusters.index:
+            state.pool.add(
+                job.key,
+                cluster=state.clusters.index[job.cluster],
+                priority=job.priority,
+                started_ms=job.placed_at_ms or 0,
+                demand=job.demand,
+            )
+            if job.evicting_for:
+                state.pool.set_evicting(job.key)
+    state.claims = {c.preemptor: c for c in snap.claims}
+    state.pending = dict.fromkeys(snap.pending)
+    state.help = snap.help
+    state.waiting = dict.fromkeys(snap.waiting)
+    state.timers = [tuple(t) for t in snap.timers]  # type: ignore[misc]
+    state.last_was_decision = snap.last_was_decision
+    return state

@@ -1,0 +1,134 @@
+"""The core's state: everything the log has said, in the shape ``decide`` needs.
+
+Mutated only by ``fold``. ``decide`` reads it (and fills pure memo caches) but never changes
+anything that could alter a later decision, which is what makes replay exact.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from eventlog.events import PolicyLoaded, Resources
+from reconciler.core import phases
+from reconciler.core.clusters import ClusterTable
+from reconciler.core.framework.profile import CompiledProfile, compile_policy
+from reconciler.core.jobs import Claim, Copy, JobRecord
+from reconciler.core.pool import RunningPool
+
+DEFAULT_WORKER_LOST_TIMEOUT_MS = 60_000
+DEFAULT_CLAIM_TTL_MS = 120_000
+DEFAULT_REQUEUE_BACKOFF_MS = 10_000
+
+
+@dataclass
+class State:
+    seq: int = 0
+    now_ms: int = 0
+    policy: PolicyLoaded | None = None
+    policy_override: PolicyLoaded | None = None
+    profiles: dict[str, CompiledProfile] = field(default_factory=dict)
+    profile_errors: dict[str, str] = field(default_factory=dict)
+    clusters: ClusterTable = field(default_factory=ClusterTable)
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    claims: dict[str, Claim] = field(default_factory=dict)  # preemptor key -> claim
+    # Work for the next decide: jobs whose inputs changed, and whether cluster capacity or shape
+    # changed in a way that could let waiting jobs fit (then every waiting job is re-evaluated).
+    pending: dict[str, None] = field(default_factory=dict)
+    help: bool = False
+    waiting: dict[str, None] = field(default_factory=dict)  # Queued/Unschedulable, not suspended
+    by_cluster: dict[str, dict[str, None]] = field(default_factory=dict)  # cluster -> jobs with copies
+    timers: list[tuple[int, str]] = field(default_factory=list)  # heap of (deadline ms, job key)
+    last_was_decision: bool = False
+    pool: RunningPool = field(init=False)
+    # Pure memo (never affects results): job key -> (table version, spec key, priority, view).
+    view_memo: dict[str, tuple[int, bytes, int, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pool = RunningPool(self.clusters.resources)
+
+    # ---- policy ------------------------------------------------------------------------------
+
+    @property
+    def effective_policy(self) -> PolicyLoaded | None:
+        return self.policy_override or self.policy
+
+    def install_policy(self) -> None:
+        self.profiles, self.profile_errors = compile_policy(self.effective_policy)
+
+    @property
+    def worker_lost_timeout_ms(self) -> int:
+        p = self.effective_policy
+        return p.worker_lost_timeout_ms if p else DEFAULT_WORKER_LOST_TIMEOUT_MS
+
+    @property
+    def claim_ttl_ms(self) -> int:
+        p = self.effective_policy
+        return p.claim_ttl_ms if p else DEFAULT_CLAIM_TTL_MS
+
+    @property
+    def requeue_backoff_ms(self) -> int:
+        p = self.effective_policy
+        return p.requeue_backoff_ms if p else DEFAULT_REQUEUE_BACKOFF_MS
+
+    def resolve_priority(self, job: JobRecord) -> int:
+        p = self.effective_policy
+        if job.priority_class and p and job.priority_class in p.priority_classes:
+            return p.priority_classes[job.priority_class]
+        return job.event_priority
+
+    # ---- bookkeeping helpers used by fold ------------------------------------------------------
+
+    def mark(self, key: str) -> None:
+        self.pending[key] = None
+
+    def timer(self, at_ms: int | None, key: str) -> None:
+        if at_ms is not None:
+            heapq.heappush(self.timers, (at_ms, key))
+
+    def set_phase(self, job: JobRecord, phase: str) -> None:
+        job.phase = phase
+        if phase in phases.WAITING and not job.suspended:
+            self.waiting[job.key] = None
+        else:
+            self.waiting.pop(job.key, None)
+
+    def count(self, job: JobRecord, copy: Copy) -> None:
+        if not copy.counted and copy.cluster in self.clusters.index:
+            self.clusters.add_assumed(self.clusters.index[copy.cluster], job.demand, sign=+1)
+            copy.counted = True
+
+    def uncount(self, job: JobRecord, copy: Copy) -> None:
+        if copy.counted:
+            self.clusters.add_assumed(self.clusters.index[copy.cluster], job.demand, sign=-1)
+            copy.counted = False
+            self.help = True
+
+    def add_copy(self, job: JobRecord, cluster: str, attempt: int, state: str) -> Copy:
+        copy = job.copy(cluster, attempt)
+        if copy is None:
+            copy = Copy(cluster=cluster, attempt=attempt, state=state)
+            job.copies.append(copy)
+            self.by_cluster.setdefault(cluster, {})[job.key] = None
+        else:
+            copy.state = state
+        return copy
+
+    def drop_copy(self, job: JobRecord, copy: Copy) -> None:
+        self.uncount(job, copy)
+        job.copies.remove(copy)
+        if not any(c.cluster == copy.cluster for c in job.copies):
+            self.by_cluster.get(copy.cluster, {}).pop(job.key, None)
+
+    def claimed_victims(self) -> dict[str, str]:
+        """victim key -> preemptor key, over all live claims."""
+        return {v: c.preemptor for c in self.claims.values() for v in c.victims}
+
+
+def claim_vector_total(claims: list[Claim]) -> Resources:
+    total: Resources = {}
+    for c in claims:
+        for k, v in c.claim.items():
+            total[k] = total.get(k, 0) + v
+    return total

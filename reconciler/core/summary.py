@@ -1,0 +1,56 @@
+"""``summary(state)``: the state as one JSON-able document (``replay --json``, tests, people)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconciler.core.state import State
+
+
+def summary(state: State) -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
+    for key in sorted(state.jobs):
+        job = state.jobs[key]
+        entry: dict[str, Any] = {
+            "phase": job.phase,
+            "cluster": job.cluster,
+            "attempt": job.attempt,
+            "priority": job.priority,
+            "nominated": list(job.nominated),
+            "evictions": job.evictions,
+            "requeues": job.requeues,
+            "reason": job.last_reason,
+            "uid": job.ref.uid,
+        }
+        if job.succeeded is not None:
+            entry["succeeded"] = job.succeeded
+        if job.unschedulable:
+            entry["unschedulable"] = dict(sorted(job.unschedulable.items()))
+        if job.not_before_ms is not None:
+            entry["not_before_ms"] = job.not_before_ms
+        jobs[key] = entry
+    clusters: dict[str, Any] = {}
+    for record in sorted(state.clusters.records, key=lambda r: r.name):
+        clusters[record.name] = {
+            "health": record.health,
+            "labels": dict(sorted(record.labels.items())),
+            "taints": [f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in record.taints],
+            "capacity": dict(sorted(record.capacity.items())),
+            "reported": dict(sorted(record.reported.items())),
+            "assumed": dict(sorted((k, v) for k, v in record.assumed.items() if v)),
+            "last_seen_ms": record.last_seen_ms,
+            "jobs": sorted(
+                k for k in state.by_cluster.get(record.name, {}) if state.jobs[k].cluster == record.name
+            ),
+        }
+    claims = [
+        {
+            "preemptor": c.preemptor,
+            "cluster": c.cluster,
+            "victims": list(c.victims),
+            "expires_ms": c.expires_ms,
+            "priority": c.priority,
+        }
+        for _, c in sorted(state.claims.items())
+    ]
+    return {"seq": state.seq, "now_ms": state.now_ms, "jobs": jobs, "clusters": clusters, "claims": claims}
