@@ -125,7 +125,7 @@ class WebhookServer:
         for record in records:
             event = record.event
             job = getattr(event, "job", None)
-            fields = {"job": job.key if isinstance(job, ev.JobRef) else "", "event": type(event).__name__, "msg_id": record.msg_id}
+            fields = {"job": job.key if isinstance(job, ev.JobRef) else "", "type": type(event).__name__, "msg_id": record.msg_id}
             if inbox is None:
                 self.metrics.publish_failures.labels("unavailable").inc()
                 log.warning("publish_skipped", reason="NATS not connected; the manager watcher will backfill", **fields)

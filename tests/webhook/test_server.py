@@ -1,0 +1,273 @@
+"""The webhook over real HTTPS (``python -m webhook``) with a real nats-server behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nats
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventlog import codec
+from eventlog import events as ev
+from eventlog.embedded import EmbeddedNats, free_port
+from eventlog.jetstream import LogNames
+from tests.webhook.conftest import Webhook, review, start_webhook
+from webhook import jsonpatch, kinds
+
+# The apiserver's default timeoutSeconds: a review must be answered before it gives up.
+APISERVER_TIMEOUT = aiohttp.ClientTimeout(total=10)
+
+
+def _job(name: str, **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "team-a", "labels": {kinds.QUEUE_LABEL: "user-queue"}, "annotations": annotations},
+        "spec": {
+            "parallelism": 3,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "x", "resources": {"limits": {"cpu": "2", "nvidia.com/gpu": "1"}}}]}},
+        },
+    }
+
+
+async def _post(hook: Webhook, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession(timeout=APISERVER_TIMEOUT) as session,
+        session.post(hook.url + path, data=body, ssl=hook.ssl_context()) as response,
+    ):
+        return response.status, json.loads(await response.read())
+
+
+async def _admit(hook: Webhook, obj: dict[str, Any], *, uid: str, object_uid: str, dry_run: bool = False) -> dict[str, Any]:
+    """What the API server does: /mutate, apply the patch, fill name and uid, /validate."""
+    status, answer = await _post(hook, "/mutate", review(obj, uid=f"m-{uid}", dry_run=dry_run))
+    assert status == 200 and answer["response"]["allowed"], answer
+    patched = jsonpatch.apply(obj, json.loads(base64.b64decode(answer["response"]["patch"])))
+    patched["metadata"]["uid"] = object_uid
+    status, answer = await _post(hook, "/validate", review(patched, uid=uid, dry_run=dry_run))
+    assert status == 200, answer
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == uid and answer["response"]["allowed"], answer
+    return patched
+
+
+async def _inbox(nats_url: str, root: str, subject: str) -> list[tuple[ev.Event, str]]:
+    """(event, Nats-Msg-Id) of every inbox message on ``subject``."""
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        stream = LogNames(root).inbox_stream
+        info = await js.stream_info(stream, subjects_filter=subject)
+        out = []
+        if info.state.subjects:
+            seq = 0
+            while True:
+                try:
+                    msg = await js.get_msg(stream, seq=seq + 1, subject=subject, next=True)
+                except nats.js.errors.NotFoundError:
+                    break
+                assert msg.seq is not None and msg.data is not None
+                seq = msg.seq
+                out.append((codec.decode_event(msg.data), (msg.headers or {}).get("Nats-Msg-Id", "")))
+        return out
+    finally:
+        await nc.close()
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        m = re.match(r"^(\w+)\{(.*)\} (\S+)$", line)
+        if m and m.group(1) == name and ",".join(sorted(m.group(2).split(","))) == wanted:
+            return float(m.group(3))
+    return 0.0
+
+
+async def test_a_submission_is_recorded_exactly_once(webhook: Webhook, nats_url: str) -> None:
+    name = f"train-{uuid.uuid4().hex[:6]}"
+    obj = _job(name, **{"kdispatch.io/cluster-names": "east", "kdispatch.io/simulated-runtime": "30s"})
+    await _admit(webhook, obj, uid="rev-a1", object_uid="obj-a1")
+    await _admit(webhook, obj, uid="rev-a1", object_uid="obj-a1")  # the apiserver retrying the same review
+    records = await _inbox(nats_url, webhook.root, f"{webhook.root}.in.job.submitted.team-a.{name}")
+    assert len(records) == 1
+    event, msg_id = records[0]
+    assert msg_id == "rev-a1"
+    assert isinstance(event, ev.JobSubmitted)
+    assert event.job == ev.JobRef(namespace="team-a", name=name, uid="obj-a1", api_version="batch/v1", kind="Job")
+    assert event.pod_sets == [ev.PodSet(name="main", count=3, requests={"cpu": 2000, "nvidia.com/gpu": 1})]
+    assert event.placement.cluster_names == ["east"] and event.runtime_ms == 30_000 and event.queue == "user-queue"
+    assert event.manifest is not None and event.manifest["spec"]["suspend"] is True
+    assert event.manifest["spec"]["managedBy"] == kinds.MANAGED_BY
+
+
+async def test_dry_run_records_nothing(webhook: Webhook, nats_url: str) -> None:
+    name = f"dry-{uuid.uuid4().hex[:6]}"
+    await _admit(webhook, _job(name), uid="rev-d1", object_uid="obj-d1", dry_run=True)
+    assert await _inbox(nats_url, webhook.root, f"{webhook.root}.in.job.*.team-a.{name}") == []
+
+
+async def test_update_and_delete_are_recorded(webhook: Webhook, nats_url: str) -> None:
+    name = f"upd-{uuid.uuid4().hex[:6]}"
+    stored = await _admit(webhook, _job(name), uid="rev-u0", object_uid="obj-u")
+    grown = json.loads(json.dumps(stored))
+    grown["spec"]["parallelism"] = 6
+    status, answer = await _post(webhook, "/validate", review(grown, uid="rev-u1", operation="UPDATE", old=stored))
+    assert status == 200 and answer["response"]["allowed"]
+    status, answer = await _post(webhook, "/validate", review(None, uid="rev-u2", operation="DELETE", old=grown))
+    assert status == 200 and answer["response"]["allowed"]
+    [(updated, uid1)] = await _inbox(nats_url, webhook.root, f"{webhook.root}.in.job.updated.team-a.{name}")
+    [(deleted, uid2)] = await _inbox(nats_url, webhook.root, f"{webhook.root}.in.job.deleted.team-a.{name}")
+    assert isinstance(updated, ev.JobUpdated) and updated.pod_sets[0].count == 6 and uid1 == "rev-u1"
+    assert isinstance(deleted, ev.JobDeleted) and deleted.job.uid == "obj-u" and uid2 == "rev-u2"
+
+
+async def test_denials_explain_and_are_counted(webhook: Webhook) -> None:
+    obj = _job("bad", **{"kdispatch.io/cluster-affinity": '{"required": [{"matchExpressions": [{"key": "zone", "operator": "in", "values": ["a"]}]}]}'})
+    status, answer = await _post(webhook, "/mutate", review(obj, uid="rev-x"))
+    assert status == 200
+    response = answer["response"]
+    assert response["uid"] == "rev-x" and response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert '$.required[0].matchExpressions[0].operator: found "in"' in response["status"]["message"]
+    assert 'did you mean "In"?' in response["status"]["message"]
+    status, text = webhook.request("GET", "/metrics")
+    assert status == 200
+    assert _metric(text.decode(), "kdispatch_webhook_denials_total", endpoint="mutate", reason="invalid-placement") >= 1
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        (b"", 400, "empty body"),
+        (b"null", 400, "expected a JSON object"),
+        (b"{\"kind\": \"AdmissionReview\", \"apiVersion\": \"admission.k8s.io/v1\"}", 400, "no request"),
+        (Path("/work/shared/corpus/admissionreview/connaisseur-21_broken_admission_request.json").read_bytes(), 400, "kind"),
+        (b"{" * 5000, 400, "not JSON"),
+        (b" " * (2 << 20), 413, ""),
+    ],
+    ids=["empty", "null", "no-request", "broken-sample", "deep", "oversized"],
+)
+def test_malformed_bodies_get_4xx_with_a_reason(webhook: Webhook, body: bytes, status: int, fragment: str) -> None:
+    got, text = webhook.request("POST", "/validate", body)
+    assert got == status
+    assert fragment in text.decode(errors="replace")
+
+
+def test_health_readiness_and_metrics(webhook: Webhook) -> None:
+    assert webhook.request("GET", "/healthz") == (200, b"ok\n")
+    assert webhook.request("GET", "/readyz") == (200, b"ok\n")
+    webhook.request("POST", "/mutate", review(_job("m1"), uid="rev-m1"))
+    status, text = webhook.request("GET", "/metrics")
+    body = text.decode()
+    assert status == 200
+    assert _metric(body, "kdispatch_webhook_requests_total", endpoint="mutate", result="allowed") >= 1
+    assert "kdispatch_webhook_request_seconds_bucket" in body
+
+
+def _check_answer(status: int, body: bytes) -> None:
+    assert status in (200, 400), (status, body[:300])
+    answer = json.loads(body)
+    if status == 200:
+        assert answer["kind"] == "AdmissionReview" and isinstance(answer["response"]["allowed"], bool)
+        if not answer["response"]["allowed"]:
+            assert answer["response"]["status"]["code"] in (400, 403)
+    else:
+        assert answer["error"]
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+_kind = st.sampled_from(kinds.SUPPORTED_KINDS)
+
+
+@st.composite
+def _reviews(draw: st.DrawFn) -> bytes:
+    """Reviews of supported kinds whose objects are random, opted in, in any operation."""
+    info = draw(_kind)
+    obj = {
+        "apiVersion": info.api_version,
+        "kind": info.kind,
+        "metadata": {
+            "name": "r",
+            "labels": {kinds.QUEUE_LABEL: "q"},
+            "annotations": draw(st.dictionaries(st.sampled_from(["kdispatch.io/placement", "kdispatch.io/nominate", "x"]), st.text(max_size=12), max_size=2)),
+        },
+        "spec": draw(_json),
+    }
+    request = {
+        "uid": "h",
+        "kind": {"group": info.group, "version": info.version, "kind": info.kind},
+        "operation": draw(st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT"])),
+        "object": obj,
+        "oldObject": draw(st.none() | st.just(obj)),
+        "dryRun": True,
+    }
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.binary(max_size=300) | _json.map(lambda v: json.dumps(v).encode()) | _reviews())
+def test_nothing_a_client_sends_gives_a_500(webhook: Webhook, body: bytes) -> None:
+    for path in ("/mutate", "/validate"):
+        _check_answer(*webhook.request("POST", path, body))
+
+
+async def test_nats_unreachable_the_review_is_still_answered(tmp_path: Path) -> None:
+    dead = f"nats://127.0.0.1:{free_port()}"
+    hook = start_webhook(nats_url=dead, root="whdead", data_dir=tmp_path, wait_ready=False)
+    try:
+        assert hook.request("GET", "/readyz")[0] == 503
+        obj = _job("lonely")
+        await _admit(hook, obj, uid="rev-n1", object_uid="obj-n1")  # allowed: the job stays held
+        text = hook.request("GET", "/metrics")[1].decode()
+        assert _metric(text, "kdispatch_webhook_publish_failures_total", reason="unavailable") == 1
+    finally:
+        assert hook.stop() == 0
+
+
+async def test_nats_stalled_the_review_is_answered_at_the_bound_and_shutdown_finishes_it(tmp_path: Path) -> None:
+    server = EmbeddedNats(data_dir=tmp_path / "nats")
+    await server.start_async()
+    hook = start_webhook(nats_url=server.url, root="whstall", data_dir=tmp_path, extra=["--publish-timeout", "2"])
+    try:
+        stored = await _admit(hook, _job("first"), uid="rev-s0", object_uid="obj-s0")  # NATS is fine
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGSTOP)  # connected, but no acks
+        try:
+            status, answer = await _post(hook, "/validate", review({**stored, "metadata": {**stored["metadata"], "name": "second"}}, uid="rev-s1"))
+            assert status == 200 and answer["response"] == {"uid": "rev-s1", "allowed": True}
+            text = hook.request("GET", "/metrics")[1].decode()
+            assert _metric(text, "kdispatch_webhook_publish_failures_total", reason="timeout") == 1
+            assert hook.request("GET", "/readyz")[0] == 503
+
+            # SIGTERM while a review waits on the stalled publish: it is still answered.
+            async with aiohttp.ClientSession(timeout=APISERVER_TIMEOUT) as session:
+                body = review({**stored, "metadata": {**stored["metadata"], "name": "third"}}, uid="rev-s2")
+                pending = session.post(hook.url + "/validate", data=body, ssl=hook.ssl_context())
+                task = asyncio.ensure_future(pending)
+                while "rev-s2" not in hook.log.read_text() and not task.done():
+                    await asyncio.sleep(0.05)
+                hook.proc.send_signal(signal.SIGTERM)
+                response = await task
+                assert response.status == 200
+                assert (await response.json())["response"]["uid"] == "rev-s2"
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert hook.proc.wait(timeout=15) == 0
+    finally:
+        hook.stop()
+        await server.stop_async()
