@@ -93,10 +93,16 @@ class ClusterConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="ca
     worker_lost_timeout: int | str | None = None
     kubeconfig: KubeconfigConfig | None = None
     simulated: SimulatedConfig | None = None
+    kueue: bool | None = None  # does the worker run Kueue? None: detect (ClusterQueues served)
+    heartbeat_interval: int | str = "5s"
+    heartbeat_timeout: int | str = "3s"
 
 
 class ManagerConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     kubeconfig: KubeconfigConfig | None = None  # None with no simulated clusters: in-cluster config
+    id: str = "kdispatch"  # the kdispatch.io/origin label on remote copies: unique per manager
+    resync: int | str = "5m"  # list again (all watches, manager and workers) this often
+    gc_interval: int | str = "30s"  # remote copies no live placement wants are deleted this often
 
 
 class Config(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):

@@ -62,7 +62,11 @@ class KubeApi:
     async def _call(
         self, group: str, resource: str, verb: str, coro: Any, *, timeout_s: float | None = None
     ) -> Any:
-        rbac.check(self.role, group, resource, verb)
+        try:
+            rbac.check(self.role, group, resource, verb)
+        except rbac.UnlistedApiCall:
+            coro.close()  # never sent
+            raise
         what = f"{self.cluster}: {verb} {group or 'core'}/{resource}"
         try:
             return await asyncio.wait_for(coro, timeout_s or self.timeout_s)

@@ -1,0 +1,295 @@
+"""kmock's KubernetesEmulator, extended where it falls short of the real API server.
+
+What the real API does and plain kmock does not, added here (so the adapter stays honest):
+- ``metadata.uid``, ``resourceVersion`` (one counter per server), ``creationTimestamp``,
+  ``generation`` (bumped on spec changes only);
+- create of an existing name -> 409 AlreadyExists; delete honours ``preconditions.uid`` (409);
+- PATCH is a JSON merge patch (``null`` removes a key); the ``status`` subresource changes only
+  ``status``, and a PATCH of the object itself ignores ``status``;
+- list and watch honour ``labelSelector`` (``k=v``, ``k!=v``, ``k``, ``!k``); a list carries the
+  collection's resourceVersion; a watch from a resourceVersion replays the events after it, or
+  answers 410 Gone (an ERROR event) when that version was compacted away (``compact()``);
+  ``timeoutSeconds`` ends a watch;
+- resources must be declared (``serve(...)``): an undeclared one is a 404, like a CRD that is not
+  installed.
+
+Run it with ``kmock.Server(emulator, port=...)``; stopping the server and starting another on the
+same port with the same emulator is a worker that went away and came back with its objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import itertools
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import kmock
+from kmock._internal import apps, rendering
+
+Key = tuple[str, str, str]  # (group, version, plural)
+
+
+def _now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    for raw in filter(None, (s.strip() for s in selector.split(","))):
+        if "!=" in raw:
+            k, v = raw.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in raw:
+            k, v = raw.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif raw.startswith("!"):
+            if raw[1:] in labels:
+                return False
+        elif raw not in labels:
+            return False
+    return True
+
+
+class _Watcher:
+    def __init__(self, key: Key, namespace: str | None, selector: str) -> None:
+        self.key = key
+        self.namespace = namespace
+        self.selector = selector
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def wants(self, key: Key, obj: dict[str, Any]) -> bool:
+        meta = obj.get("metadata") or {}
+        if key != self.key or (self.namespace is not None and meta.get("namespace") != self.namespace):
+            return False
+        return selector_matches(self.selector, meta.get("labels") or {})
+
+
+@attrs.define(kw_only=True)
+class KubeApiEmulator(kmock.KubernetesEmulator):
+    name: str = "cluster"
+    _store: dict[Key, dict[tuple[str, str], dict[str, Any]]] = attrs.field(factory=dict, init=False)
+    _history: list[tuple[int, Key, str, dict[str, Any]]] = attrs.field(factory=list, init=False)
+    _compacted_to: int = attrs.field(default=0, init=False)
+    _rv: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _last_rv: int = attrs.field(default=0, init=False)
+    _watchers: list[_Watcher] = attrs.field(factory=list, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        # kubernetes-asyncio's VersionApi asks for "/version/"; the real server answers both.
+        self.fallback["get /version/"] << self._serve_server_version
+
+    # -- declaring resources, test-side access ---------------------------------------------------
+
+    def serve(
+        self, group: str, version: str, plural: str, *, kind: str = "", namespaced: bool = True
+    ) -> None:
+        self._store.setdefault((group, version, plural), {})
+        self.resources[f"{group}/{version}/{plural}" if group else f"v1/{plural}"] = kmock.ResourceInfo(
+            kind=kind or None,
+            namespaced=namespaced,
+            verbs={"get", "list", "watch", "create", "patch", "delete"},
+        )
+
+    def objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for o in self._store.get((group, version, plural), {}).values()]
+
+    def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        obj = self._store.get((group, version, plural), {}).get((namespace, name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def put(self, group: str, version: str, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create an object directly (what another controller would do)."""
+        return self._create((group, version, plural), obj.get("metadata", {}).get("namespace", ""), obj)
+
+    def patch_status(
+        self, group: str, version: str, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Change an object's status the way its controller (or Kueue) would."""
+        return self._patch(
+            (group, version, plural), namespace, name, {"status": status}, subresource="status"
+        )
+
+    def compact(self) -> None:
+        """Forget the event history: a watch from an older resourceVersion now gets 410 Gone."""
+        self._compacted_to = self._last_rv
+        self._history.clear()
+
+    # -- the API ----------------------------------------------------------------------------------
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        # Skip KubernetesEmulator's own bookkeeping: the handlers below keep the state.
+        return await apps.RawHandler._handle(self, request)
+
+    def _key(self, request: rendering.Request) -> Key:
+        res = request.resource
+        assert res is not None
+        key = (str(res.group or ""), str(res.version or ""), str(res.plural or ""))
+        if key not in self._store:
+            raise kmock.KubernetesResourceNotFoundError()
+        return key
+
+    def _next_rv(self) -> int:
+        self._last_rv = next(self._rv)
+        return self._last_rv
+
+    def _emit(self, key: Key, kind: str, obj: dict[str, Any]) -> None:
+        rv = int(obj["metadata"]["resourceVersion"])
+        snapshot = copy.deepcopy(obj)
+        self._history.append((rv, key, kind, snapshot))
+        for w in self._watchers:
+            if w.wants(key, snapshot):
+                w.queue.put_nowait({"type": kind, "object": snapshot})
+
+    def _create(self, key: Key, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        meta["namespace"] = namespace or meta.get("namespace", "")
+        name = meta.get("name")
+        if not name:
+            raise kmock.KubernetesError(status=422, reason="Invalid", message="metadata.name: Required value")
+        if (meta["namespace"], name) in self._store[key]:
+            raise kmock.KubernetesError(
+                status=409, reason="AlreadyExists", message=f'{key[2]} "{name}" already exists'
+            )
+        meta.update(
+            uid=str(uuid.uuid4()),
+            resourceVersion=str(self._next_rv()),
+            creationTimestamp=_now(),
+            generation=1,
+        )
+        self._store[key][(meta["namespace"], name)] = obj
+        self._emit(key, "ADDED", obj)
+        return copy.deepcopy(obj)
+
+    def _patch(
+        self, key: Key, namespace: str, name: str, body: Any, *, subresource: str | None
+    ) -> dict[str, Any]:
+        current = self._store[key].get((namespace, name))
+        if current is None:
+            raise kmock.KubernetesObjectNotFoundError()
+        body = dict(body or {})
+        if subresource == "status":
+            body = {"status": body.get("status")} if "status" in body else {}
+        else:
+            body.pop("status", None)
+        updated = merge_patch(current, body)
+        if updated.get("spec") != current.get("spec"):
+            updated["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        updated["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._store[key][(namespace, name)] = updated
+        self._emit(key, "MODIFIED", updated)
+        return copy.deepcopy(updated)
+
+    async def _serve_create(self, request: rendering.Request) -> Any:
+        created = self._create(self._key(request), request.namespace or "", request.data or {})
+        return rendering.Response(status=201, payload=created)  # clients map only 201 to the object
+
+    async def _serve_update(self, request: rendering.Request) -> Any:
+        key = self._key(request)
+        assert request.name is not None
+        return self._patch(
+            key, request.namespace or "", request.name, request.data, subresource=request.subresource
+        )
+
+    async def _serve_delete(self, request: rendering.Request) -> Any:
+        key = self._key(request)
+        current = self._store[key].get((request.namespace or "", request.name or ""))
+        if current is None:
+            raise kmock.KubernetesObjectNotFoundError()
+        want_uid = ((request.data or {}).get("preconditions") or {}).get("uid")
+        if want_uid and want_uid != current["metadata"]["uid"]:
+            raise kmock.KubernetesError(
+                status=409, reason="Conflict", message="Precondition failed: UID mismatch"
+            )
+        del self._store[key][(request.namespace or "", request.name or "")]
+        current["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._emit(key, "DELETED", current)
+        return copy.deepcopy(current)
+
+    async def _serve_fetch(self, request: rendering.Request) -> Any:
+        obj = self._store[self._key(request)].get((request.namespace or "", request.name or ""))
+        if obj is None:
+            raise kmock.KubernetesObjectNotFoundError()
+        return copy.deepcopy(obj)
+
+    def _select(self, request: rendering.Request, key: Key) -> list[dict[str, Any]]:
+        selector = request.params.get("labelSelector", "")
+        out = []
+        for (ns, _), obj in self._store[key].items():
+            if request.namespace is not None and ns != request.namespace:
+                continue
+            if selector_matches(selector, obj["metadata"].get("labels") or {}):
+                out.append(copy.deepcopy(obj))
+        return out
+
+    async def _serve_list(self, request: rendering.Request) -> Any:
+        key = self._key(request)
+        if request.params.get("watch", "").lower() in ("true", "1"):
+            # kubernetes-asyncio sends watch=True; kmock only recognises "true" as a watch.
+            return self._serve_watch(request)
+        return {
+            "kind": "List",
+            "metadata": {"resourceVersion": str(self._last_rv)},
+            "items": self._select(request, key),
+        }
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
+        key = self._key(request)
+        yield b""
+        rv_text = request.params.get("resourceVersion", "")
+        timeout = float(request.params.get("timeoutSeconds", "0") or 0) or None
+        watcher = _Watcher(key, request.namespace, request.params.get("labelSelector", ""))
+        if rv_text in ("", "0"):
+            for obj in self._select(request, key):
+                watcher.queue.put_nowait({"type": "ADDED", "object": obj})
+        else:
+            since = int(rv_text)
+            if since < self._compacted_to:
+                yield {
+                    "type": "ERROR",
+                    "object": {
+                        "kind": "Status",
+                        "code": 410,
+                        "reason": "Expired",
+                        "message": "too old resource version",
+                    },
+                }
+                return
+            for rv, k, kind, obj in self._history:
+                if rv > since and watcher.wants(k, obj):
+                    watcher.queue.put_nowait({"type": kind, "object": copy.deepcopy(obj)})
+        self._watchers.append(watcher)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout else None
+        try:
+            while True:
+                wait = None if deadline is None else deadline - loop.time()
+                if wait is not None and wait <= 0:
+                    return
+                try:
+                    event = await asyncio.wait_for(watcher.queue.get(), wait)
+                except TimeoutError:
+                    return
+                yield event
+        finally:
+            self._watchers.remove(watcher)
