@@ -107,7 +107,11 @@ def self_signed(directory: str | Path, *, names: Sequence[str] = DEFAULT_SANS) -
         return ca_path, cert_path, key_path
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kdispatch webhook development CA")])
+    # A distinct subject per CA: verifiers look CAs up by subject, and two dev CAs with one name
+    # (one per data dir, or a regenerated one) would shadow each other.
+    ca_name = x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, f"kdispatch webhook development CA {x509.random_serial_number():x}"[:64])]
+    )
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
