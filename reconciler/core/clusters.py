@@ -35,6 +35,7 @@ class ClusterRecord(Struct, kw_only=True):
     health: str = READY
     last_seen_ms: int = 0
     lost_at_ms: int | None = None
+    heard_while_lost: bool = False  # a heartbeat came after ClusterLost: recover it
     lost_timeout_ms: int | None = None  # per-cluster override
     taint_since_ms: dict[str, int] = field(default_factory=dict)  # NoExecute taint -> added at
 

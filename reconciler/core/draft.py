@@ -58,7 +58,7 @@ class Draft:
         entry = self.copies.get(key)
         if entry is not None and entry[1]:
             entry[1] = False
-            s.release(key[0], self.job.demand)
+            s.release(key[0], self.job.demand, job=self.job.key)
 
     def withdraw(self, s: Scratch, *, cluster: str, attempt: int, reason: str) -> None:
         if self.terminal:

@@ -157,6 +157,7 @@ def _registered(state: State, e: ev.ClusterRegistered | ev.ClusterUpdated) -> No
         health=old.health if old and old.health != REMOVED else READY,
         last_seen_ms=state.now_ms if old is None or old.health == REMOVED else old.last_seen_ms,
         lost_at_ms=old.lost_at_ms if old and old.health == LOST else None,
+        heard_while_lost=old.heard_while_lost if old else False,
         lost_timeout_ms=e.worker_lost_timeout_ms,
         taint_since_ms=since,
     )
@@ -198,7 +199,9 @@ def _heartbeat(state: State, e: ev.ClusterHeartbeat) -> None:
     table.build()
     table.seen(slot, state.now_ms)
     before = record.reported
-    if any(before.get(k, 0) > e.usage.get(k, 0) for k in before) or record.health == LOST:
+    if record.health == LOST:
+        record.heard_while_lost = True
+    if any(before.get(k, 0) > e.usage.get(k, 0) for k in before):
         state.help = True
     if before != e.usage:
         table.set_reported(slot, e.usage)
@@ -379,6 +382,7 @@ def _cluster_lost(state: State, e: ev.ClusterLost) -> None:
     record = state.clusters.records[slot]
     record.health = LOST
     record.lost_at_ms = state.now_ms
+    record.heard_while_lost = False
     state.clusters.touch()
 
 
@@ -389,6 +393,7 @@ def _cluster_recovered(state: State, e: ev.ClusterRecovered) -> None:
     record = state.clusters.records[slot]
     record.health = READY
     record.lost_at_ms = None
+    record.heard_while_lost = False
     state.clusters.touch()
     state.help = True
 

@@ -37,7 +37,7 @@ def cluster_health(s: Scratch) -> tuple[list[str], list[str]]:
     recovered = sorted(
         r.name
         for r in table.records
-        if r.health == "Lost" and r.lost_at_ms is not None and r.last_seen_ms > r.lost_at_ms
+        if r.health == "Lost" and r.heard_while_lost
     )
     for name in lost:
         slot = table.index[name]

@@ -28,6 +28,7 @@ class Scratch:
     claims: dict[str, Claim]
     help: bool
     out: list[ev.DecisionEvent] = field(default_factory=list)
+    released_jobs: set[str] = field(default_factory=set)  # jobs whose copies this pass released
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -58,8 +59,9 @@ class Scratch:
     def assume(self, cluster: str, demand: Resources) -> None:
         self._shift(cluster, demand, sign=+1)
 
-    def release(self, cluster: str, demand: Resources) -> None:
+    def release(self, cluster: str, demand: Resources, *, job: str = "") -> None:
         self._shift(cluster, demand, sign=-1)
+        self.released_jobs.add(job)
         self.help = True
 
     def drop_claim(self, key: str) -> None:
@@ -76,8 +78,22 @@ class Scratch:
         for claim in held:
             slot = table.index.get(claim.cluster)
             if slot is not None:
-                free[slot] -= table.vector(claim.claim)
+                free[slot] -= self.claim_hold(claim)
         return free
+
+    def claim_hold(self, claim: Claim) -> npt.NDArray[np.int64]:
+        """What a claim holds back now: the capacity its victims have already freed, up to the
+        claim. While a victim still runs its usage blocks the capacity anyway; counting the claim
+        on top would hold the same capacity twice."""
+        table = self.state.clusters
+        still = np.zeros(len(table.resources), dtype=np.int64)
+        for key in claim.victims:
+            victim = self.state.jobs.get(key)
+            if victim is not None and victim.cluster == claim.cluster and key not in self.released_jobs:
+                if any(c.counted and c.cluster == claim.cluster for c in victim.copies):
+                    still += table.vector(victim.demand)
+        hold: npt.NDArray[np.int64] = np.maximum(table.vector(claim.claim) - still, 0)
+        return hold
 
     def cycle_input(self, job: JobRecord) -> CycleInput:
         return CycleInput(

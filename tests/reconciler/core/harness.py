@@ -19,6 +19,7 @@ class Harness:
         self.log: list[ev.LogEntry] = []
         self.now = 1_000_000
         self.inbox_seq = 0
+        self.silent: set[str] = set()  # clusters that stop heartbeating in ``advance``
         if policy is not None:
             self.inputs(policy)
 
@@ -58,8 +59,15 @@ class Harness:
         self._append(ev.Tick())
         return self.step()
 
-    def advance(self, ms: int) -> list[ev.DecisionEvent]:
-        return self.tick(self.now + ms)
+    def advance(self, ms: int, *, beat: bool = True) -> list[ev.DecisionEvent]:
+        """Let time pass; every cluster not in ``silent`` heartbeats (same usage) first."""
+        self.now += ms
+        if beat:
+            for record in sorted(self.state.clusters.records, key=lambda r: r.name):
+                if record.name not in self.silent and record.health != "Removed":
+                    self._append(ev.ClusterHeartbeat(cluster=record.name, usage=dict(record.reported)))
+        self._append(ev.Tick())
+        return self.step()
 
 
 def ref(name: str, namespace: str = "team") -> ev.JobRef:
