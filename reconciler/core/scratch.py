@@ -89,9 +89,10 @@ class Scratch:
         still = np.zeros(len(table.resources), dtype=np.int64)
         for key in claim.victims:
             victim = self.state.jobs.get(key)
-            if victim is not None and victim.cluster == claim.cluster and key not in self.released_jobs:
-                if any(c.counted and c.cluster == claim.cluster for c in victim.copies):
-                    still += table.vector(victim.demand)
+            if victim is None or victim.cluster != claim.cluster or key in self.released_jobs:
+                continue
+            if any(c.counted and c.cluster == claim.cluster for c in victim.copies):
+                still += table.vector(victim.demand)
         hold: npt.NDArray[np.int64] = np.maximum(table.vector(claim.claim) - still, 0)
         return hold
 
