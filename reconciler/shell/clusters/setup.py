@@ -1,0 +1,228 @@
+"""The clusters side of ``kdispatch serve``/``demo``, built from the config file in one place.
+
+``ClusterSet.from_config`` makes one worker per configured cluster (simulated or Kubernetes), and
+for Kubernetes the manager watcher and status sync; ``run`` registers the clusters
+(``ClusterRegistered``, once per content thanks to its message id), starts every observer and the
+actuator, and returns when ``stop`` is set::
+
+    clusters = await ClusterSet.from_config(config)
+    await clusters.run(inbox=log.inbox, reader=log.reader, stop=stop)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
+
+from eventlog import codec
+from eventlog import events as ev
+from eventlog.store import Inbox, LogReader
+from reconciler.config import ClusterConfig, Config, ConfigError, KubeconfigConfig, parse_duration_ms
+from reconciler.shell.actuator import Actuator
+from reconciler.shell.clusters.api import KubeApi
+from reconciler.shell.clusters.base import Worker
+from reconciler.shell.clusters.kube import KubeWorker
+from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
+from reconciler.shell.clusters.quantity import parse_resources
+from reconciler.shell.clusters.reporter import InboxReporter
+from reconciler.shell.clusters.sim import SimCluster
+from reconciler.shell.logging import get_logger
+from reconciler.sim.worker import SimWorker
+
+log = get_logger("reconciler.clusters.setup")
+
+
+def registration(cfg: ClusterConfig, *, capacity: ev.Resources) -> tuple[ev.ClusterRegistered, str]:
+    """The ``ClusterRegistered`` for a configured cluster and its content-derived message id."""
+    lost = cfg.worker_lost_timeout
+    event = ev.ClusterRegistered(
+        cluster=cfg.name,
+        labels=dict(cfg.labels),
+        taints=list(cfg.taints),
+        capacity=capacity,
+        worker_lost_timeout_ms=None
+        if lost is None
+        else parse_duration_ms(lost, path=f"clusters[{cfg.name}]"),
+    )
+    digest = hashlib.sha256(codec.encode(event)).hexdigest()[:16]
+    return event, f"{cfg.name}/registered/{digest}"
+
+
+def sim_cluster(cfg: ClusterConfig) -> SimCluster:
+    assert cfg.simulated is not None
+    sim = cfg.simulated
+    where = f"clusters[{cfg.name}].simulated"
+    try:
+        capacity = parse_resources(sim.capacity)
+    except ValueError as err:
+        raise ConfigError(str(err), path=f"{where}.capacity") from None
+    model = SimWorker(
+        cfg.name,
+        capacity,
+        admission_latency_ms=parse_duration_ms(sim.admission_latency, path=f"{where}.admissionLatency"),
+        default_runtime_ms=parse_duration_ms(sim.default_runtime, path=f"{where}.defaultRuntime"),
+    )
+    interval_s = (
+        parse_duration_ms(cfg.heartbeat_interval, path=f"clusters[{cfg.name}].heartbeatInterval") / 1000
+    )
+    return SimCluster(model, heartbeat_interval_s=interval_s)
+
+
+async def api_client_for(
+    kc: KubeconfigConfig | None, *, manager: KubeApi | None, what: str
+) -> client.ApiClient:
+    """An API client from a kubeconfig file, a kubeconfig in a Secret on the manager, or (no
+    kubeconfig at all) the in-cluster service account. Nothing of the credentials is logged."""
+    configuration = client.Configuration()
+    if kc is None:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    elif kc.path is not None:
+        await kube_config.load_kube_config(
+            config_file=kc.path, context=kc.context, client_configuration=configuration
+        )
+    elif kc.secret_ref is not None:
+        ref = kc.secret_ref
+        if manager is None:
+            raise ConfigError(
+                "a Secret reference needs the manager cluster's API", path=f"{what}.kubeconfig.secretRef"
+            )
+        secret = await manager.get_secret(ref.namespace, ref.name)
+        data = (secret or {}).get("data") or {}
+        if ref.key not in data:
+            raise ConfigError(
+                f"Secret {ref.namespace}/{ref.name} has no key {ref.key!r}",
+                path=f"{what}.kubeconfig.secretRef",
+            )
+        loaded: Any = yaml.safe_load(base64.b64decode(data[ref.key]))
+        await kube_config.load_kube_config_from_dict(
+            loaded, context=kc.context, client_configuration=configuration
+        )
+    else:
+        raise ConfigError("give either path or secretRef", path=f"{what}.kubeconfig")
+    return client.ApiClient(configuration)
+
+
+@dataclass
+class ClusterSet:
+    manager_id: str = "kdispatch"
+    clusters: list[ClusterConfig] = field(default_factory=list)
+    workers: dict[str, Worker] = field(default_factory=dict)
+    capacities: dict[str, ev.Resources] = field(default_factory=dict)
+    manager_api: KubeApi | None = None
+    resync_s: int = 300
+    gc_interval_s: float = 30.0
+    backfill_after_s: float = 10.0
+    api_clients: list[client.ApiClient] = field(default_factory=list)
+    actuator: Actuator | None = None
+    watcher: ManagerWatcher | None = None
+
+    @classmethod
+    async def from_config(
+        cls, config: Config, *, manager_api_client: client.ApiClient | None = None
+    ) -> ClusterSet:
+        manager = config.manager
+        resync_ms = parse_duration_ms(manager.resync, path="manager.resync") if manager else 300_000
+        gc_ms = parse_duration_ms(manager.gc_interval, path="manager.gcInterval") if manager else 30_000
+        out = cls(
+            manager_id=manager.id if manager else "kdispatch",
+            clusters=list(config.clusters),
+            resync_s=max(resync_ms // 1000, 1),
+            gc_interval_s=gc_ms / 1000,
+        )
+        needs_kube = any(c.simulated is None for c in config.clusters)
+        if needs_kube:
+            if manager_api_client is None:
+                kc = manager.kubeconfig if manager else None
+                manager_api_client = await api_client_for(kc, manager=None, what="manager")
+                out.api_clients.append(manager_api_client)
+            out.manager_api = KubeApi(manager_api_client, role="manager", cluster="manager")
+        for cfg in config.clusters:
+            if cfg.simulated is not None:
+                sim = sim_cluster(cfg)
+                out.workers[cfg.name] = sim
+                out.capacities[cfg.name] = dict(sim.model.capacity)
+            else:
+                api_client = await api_client_for(
+                    cfg.kubeconfig, manager=out.manager_api, what=f"clusters[{cfg.name}]"
+                )
+                out.api_clients.append(api_client)
+                out.workers[cfg.name] = kube_worker(
+                    cfg, api_client, manager_id=out.manager_id, resync_s=out.resync_s
+                )
+                out.capacities[cfg.name] = {}  # learnt from the cluster: ClusterUpdated follows
+        return out
+
+    async def run(self, *, inbox: Inbox, reader: LogReader, stop: asyncio.Event) -> None:
+        reporter = InboxReporter(inbox)
+        for cfg in self.clusters:
+            event, msg_id = registration(cfg, capacity=self.capacities.get(cfg.name, {}))
+            await reporter.report(event, msg_id=msg_id)
+        actuator = Actuator(reader, self.workers, gc_interval_s=self.gc_interval_s)
+        self.actuator = actuator
+        if self.manager_api is not None:
+            sync = ManagerSync(self.manager_api, actuator.desired)
+            actuator.listeners = (sync,)
+            self.watcher = ManagerWatcher(
+                self.manager_api,
+                reporter,
+                known=lambda uid: uid in actuator.desired.jobs,
+                resync_s=self.resync_s,
+                backfill_after_s=self.backfill_after_s,
+            )
+            for name, worker in self.workers.items():
+                if isinstance(worker, KubeWorker):
+                    worker.wanted = _wanted(actuator, name)
+                    worker.status_listeners.append(sync.remote_status)
+        tasks = [asyncio.create_task(actuator.run(stop), name="actuator")]
+        tasks += [
+            asyncio.create_task(w.run(reporter, stop), name=f"observer-{n}") for n, w in self.workers.items()
+        ]
+        if self.watcher is not None:
+            tasks.append(asyncio.create_task(self.watcher.run(stop), name="manager-watcher"))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        for api_client in self.api_clients:
+            await api_client.close()
+
+
+def kube_worker(
+    cfg: ClusterConfig, api_client: client.ApiClient, *, manager_id: str, resync_s: int
+) -> KubeWorker:
+    where = f"clusters[{cfg.name}]"
+    lost = cfg.worker_lost_timeout
+    timeout_s = parse_duration_ms(cfg.heartbeat_timeout, path=f"{where}.heartbeatTimeout") / 1000
+    return KubeWorker(
+        cfg.name,
+        KubeApi(api_client, role="worker", cluster=cfg.name, timeout_s=max(timeout_s, 5.0)),
+        manager_id=manager_id,
+        labels=dict(cfg.labels),
+        taints=list(cfg.taints),
+        worker_lost_timeout_ms=None
+        if lost is None
+        else parse_duration_ms(lost, path=f"{where}.workerLostTimeout"),
+        kueue=cfg.kueue,
+        heartbeat_interval_s=parse_duration_ms(cfg.heartbeat_interval, path=f"{where}.heartbeatInterval")
+        / 1000,
+        heartbeat_timeout_s=timeout_s,
+        resync_s=resync_s,
+    )
+
+
+def _wanted(actuator: Actuator, cluster: str) -> Any:
+    def wanted(job_uid: str, attempt: int) -> bool:
+        return actuator.desired.wanted(job_uid, cluster, attempt)
+
+    return wanted

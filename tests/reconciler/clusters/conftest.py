@@ -1,0 +1,144 @@
+"""Fixtures: kmock API servers (extended, see kubeapi.py) reached through kubernetes-asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes_asyncio import client
+
+from eventlog import events as ev
+from reconciler.shell.clusters.api import KubeApi
+from tests.reconciler.clusters.kubeapi import KubeApiEmulator
+
+
+@dataclass
+class ApiServer:
+    """One emulated cluster: the emulator (state) and its HTTP server, which can be killed and
+    brought back on the same port with the same objects."""
+
+    emulator: KubeApiEmulator
+    server: kmock.Server | None = None
+    port: int = 0
+    clients: list[client.ApiClient] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.server = kmock.Server(self.emulator, port=self.port or None)
+        await self.server.__aenter__()
+        self.port = self.server.port
+
+    async def kill(self) -> None:
+        if self.server is not None:
+            server, self.server = self.server, None
+            await server.__aexit__(None, None, None)
+
+    def api(self, *, role: Any, cluster: str, timeout_s: float = 2.0) -> KubeApi:
+        api_client = client.ApiClient(client.Configuration(host=self.url))
+        self.clients.append(api_client)
+        return KubeApi(api_client, role=role, cluster=cluster, timeout_s=timeout_s)
+
+
+def serve_jobs(emu: KubeApiEmulator, *, kueue: bool = False) -> None:
+    emu.serve("batch", "v1", "jobs", kind="Job")
+    emu.serve("", "v1", "nodes", kind="Node", namespaced=False)
+    emu.serve("", "v1", "pods", kind="Pod")
+    if kueue:
+        emu.serve("kueue.x-k8s.io", "v1beta1", "workloads", kind="Workload")
+        emu.serve("kueue.x-k8s.io", "v1beta1", "clusterqueues", kind="ClusterQueue", namespaced=False)
+
+
+@pytest.fixture
+async def api_servers() -> AsyncIterator[Callable[..., Any]]:
+    """``await make(name, kueue=False)`` -> a running ApiServer; all are stopped afterwards."""
+    made: list[ApiServer] = []
+
+    async def make(name: str, *, kueue: bool = False) -> ApiServer:
+        emu = KubeApiEmulator(name=name)
+        serve_jobs(emu, kueue=kueue)
+        await emu.__aenter__()
+        srv = ApiServer(emulator=emu)
+        await srv.start()
+        made.append(srv)
+        return srv
+
+    yield make
+    for srv in made:
+        await srv.kill()
+        for c in srv.clients:
+            await c.close()
+        await srv.emulator.__aexit__(None, None, None)
+
+
+class Recorder:
+    """A Reporter that keeps facts like the inbox does: the first of each message id."""
+
+    def __init__(self) -> None:
+        self.events: list[ev.InputEvent] = []
+        self.ids: set[str] = set()
+
+    async def report(self, event: ev.InputEvent, *, msg_id: str) -> None:
+        if msg_id not in self.ids:
+            self.ids.add(msg_id)
+            self.events.append(event)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+async def eventually(check: Callable[[], Any], *, timeout_s: float = 10.0, what: str = "condition") -> Any:
+    """Poll until ``check()`` is truthy (a bound on waiting, not a timing assertion)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while True:
+        result = check()
+        if result:
+            return result
+        if loop.time() > end:
+            raise AssertionError(f"{what} did not happen within {timeout_s}s")
+        await asyncio.sleep(0.02)
+
+
+def batch_job(
+    name: str, *, uid: str = "", namespace: str = "team-a", gpus: int = 1, parallelism: int = 1
+) -> dict[str, Any]:
+    """A batch Job as the webhook leaves it on the manager: suspended, managedBy MultiKueue."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            **({"uid": uid} if uid else {}),
+            "labels": {"kueue.x-k8s.io/queue-name": "user-queue"},
+            "annotations": {
+                "kdispatch.io/placement": '{"clusterSelector":{},"dispatchMode":"MustBeAdmitted"}'
+            },
+        },
+        "spec": {
+            "suspend": True,
+            "managedBy": "kueue.x-k8s.io/multikueue",
+            "parallelism": parallelism,
+            "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "manager-uid"}},
+            "template": {
+                "metadata": {"labels": {"batch.kubernetes.io/controller-uid": "manager-uid", "app": "x"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": str(gpus)}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
