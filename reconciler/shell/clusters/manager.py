@@ -225,7 +225,10 @@ class ManagerSync:
         kind = kind_for(job.api_version, job.kind)
         if kind is None or self._written.get(job.uid) == status:
             return
-        await self._retrying(job, "status", self.api.patch_status, kind, {"status": status})
+        # A merge patch keeps keys it does not name: null out what the remote status dropped.
+        previous = self._written.get(job.uid) or {}
+        body = {**{k: None for k in previous if k not in status}, **status}
+        await self._retrying(job, "status", self.api.patch_status, kind, {"status": body})
         self._written[job.uid] = status
 
     async def _retrying(self, job: ev.JobRef, what: str, call: Any, kind: Kind, body: dict[str, Any]) -> None:

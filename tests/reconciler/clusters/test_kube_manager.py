@@ -1,0 +1,118 @@
+"""The manager-cluster watcher and status sync against an emulated API server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from eventlog import events as ev
+from reconciler.shell.clusters.desired import Desired
+from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
+from reconciler.shell.clusters.remote import Origin
+from tests.reconciler.clusters.conftest import ApiServer, Recorder, batch_job, eventually
+
+JOBS = ("batch", "v1", "jobs")
+
+
+@pytest.fixture
+async def manager(
+    api_servers: Callable[..., Any],
+) -> AsyncIterator[tuple[ApiServer, Recorder, ManagerWatcher, set[str]]]:
+    server: ApiServer = await api_servers("manager")
+    recorder = Recorder()
+    known: set[str] = set()
+    watcher = ManagerWatcher(
+        server.api(role="manager", cluster="manager"),
+        recorder,
+        known=lambda uid: uid in known,
+        resync_s=1,
+        backfill_after_s=0.3,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))
+    yield server, recorder, watcher, known
+    stop.set()
+    await asyncio.wait_for(task, 10)
+
+
+async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
+    manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]],
+) -> None:
+    server, recorder, _, known = manager
+    emu = server.emulator
+    job = emu.put(*JOBS, batch_job("train"))
+    uid = job["metadata"]["uid"]
+    known.add(uid)
+    plain = batch_job("not-ours")
+    del plain["metadata"]["annotations"]
+    emu.put(*JOBS, plain)
+    observed = await eventually(lambda: recorder.of(ev.JobObserved), what="JobObserved")
+    assert {o.job.name for o in observed} == {"train"}
+    assert observed[0].job.uid == uid and observed[0].suspended
+    # our own writes (annotation, status) are not spec changes: no JobUpdated for them
+    emu.patch_status(*JOBS, "team-a", "train", {"active": 1})
+    # a spec change is
+    emu._patch(JOBS, "team-a", "train", {"spec": {"parallelism": 3}}, subresource=None)
+    updated = await eventually(lambda: recorder.of(ev.JobUpdated), what="JobUpdated")
+    assert len(updated) == 1
+    assert updated[0].pod_sets == [
+        ev.PodSet(name="main", count=3, requests={"cpu": 500, "nvidia.com/gpu": 1})
+    ]
+    # removed without a watch event (as if while disconnected): the next re-list notices
+    del emu._store[JOBS][("team-a", "train")]
+    deleted = await eventually(lambda: recorder.of(ev.JobDeleted), what="JobDeleted on re-list")
+    assert deleted == [ev.JobDeleted(job=observed[0].job)]
+
+
+async def test_watcher_backfills_a_job_the_log_does_not_know(
+    manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]],
+) -> None:
+    server, recorder, watcher, known = manager
+    recorded = server.emulator.put(*JOBS, batch_job("recorded"))
+    known.add(recorded["metadata"]["uid"])
+    lost = batch_job("lost", gpus=2, parallelism=4)
+    lost["metadata"]["annotations"]["kdispatch.io/simulated-runtime"] = "1m30s"
+    lost["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
+    missing = server.emulator.put(*JOBS, lost)
+    submitted = await eventually(lambda: recorder.of(ev.JobSubmitted), what="backfilled JobSubmitted")
+    await asyncio.sleep(0.5)  # another backfill round: still one record
+    assert len(recorder.of(ev.JobSubmitted)) == 1
+    sub = submitted[0]
+    assert sub.source == "watch"
+    assert sub.job == ev.JobRef(namespace="team-a", name="lost", uid=missing["metadata"]["uid"])
+    assert sub.pod_sets == [ev.PodSet(name="main", count=4, requests={"cpu": 500, "nvidia.com/gpu": 2})]
+    assert sub.runtime_ms == 90_000
+    assert sub.priority_class == "high"
+    assert sub.queue == "user-queue"
+    assert sub.placement.dispatch_mode == "MustBeAdmitted"
+    assert sub.manifest is not None and sub.manifest["metadata"]["name"] == "lost"
+
+
+async def test_status_sync_writes_the_placed_copy_status_and_cluster_onto_the_manager_job(
+    api_servers: Callable[..., Any],
+) -> None:
+    server: ApiServer = await api_servers("manager")
+    emu = server.emulator
+    job = emu.put(*JOBS, batch_job("train"))
+    ref = ev.JobRef(namespace="team-a", name="train", uid=job["metadata"]["uid"])
+    desired = Desired()
+    sync = ManagerSync(server.api(role="manager", cluster="manager"), desired)
+    origin = Origin(job=ref, attempt=1, remote_uid="r-1")
+    running = {"active": 1, "startTime": "2026-01-01T00:00:00Z"}
+    await sync.remote_status("w2", origin, running)  # not placed yet: nothing is written
+    assert "status" not in (emu.get(*JOBS, "team-a", "train") or {})
+    desired.placed[ref.uid] = ("w2", 1)
+    await sync.decided(ev.Placed(job=ref, cluster="w2", attempt=1), desired)
+    obj = emu.get(*JOBS, "team-a", "train")
+    assert obj is not None
+    assert obj["metadata"]["annotations"]["kdispatch.io/cluster"] == "w2"
+    assert obj["status"] == running
+    await sync.remote_status("w1", Origin(job=ref, attempt=1, remote_uid="r-0"), {"failed": 1})  # a loser
+    done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    await sync.remote_status("w2", origin, done)
+    obj = emu.get(*JOBS, "team-a", "train")
+    assert obj is not None and obj["status"] == done  # replaced, not merged: "active" is gone
+    assert obj["spec"]["suspend"] is True  # the manager copy stays held
