@@ -70,7 +70,7 @@ async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
 async def test_watcher_backfills_a_job_the_log_does_not_know(
     manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]],
 ) -> None:
-    server, recorder, watcher, known = manager
+    server, recorder, _, known = manager
     recorded = server.emulator.put(*JOBS, batch_job("recorded"))
     known.add(recorded["metadata"]["uid"])
     lost = batch_job("lost", gpus=2, parallelism=4)
