@@ -22,12 +22,12 @@ import signal
 import socket
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from reconciler.config import ConfigError, load_config
 from reconciler.shell import logging as klog
 from reconciler.shell.child import Supervised
-from reconciler.shell.compose import ClusterSet, registration
 from reconciler.shell.leader import run_candidate
 from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.metrics import ReconcilerMetrics, start_metrics_server
@@ -62,9 +62,7 @@ async def run_async(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         policy = policy_event(config.policy)
-        for cluster in config.clusters:
-            registration(cluster)  # quantities and durations are checked before anything starts
-    except (ConfigError, ValueError) as err:
+    except ConfigError as err:
         print(f"kdispatch serve: invalid config: {err}", file=sys.stderr)
         return 2
     from eventlog.jetstream import connect
@@ -88,6 +86,7 @@ async def run_async(args: argparse.Namespace) -> int:
     metrics = ReconcilerMetrics()
     runner = None
     tasks: list[asyncio.Task[Any]] = []
+    closers: list[Callable[[], Awaitable[None]]] = []
     try:
         if args.metrics_port is not None:
             runner = await start_metrics_server(metrics, port=args.metrics_port)
@@ -103,8 +102,17 @@ async def run_async(args: argparse.Namespace) -> int:
             )
         )
         if not args.no_actuator:
-            clusters = ClusterSet.from_config(config, reader=jlog.reader, inbox=jlog.inbox)
-            tasks.append(asyncio.create_task(clusters.run(stop), name="clusters"))
+            from reconciler.shell.clusters.setup import ClusterSet
+
+            try:
+                clusters = await ClusterSet.from_config(config)
+            except (ConfigError, ValueError) as err:
+                print(f"kdispatch serve: invalid cluster configuration: {err}", file=sys.stderr)
+                return 2
+            closers.append(clusters.close)
+            tasks.append(
+                asyncio.create_task(clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop), name="clusters")
+            )
         if args.webhook:
             child = Supervised("webhook", _webhook_argv(args, jlog.url, data_dir), on_restart=metrics.webhook_restarts.inc)
             tasks.append(asyncio.create_task(child.run(stop), name="webhook"))
@@ -118,6 +126,8 @@ async def run_async(args: argparse.Namespace) -> int:
         await asyncio.gather(*tasks, return_exceptions=True)
         if runner is not None:
             await runner.cleanup()
+        for close in closers:
+            await close()
         await jlog.close()
         log.info("stopped")
 

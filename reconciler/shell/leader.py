@@ -55,14 +55,21 @@ async def run_candidate(
         bound.info("lease_acquired")
         reason = "error"
         try:
-            reason = await loop.run_term(stop=stop, lost=lease.lost)
+            reason = await loop.run_term(stop=stop, lease=lease)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as err:
+            # NATS unreachable, a timeout…: this replica cannot lead right now. Let another one
+            # (or this one, later) take over from the log, which is the only state that matters.
+            bound.error("term_failed", error=repr(err), exc_info=err)
         finally:
             loop.metrics.step_downs.labels(reason=reason).inc()
             bound.info("stepped_down", reason=reason)
             if reason != "lease-lost":
                 await _release(lease)
-        if reason == "fenced":
-            # Someone else wrote while we held the lease (or thought we did): give them a TTL.
+        if reason in ("fenced", "error"):
+            # Someone else wrote while we held the lease (or thought we did), or we failed:
+            # give the others a TTL before competing again.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=ttl_s)
 

@@ -20,6 +20,7 @@ core does; this module only moves entries and keeps time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import msgspec
 
 from eventlog import codec
 from eventlog import events as ev
-from eventlog.store import Fenced, InboxItem, LogReader, Sequencer, SnapshotStore
+from eventlog.store import Fenced, InboxItem, LogReader, NotLeader, Sequencer, SnapshotStore
 from reconciler import core
 from reconciler.shell.logging import get_logger
 from reconciler.shell.metrics import ReconcilerMetrics
@@ -51,7 +52,7 @@ class LogHandle(Protocol):
     @property
     def snapshots(self) -> SnapshotStore: ...
 
-    def sequencer(self, leader_id: str) -> Sequencer: ...
+    def sequencer(self, leader_id: str, *, lease: Any = None) -> Sequencer: ...
 
 
 class Snapshot(msgspec.Struct, kw_only=True):
@@ -208,12 +209,19 @@ class LeaderLoop:
 
     # -- one term -----------------------------------------------------------------------------
 
-    async def run_term(self, *, stop: asyncio.Event, lost: asyncio.Event | None = None) -> str:
-        """Lead until ``stop`` is set, ``lost`` (the lease) is set, or an append is fenced.
+    async def run_term(self, *, stop: asyncio.Event, lease: Any = None) -> str:
+        """Lead until ``stop`` is set, the lease is lost, or an append is fenced.
 
-        Returns why the term ended: ``"stopped"``, ``"lease-lost"`` or ``"fenced"``.
+        ``lease`` (``eventlog``'s ``Lease``: ``lost`` event, ``valid()``) is handed to the
+        sequencer, which refuses to append once it cannot vouch for it. Returns why the term
+        ended: ``"stopped"``, ``"lease-lost"`` or ``"fenced"``.
         """
-        seqr = self.log.sequencer(self.settings.leader_id)
+        lost: asyncio.Event | None = getattr(lease, "lost", None)
+        seqr = (
+            self.log.sequencer(self.settings.leader_id, lease=lease)
+            if lease is not None
+            else self.log.sequencer(self.settings.leader_id)
+        )
         self.metrics.terms.inc()
         self.metrics.leader.set(1)
         bound = log.bind(leader=self.settings.leader_id)
@@ -228,9 +236,16 @@ class LeaderLoop:
         except Fenced as err:
             bound.warning("fenced_stepping_down", error=str(err), last_seq=self.last_seq)
             return "fenced"
+        except NotLeader as err:
+            bound.warning("lease_lost_stepping_down", error=str(err), last_seq=self.last_seq)
+            return "lease-lost"
         finally:
             self.metrics.leader.set(0)
             self.ready.clear()
+            close = getattr(seqr, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # the connection may be what failed
+                    await close()
 
     async def _start(self, seqr: Sequencer, bound: Any) -> None:
         last_seq, last_inbox = await seqr.resume()

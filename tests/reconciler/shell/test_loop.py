@@ -64,7 +64,8 @@ async def test_loop_sequences_submissions_and_cluster_facts_into_decisions(jslog
     assert {e.leader for e in entries} == {"A"}
     # Replay reproduces every decision the loop made.
     result = await replay(jslog.reader, verify=True)
-    assert result.mismatch is None and result.verified_batches >= 3
+    assert result.mismatch is None
+    assert result.verified_batches == sum(1 for e in entries if e.batch is not None and e.batch[0] == 0) >= 2
     assert codec.encode(core.summary(result.state)) == codec.encode(core.summary(loop.state))
 
 
