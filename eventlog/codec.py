@@ -67,3 +67,25 @@ def to_builtins(obj: Any) -> Any:
 
 def decode_json(raw: bytes) -> Any:
     return _decode(_any_decoder, raw)
+
+
+_entries_decoder = msgspec.json.Decoder(list[LogEntry])
+
+
+def decode_entries(raws: list[bytes]) -> list[LogEntry]:
+    """Many log entries in one decoder call (replay's hot path): several times faster than one
+    call each. A bad one is reported by its position, through the slow path."""
+    if not raws:
+        return []
+    try:
+        entries: list[LogEntry] = _entries_decoder.decode(b"[" + b",".join(raws) + b"]")
+        return entries
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass
+    out: list[LogEntry] = []
+    for i, raw in enumerate(raws):
+        try:
+            out.append(decode_entry(raw))
+        except DecodeError as err:
+            raise DecodeError(f"log entry #{i} of the batch: {err.message}", path=err.path, raw=raw) from None
+    return out

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from pathlib import Path
 from types import TracebackType
@@ -21,11 +22,25 @@ from nats.js.errors import BadRequestError, NotFoundError
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream.connection import TlsFiles, open_client
 from eventlog.jetstream.inbox import JetStreamInbox
+from eventlog.jetstream.lease import Lease
 from eventlog.jetstream.names import LogNames
+from eventlog.jetstream.reader import JetStreamReader
+from eventlog.jetstream.sequencer import JetStreamSequencer
+from eventlog.jetstream.snapshots import JetStreamSnapshots
 
 log = structlog.get_logger("eventlog.jetstream")
 
-__all__ = ["JetStreamInbox", "JetStreamLog", "LogNames", "TlsFiles", "connect"]
+__all__ = [
+    "JetStreamInbox",
+    "JetStreamLog",
+    "JetStreamReader",
+    "JetStreamSequencer",
+    "JetStreamSnapshots",
+    "Lease",
+    "LogNames",
+    "TlsFiles",
+    "connect",
+]
 
 DUPLICATE_WINDOW_S = 120.0
 
@@ -41,13 +56,29 @@ class JetStreamLog:
         names: LogNames,
         replicas: int,
         embedded: EmbeddedNats | None = None,
+        publish_timeout_s: float = 5.0,
     ) -> None:
         self.nc = nc
         self.js = js
         self.names = names
         self.replicas = replicas
         self.embedded = embedded
+        self.publish_timeout_s = publish_timeout_s
         self.inbox = JetStreamInbox(js, names)
+        self.reader = JetStreamReader(self)
+        self.snapshots = JetStreamSnapshots(self)
+        self._sequencers: list[JetStreamSequencer] = []
+
+    def sequencer(self, leader_id: str, *, lease: Lease | None = None) -> JetStreamSequencer:
+        """The writer side for ``leader_id``. With ``lease``, every append first checks the lease
+        is still valid (``NotLeader`` if not); fencing on the last sequence backs that up."""
+        seq = JetStreamSequencer(self, leader_id, lease=lease)
+        self._sequencers.append(seq)
+        return seq
+
+    def lease(self, name: str, ttl_s: float, *, holder: str | None = None) -> Lease:
+        """Leader election on KV key ``name`` (bucket ``<ROOT>_LEASE``, TTL ``ttl_s``)."""
+        return Lease(self, name=name, ttl_s=ttl_s, holder=holder)
 
     @property
     def url(self) -> str:
@@ -85,9 +116,15 @@ class JetStreamLog:
         )
 
     async def close(self) -> None:
+        for seq in self._sequencers:
+            await seq.close()
         try:
             if not self.nc.is_closed:
-                await self.nc.drain()
+                # flush + close, not drain: drain waits for every subscription queue to be
+                # consumed, and ours are drained in bulk (acks of abandoned batches stay queued).
+                with contextlib.suppress(Exception):
+                    await self.nc.flush(timeout=2)
+                await self.nc.close()
         finally:
             if self.embedded is not None:
                 await self.embedded.stop_async()

@@ -49,7 +49,8 @@ async def open_client(
         log.warning("nats_error", url=url, error=str(err) or type(err).__name__)
 
     async def _on_disconnect() -> None:
-        log.warning("nats_disconnected", url=url)
+        if not client.is_closed:  # closing on purpose is not news
+            log.warning("nats_disconnected", url=url)
 
     async def _on_reconnect() -> None:
         log.info("nats_reconnected", url=url)

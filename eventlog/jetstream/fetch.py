@@ -1,0 +1,197 @@
+"""Reading a stream in order, fast: an ephemeral pull consumer (no acks) drained in bulk.
+
+Why not nats-py's ``fetch``: it awaits each message with a timeout of its own, which costs more
+than decoding it. Here one subscription receives every delivery of the consumer, in stream
+order, and ``take`` empties its queue without awaiting per message. Deliveries that arrive after
+a caller stopped waiting stay queued for the next call: with no acks, a delivery dropped would be
+a message lost.
+
+If the consumer disappears (server restart, the node holding it stopped, idle too long), the
+next call recreates it from the sequence after the last one delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+log = structlog.get_logger("eventlog.fetch")
+
+# A delivered message: (stream sequence, subject, payload).
+Delivery = tuple[int, str, bytes]
+
+_INACTIVE_S = 300.0
+_GRACE_S = 5.0
+
+
+def _stream_seq(reply: str) -> int:
+    tokens = reply.split(".")
+    # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>... (v1) or with <domain>.<account> (v2).
+    return int(tokens[5] if len(tokens) == 9 else tokens[7])
+
+
+class StreamFetcher:
+    """Deliveries of ``stream`` (subjects ``filter_subject``) from ``next_seq`` on, in order."""
+
+    def __init__(
+        self, *, nc: Client, js: JetStreamContext, stream: str, filter_subject: str, next_seq: int
+    ) -> None:
+        self._nc = nc
+        self._js = js
+        self.stream = stream
+        self.filter_subject = filter_subject
+        self.next_seq = next_seq
+        self._consumer: str | None = None
+        self._inbox = nc.new_inbox()
+        self._sub: Any = None
+        self._queue: asyncio.Queue[Msg] | None = None
+        self._head: Msg | None = None  # received by ``wait``, first in line for ``take``
+        self._outstanding = 0  # messages requested and not yet delivered or cancelled by a status
+        self._deadline = 0.0  # by then every outstanding request should have been answered
+        self._stale = False
+
+    async def open(self) -> StreamFetcher:
+        # pending_msgs_limit=0: unbounded; what we request bounds what can arrive.
+        self._sub = await self._nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+        self._queue = self._sub._pending_queue  # drained in bulk: see the module docstring
+        await self._create_consumer()
+        return self
+
+    async def _create_consumer(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):  # gone already, or the server is failing over
+                await self._js.delete_consumer(self.stream, self._consumer)
+        config = ConsumerConfig(
+            ack_policy=AckPolicy.NONE,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(1, self.next_seq),
+            filter_subject=self.filter_subject,
+            inactive_threshold=_INACTIVE_S,
+            mem_storage=True,
+            num_replicas=1,
+            max_waiting=512,
+        )
+        info = await self._js.add_consumer(self.stream, config)
+        self._consumer = info.name
+        self._outstanding = 0
+        self._stale = False
+        # Anything still queued came from the old consumer; the new one starts at next_seq and
+        # ``take`` drops deliveries below it.
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):  # the connection is closing: the sub goes with it
+                await self._sub.unsubscribe()
+            self._sub = None
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):  # ephemeral: the server drops it when inactive
+                await self._js.delete_consumer(self.stream, self._consumer)
+            self._consumer = None
+
+    async def ensure(self, n: int, *, expires_s: float | None = None, reserve: int | None = None) -> None:
+        """Keep at least ``reserve`` (default ``n``) requested: if fewer are outstanding, ask for ``n``
+        more. With ``expires_s`` the server holds the request that long waiting for messages;
+        without, it answers with what it has. A request that was never answered (consumer lost
+        with its node, connection dropped) is written off once overdue."""
+        loop = asyncio.get_running_loop()
+        if self._outstanding > 0 and loop.time() > self._deadline:
+            log.info(
+                "pull_overdue", stream=self.stream, outstanding=self._outstanding, next_seq=self.next_seq
+            )
+            self._outstanding = 0
+            self._stale = True
+        if self._outstanding >= (n if reserve is None else reserve):
+            return
+        if self._stale:
+            await self._recover()
+        body: dict[str, Any] = {"batch": n}
+        if expires_s is None:
+            body["no_wait"] = True
+        else:
+            body["expires"] = int(expires_s * 1e9)
+        await self._nc.publish(
+            f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self._consumer}",
+            json.dumps(body).encode(),
+            reply=self._inbox,
+        )
+        self._outstanding += n
+        self._deadline = max(self._deadline, loop.time() + (expires_s or 0.0) + _GRACE_S)
+
+    async def _recover(self) -> None:
+        try:
+            await self._js.consumer_info(self.stream, self._consumer or "")
+            self._stale = False
+            return
+        except NotFoundError:
+            pass
+        log.warning("consumer_recreated", stream=self.stream, next_seq=self.next_seq)
+        await self._create_consumer()
+
+    def _handle_status(self, msg: Msg) -> None:
+        headers = msg.headers or {}
+        status = headers.get("Status", "")
+        if status in ("404", "408"):  # no messages / request expired: that request is over
+            pending = headers.get("Nats-Pending-Messages")
+            self._outstanding = max(0, self._outstanding - int(pending)) if pending else 0
+        elif status == "409":  # consumer deleted, leadership change, max waiting exceeded…
+            desc = headers.get("Description", "")
+            log.info("pull_interrupted", stream=self.stream, status=status, description=desc)
+            self._outstanding = 0
+            if "Deleted" in desc or "Leadership" in desc:
+                self._stale = True
+        elif status != "100":  # 100 is an idle heartbeat
+            log.warning(
+                "pull_status", stream=self.stream, status=status, description=headers.get("Description")
+            )
+            self._outstanding = 0
+            self._stale = True
+
+    def take(self, limit: int) -> list[Delivery]:
+        """Up to ``limit`` deliveries already received, in order, without waiting."""
+        assert self._queue is not None
+        queue = self._queue
+        out: list[Delivery] = []
+        next_seq = self.next_seq
+        while len(out) < limit:
+            if self._head is not None:
+                msg, self._head = self._head, None
+            elif queue.empty():
+                break
+            else:
+                msg = queue.get_nowait()
+            if not msg.reply:
+                self._handle_status(msg)
+                continue
+            self._outstanding -= 1
+            seq = _stream_seq(msg.reply)
+            if seq < next_seq:  # from a consumer we replaced
+                continue
+            out.append((seq, msg.subject, msg.data))
+            next_seq = seq + 1
+        self.next_seq = next_seq
+        return out
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until something (a delivery or a status) is received; False on timeout."""
+        assert self._queue is not None
+        if self._head is not None or not self._queue.empty():
+            return True
+        try:
+            self._head = await asyncio.wait_for(self._queue.get(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    @property
+    def outstanding(self) -> int:
+        """Messages requested and not yet received (nor written off by a status)."""
+        return self._outstanding

@@ -1,0 +1,198 @@
+"""Leader election: one JetStream KV key per lease, in a bucket whose TTL is the lease's.
+
+- Acquire: ``create`` the key (succeeds only if absent, deleted or expired).
+- Renew every ``ttl_s / 3``: ``update`` with the revision we last wrote (optimistic lock). If
+  anyone else wrote the key meanwhile, the update fails and the lease is lost.
+- The key expires ``ttl_s`` after its last write, so a holder that stops renewing (crashed,
+  partitioned) is replaced at most ``ttl_s`` later.
+- ``valid()`` is our own conservative view: renewed less than ``0.8 * ttl_s`` ago (measured from
+  when the renewal was *sent*), so an old holder stops trusting its lease before the server can
+  expire it. The sequencer checks it before every append; fencing on the log's last sequence
+  catches whatever slips through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import uuid
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import structlog
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from eventlog.store import NotLeader
+
+if TYPE_CHECKING:
+    from eventlog.jetstream import JetStreamLog
+
+log = structlog.get_logger("eventlog.lease")
+
+_VALID_FRACTION = 0.8
+
+
+def default_holder() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Lease:
+    """A lease on ``name``; ``lost`` is set when it is no longer ours."""
+
+    def __init__(self, jlog: JetStreamLog, *, name: str, ttl_s: float, holder: str | None = None) -> None:
+        self._jlog = jlog
+        self.name = name
+        self.ttl_s = ttl_s
+        self.holder = holder or default_holder()
+        self.lost = asyncio.Event()
+        self._kv: KeyValue | None = None
+        self._revision: int | None = None
+        self._valid_until = 0.0
+        self._renewer: asyncio.Task[None] | None = None
+        self._log = log.bind(lease=name, holder=self.holder)
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            js, bucket = self._jlog.js, self._jlog.names.lease_bucket
+            try:
+                self._kv = await js.key_value(bucket)
+            except BucketNotFoundError:
+                self._kv = await js.create_key_value(
+                    KeyValueConfig(
+                        bucket=bucket,
+                        description="kdispatch leader leases (one key per lease, TTL = lease TTL)",
+                        history=1,
+                        ttl=self.ttl_s,
+                        storage=StorageType.FILE,
+                        replicas=self._jlog.replicas,
+                    )
+                )
+            status = await self._kv.status()
+            ttl = status.ttl or 0.0
+            if abs(ttl - self.ttl_s) > 0.001:
+                raise ValueError(
+                    f"lease bucket {bucket} has TTL {ttl}s, this lease asks for {self.ttl_s}s; "
+                    "all replicas must use the same lease TTL"
+                )
+        return self._kv
+
+    def _value(self) -> bytes:
+        return json.dumps({"holder": self.holder, "ttl_s": self.ttl_s}).encode()
+
+    def valid(self) -> bool:
+        """Ours, and renewed recently enough that no one else can have it yet."""
+        return (
+            self._revision is not None
+            and not self.lost.is_set()
+            and asyncio.get_running_loop().time() < self._valid_until
+        )
+
+    async def current_holder(self) -> str | None:
+        kv = await self._bucket()
+        try:
+            entry = await kv.get(self.name)
+        except KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        holder: str = json.loads(entry.value).get("holder", "?")
+        return holder
+
+    async def try_acquire(self) -> bool:
+        kv = await self._bucket()
+        sent = asyncio.get_running_loop().time()
+        try:
+            revision = await kv.create(self.name, self._value())
+        except KeyWrongLastSequenceError:
+            return False
+        self._took(revision, sent)
+        self._log.info("lease_acquired", revision=revision, ttl_s=self.ttl_s)
+        return True
+
+    def _took(self, revision: int, sent: float) -> None:
+        self._revision = revision
+        self._valid_until = sent + self.ttl_s * _VALID_FRACTION
+        self.lost.clear()
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.create_task(self._renew_loop(), name=f"lease-renew-{self.name}")
+
+    async def acquire(self, *, timeout_s: float | None = None, poll_s: float | None = None) -> None:
+        """Wait until the lease is ours (the holder released it or stopped renewing)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        poll = poll_s if poll_s is not None else max(0.05, min(1.0, self.ttl_s / 4))
+        waiting_logged = False
+        while not await self.try_acquire():
+            if not waiting_logged:
+                self._log.info("lease_waiting", current=await self.current_holder())
+                waiting_logged = True
+            if deadline is not None and loop.time() >= deadline:
+                raise NotLeader(
+                    f"lease {self.name} is held by {await self.current_holder()}; gave up after {timeout_s}s"
+                )
+            await asyncio.sleep(poll)
+
+    async def renew(self) -> None:
+        """One renewal; raises ``NotLeader`` (and sets ``lost``) if someone else has it."""
+        if self._revision is None:
+            raise NotLeader(f"lease {self.name} is not held by {self.holder}")
+        kv = await self._bucket()
+        sent = asyncio.get_running_loop().time()
+        try:
+            self._revision = await kv.update(self.name, self._value(), last=self._revision)
+        except KeyWrongLastSequenceError as err:
+            self._lose("taken over or expired")
+            raise NotLeader(f"lease {self.name} was taken over or expired; {self.holder} steps down") from err
+        self._valid_until = sent + self.ttl_s * _VALID_FRACTION
+
+    def _lose(self, why: str) -> None:
+        if not self.lost.is_set():
+            self._log.warning("lease_lost", reason=why)
+        self._revision = None
+        self.lost.set()
+
+    async def _renew_loop(self) -> None:
+        interval = self.ttl_s / 3
+        while self._revision is not None:
+            await asyncio.sleep(interval)
+            if self._revision is None:
+                return
+            try:
+                await self.renew()
+            except NotLeader:
+                return
+            except Exception as err:  # transient (timeout, reconnect): retry until no longer valid
+                self._log.warning("lease_renew_failed", error=str(err) or type(err).__name__)
+                if not self.valid():
+                    self._lose(f"could not renew within {self.ttl_s * _VALID_FRACTION:.1f}s")
+                    return
+
+    def stop_renewing(self) -> None:
+        """Stop renewing but keep the key (as a crashed holder would): for failover tests."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            self._renewer = None
+
+    async def release(self) -> None:
+        """Give the lease up now (delete the key if still ours) so a successor need not wait."""
+        self.stop_renewing()
+        revision, self._revision = self._revision, None
+        if revision is not None and self._kv is not None:
+            with contextlib.suppress(Exception):  # not ours any more, or NATS gone: TTL frees it
+                await self._kv.delete(self.name, last=revision)
+            self._log.info("lease_released")
+        self.lost.set()
+
+    async def __aenter__(self) -> Lease:
+        await self.acquire()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.release()

@@ -1,0 +1,100 @@
+"""Pipelined JetStream publishing: many messages out, then all their acks in.
+
+nats-py's ``publish_async`` turns an error ack into an exception raised inside its reply
+callback (lost to the error callback) and never resolves the future, so a refused append would
+look like a timeout. Here acks are read from one reply subscription in bulk, decoded with
+msgspec, and returned in publish order: a ``PubAck`` per message (with ``error`` set if the
+server refused it) or ``None`` if no ack came in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+
+class ApiError(msgspec.Struct, frozen=True):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class PubAck(msgspec.Struct, frozen=True):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: ApiError | None = None
+
+
+_ack_decoder = msgspec.json.Decoder(PubAck)
+_NO_STREAM = PubAck(error=ApiError(code=503, description="no stream answers on this subject (no responders)"))
+
+# One outgoing message: (subject, payload, headers).
+Outgoing = tuple[str, bytes, dict[str, str] | None]
+
+
+def _decode_ack(msg: Msg) -> PubAck:
+    if msg.headers and msg.headers.get("Status") == "503":
+        return _NO_STREAM
+    try:
+        return _ack_decoder.decode(msg.data)
+    except msgspec.DecodeError:
+        return PubAck(error=ApiError(description=f"unreadable ack: {msg.data[:200]!r}"))
+
+
+class Publisher:
+    """Publishes batches on one connection and collects their acks in order."""
+
+    def __init__(self, nc: Client) -> None:
+        self._nc = nc
+        self._prefix = nc.new_inbox()
+        self._ids = itertools.count()
+        self._queue: asyncio.Queue[Msg] | None = None
+        self._lock = asyncio.Lock()
+
+    async def _ensure(self) -> asyncio.Queue[Msg]:
+        if self._queue is None:
+            sub = await self._nc.subscribe(f"{self._prefix}.*", pending_msgs_limit=0, pending_bytes_limit=0)
+            self._queue = sub._pending_queue  # drained in bulk, as in eventlog.jetstream.fetch
+        return self._queue
+
+    async def publish(self, batch: list[Outgoing], *, timeout_s: float) -> list[PubAck | None]:
+        """Publish all, then wait up to ``timeout_s`` for their acks; ``None`` where none came."""
+        if not batch:
+            return []
+        async with self._lock:  # acks of one batch are matched by id; batches do not interleave
+            queue = await self._ensure()
+            base = next(self._ids) * 1_000_000  # ids of late acks from earlier batches fall outside
+            prefix = self._prefix
+            publish = self._nc.publish
+            for i, (subject, payload, headers) in enumerate(batch):
+                await publish(subject, payload, reply=f"{prefix}.{base + i}", headers=headers)
+            return await self._collect(queue, base=base, count=len(batch), timeout_s=timeout_s)
+
+    async def _collect(
+        self, queue: asyncio.Queue[Msg], *, base: int, count: int, timeout_s: float
+    ) -> list[PubAck | None]:
+        results: list[PubAck | None] = [None] * count
+        remaining = count
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while remaining:
+            if queue.empty():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    msg = await asyncio.wait_for(queue.get(), left)
+                except TimeoutError:
+                    break
+            else:
+                msg = queue.get_nowait()
+            idx = int(msg.subject.rsplit(".", 1)[1]) - base
+            if 0 <= idx < count and results[idx] is None:
+                results[idx] = _decode_ack(msg)
+                remaining -= 1
+        return results

@@ -1,0 +1,261 @@
+"""The leader's side of the log: copy inbox facts in, interleave decisions, every append fenced.
+
+Each append to the Log stream carries
+- ``Nats-Expected-Last-Sequence: seq - 1``: the server refuses it (error 10071) if anything else
+  was written since, which is how a deposed leader finds out (``Fenced``);
+- ``Nats-Msg-Id: log-<seq>``: a retry of an append whose ack was lost is recognised as a
+  duplicate instead of being stored twice;
+- ``Kd-Inbox-Last``: the last inbox sequence copied into the log up to and including this entry,
+  so ``resume`` reads one message (the last) to know where to continue, whatever its kind.
+
+Appends of one call are pipelined (published back to back, acks awaited together): each carries
+its own expected last sequence, so the server still refuses any interleaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
+import structlog
+from nats.js.errors import NotFoundError
+
+from eventlog import codec, subjects
+from eventlog.events import DECISION_TYPES, DecisionEvent, InputEvent, LogEntry, Rejected
+from eventlog.jetstream.fetch import StreamFetcher
+from eventlog.jetstream.publish import Outgoing, PubAck, Publisher
+from eventlog.store import Fenced, InboxItem, LogError, NotLeader, PublishTimeout
+
+if TYPE_CHECKING:
+    from eventlog.jetstream import JetStreamLog
+    from eventlog.jetstream.lease import Lease
+
+log = structlog.get_logger("eventlog.sequencer")
+
+INBOX_LAST_HEADER = "Kd-Inbox-Last"
+WRONG_LAST_SEQUENCE = 10071
+_RAW_KEPT = 256
+
+
+def rejected_item(*, seq: int, subject: str, data: bytes, reason: str) -> InboxItem:
+    raw = data[:_RAW_KEPT].decode("utf-8", errors="replace")
+    return InboxItem(seq, Rejected(inbox_seq=seq, subject=subject, reason=reason, raw=raw), subject)
+
+
+def inbox_item(seq: int, subject: str, data: bytes) -> InboxItem:
+    """Decode one inbox message; anything that is not a valid input fact becomes ``Rejected``."""
+    try:
+        event = codec.decode_event(data)
+    except codec.DecodeError as err:
+        return rejected_item(seq=seq, subject=subject, data=data, reason=f"{err.message} (at {err.path})")
+    if isinstance(event, (*DECISION_TYPES, Rejected)):
+        reason = f"{type(event).__name__} is written by the leader only, not published to the inbox"
+        return rejected_item(seq=seq, subject=subject, data=data, reason=reason)
+    return InboxItem(seq, cast(InputEvent, event), subject)
+
+
+class JetStreamSequencer:
+    """Implements ``eventlog.store.Sequencer`` on a ``JetStreamLog``."""
+
+    def __init__(
+        self, jlog: JetStreamLog, leader_id: str, *, lease: Lease | None = None, retry_s: float = 30.0
+    ) -> None:
+        self._jlog = jlog
+        self.leader_id = leader_id
+        self.lease = lease
+        self._retry_s = retry_s
+        self._last_seq: int | None = None
+        self._last_inbox = 0
+        self._fetcher: StreamFetcher | None = None
+        self._fenced: str | None = None
+        self._publisher = Publisher(jlog.nc)
+        self._log = log.bind(leader=leader_id, stream=jlog.names.log_stream)
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq or 0
+
+    @property
+    def last_inbox_seq(self) -> int:
+        return self._last_inbox
+
+    async def resume(self) -> tuple[int, int]:
+        js, names = self._jlog.js, self._jlog.names
+        info = await js.stream_info(names.log_stream)
+        last_seq = info.state.last_seq
+        last_inbox = 0
+        if last_seq:
+            last_inbox = await self._inbox_last_at(last_seq)
+        self._last_seq, self._last_inbox, self._fenced = last_seq, last_inbox, None
+        if self._fetcher is not None:
+            await self._fetcher.close()
+            self._fetcher = None
+        self._log.info("sequencer_resumed", last_seq=last_seq, last_inbox_seq=last_inbox)
+        return last_seq, last_inbox
+
+    async def _inbox_last_at(self, seq: int) -> int:
+        js, names = self._jlog.js, self._jlog.names
+        msg = await js.get_msg(names.log_stream, seq)
+        header = (msg.headers or {}).get(INBOX_LAST_HEADER)
+        if header is not None:
+            return int(header)
+        # Written by something that did not set the header: walk back to the last copied input.
+        while seq >= 1:
+            try:
+                entry = codec.decode_entry(msg.data or b"")
+            except codec.DecodeError:
+                entry = None
+            if entry is not None and entry.inbox_seq is not None:
+                return entry.inbox_seq
+            seq -= 1
+            if seq >= 1:
+                try:
+                    msg = await js.get_msg(names.log_stream, seq)
+                except NotFoundError:
+                    return 0
+        return 0
+
+    async def _ensure_resumed(self) -> int:
+        if self._last_seq is None:
+            await self.resume()
+        assert self._last_seq is not None
+        return self._last_seq
+
+    # ---- pulling from the inbox --------------------------------------------------------------
+
+    async def pull(self, *, max_items: int = 500, timeout_s: float = 0.05) -> list[InboxItem]:
+        """The next inbox items after the last one copied (or pulled), in inbox order."""
+        await self._ensure_resumed()
+        if self._fetcher is None:
+            self._fetcher = await StreamFetcher(
+                nc=self._jlog.nc,
+                js=self._jlog.js,
+                stream=self._jlog.names.inbox_stream,
+                filter_subject=f"{self._jlog.names.inbox_prefix}.>",
+                next_seq=self._last_inbox + 1,
+            ).open()
+        fetcher = self._fetcher
+        # Keep a lingering request open: messages are pushed as they arrive, no polling.
+        await fetcher.ensure(2 * max_items, expires_s=max(1.0, timeout_s), reserve=max_items)
+        got = fetcher.take(max_items)
+        if not got and await fetcher.wait(timeout_s):
+            got = fetcher.take(max_items)
+        return [inbox_item(seq, subject, data) for seq, subject, data in got]
+
+    # ---- appending to the log ----------------------------------------------------------------
+
+    async def append_inputs(self, items: Sequence[InboxItem], *, at_ms: int) -> list[LogEntry]:
+        seq = await self._ensure_resumed()
+        last_inbox = self._last_inbox
+        entries: list[LogEntry] = []
+        marks: list[int] = []
+        for item in items:
+            seq += 1
+            if item.inbox_seq is not None:
+                if item.inbox_seq <= last_inbox:
+                    raise LogError(
+                        f"inbox entry {item.inbox_seq} is already in the log (last copied: {last_inbox}); "
+                        "pull() gives each inbox entry once"
+                    )
+                last_inbox = item.inbox_seq
+            entries.append(
+                LogEntry(
+                    seq=seq, at_ms=at_ms, event=item.event, inbox_seq=item.inbox_seq, leader=self.leader_id
+                )
+            )
+            marks.append(last_inbox)
+        await self._append(entries, marks)
+        self._last_inbox = last_inbox
+        return entries
+
+    async def append_decisions(
+        self,
+        decisions: Sequence[DecisionEvent],
+        *,
+        at_ms: int,
+        first_index: int = 0,
+        count: int | None = None,
+    ) -> list[LogEntry]:
+        seq = await self._ensure_resumed()
+        total = first_index + len(decisions) if count is None else count
+        entries = [
+            LogEntry(
+                seq=seq + 1 + i, at_ms=at_ms, event=d, batch=(first_index + i, total), leader=self.leader_id
+            )
+            for i, d in enumerate(decisions)
+        ]
+        await self._append(entries, [self._last_inbox] * len(entries))
+        return entries
+
+    async def _append(self, entries: list[LogEntry], marks: list[int]) -> None:
+        if self._fenced is not None:
+            raise Fenced(self._fenced)
+        if self.lease is not None and not self.lease.valid():
+            raise NotLeader(f"{self.leader_id} no longer holds lease {self.lease.name}; not appending")
+        if not entries:
+            return
+        prefix = self._jlog.names.log_prefix
+        batch: list[Outgoing] = [
+            (subjects.subject_for(e.event, prefix=prefix), codec.encode(e), self._headers(e.seq, mark))
+            for e, mark in zip(entries, marks, strict=True)
+        ]
+        acks = await self._publisher.publish(batch, timeout_s=self._jlog.publish_timeout_s)
+        for entry, out, ack in zip(entries, batch, acks, strict=True):
+            if ack is None:  # no ack (timeout, failover): retry; Nats-Msg-Id makes it idempotent
+                ack = await self._retry(out, entry.seq)
+            await self._check_ack(entry.seq, ack, out[1])
+        self._last_seq = entries[-1].seq
+
+    def _headers(self, seq: int, mark: int) -> dict[str, str]:
+        return {
+            "Nats-Expected-Last-Sequence": str(seq - 1),
+            "Nats-Msg-Id": f"log-{seq}",
+            INBOX_LAST_HEADER: str(mark),
+        }
+
+    async def _retry(self, out: Outgoing, seq: int) -> PubAck:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_s
+        delay = 0.1
+        while loop.time() < deadline:
+            self._log.warning("append_retry", seq=seq)
+            ack = (await self._publisher.publish([out], timeout_s=2.0))[0]
+            if ack is not None and (ack.error is None or ack.error.code != 503):  # 503: no quorum yet
+                return ack
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise PublishTimeout(
+            f"log entry {seq} not acknowledged within {self._retry_s}s; is JetStream up "
+            f"(stream {self._jlog.names.log_stream}, url {self._jlog.url})?"
+        )
+
+    async def _check_ack(self, seq: int, ack: PubAck, payload: bytes) -> None:
+        if ack.error is not None:
+            if ack.error.err_code == WRONG_LAST_SEQUENCE:
+                self._fence(seq, ack.error.description)
+            raise LogError(
+                f"appending log entry {seq} to {self._jlog.names.log_stream} failed: "
+                f"{ack.error.description} (code {ack.error.code}/{ack.error.err_code})"
+            )
+        if ack.duplicate:
+            # Ours (a retry of an append whose ack was lost) or another leader's with the same
+            # sequence: only the stored bytes tell.
+            stored = await self._jlog.js.get_msg(self._jlog.names.log_stream, ack.seq)
+            if stored.data != payload:
+                self._fence(seq, f"log entry {seq} was written by another leader")
+        elif ack.seq != seq:
+            self._fence(seq, f"stored as {ack.seq}, expected {seq}")
+
+    def _fence(self, seq: int, why: object) -> None:
+        self._fenced = (
+            f"log append {seq} refused ({why}): another leader wrote to {self._jlog.names.log_stream}; "
+            "this one must step down"
+        )
+        self._log.warning("sequencer_fenced", seq=seq, reason=str(why))
+        raise Fenced(self._fenced)
+
+    async def close(self) -> None:
+        if self._fetcher is not None:
+            await self._fetcher.close()
+            self._fetcher = None

@@ -1,0 +1,82 @@
+"""Snapshots of the caller's state, keyed by log sequence, in a JetStream Object Store.
+
+Objects are named ``seq-<20 digits>`` so names sort by sequence. A snapshot is only an
+optimisation: replay from it plus the entries after it gives the same state as replay from 1.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import TYPE_CHECKING
+
+import structlog
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.object_store import ObjectStore
+
+if TYPE_CHECKING:
+    from eventlog.jetstream import JetStreamLog
+
+log = structlog.get_logger("eventlog.snapshots")
+
+_NAME = re.compile(r"^seq-(\d{20})$")
+
+
+def object_name(seq: int) -> str:
+    return f"seq-{seq:020d}"
+
+
+class JetStreamSnapshots:
+    """Implements ``eventlog.store.SnapshotStore``; keeps the newest ``keep`` snapshots."""
+
+    def __init__(self, jlog: JetStreamLog, *, keep: int = 5) -> None:
+        self._jlog = jlog
+        self.keep = keep
+        self._store: ObjectStore | None = None
+
+    async def _bucket(self, *, create: bool) -> ObjectStore | None:
+        if self._store is None:
+            js, bucket = self._jlog.js, self._jlog.names.snapshot_bucket
+            try:
+                self._store = await js.object_store(bucket)
+            except BucketNotFoundError:
+                if not create:
+                    return None
+                self._store = await js.create_object_store(
+                    bucket,
+                    config=ObjectStoreConfig(
+                        bucket=bucket,
+                        description="kdispatch state snapshots, named seq-<log sequence>",
+                        storage=StorageType.FILE,
+                        replicas=self._jlog.replicas,
+                    ),
+                )
+        return self._store
+
+    async def _seqs(self, store: ObjectStore) -> list[int]:
+        try:
+            infos = await store.list(ignore_deletes=True)
+        except NotFoundError:  # empty bucket
+            return []
+        return sorted(int(m.group(1)) for info in infos if info.name and (m := _NAME.match(info.name)))
+
+    async def save(self, seq: int, data: bytes) -> None:
+        store = await self._bucket(create=True)
+        assert store is not None
+        await store.put(object_name(seq), data)
+        log.info("snapshot_saved", seq=seq, bytes=len(data), bucket=self._jlog.names.snapshot_bucket)
+        seqs = await self._seqs(store)
+        for old in seqs[: max(0, len(seqs) - self.keep)]:
+            await store.delete(object_name(old))
+
+    async def latest(self, *, at_or_before: int | None = None) -> tuple[int, bytes] | None:
+        store = await self._bucket(create=False)
+        if store is None:
+            return None
+        seqs = [s for s in await self._seqs(store) if at_or_before is None or s <= at_or_before]
+        if not seqs:
+            return None
+        buf = io.BytesIO()
+        await store.get(object_name(seqs[-1]), writeinto=buf)
+        return seqs[-1], buf.getvalue()
