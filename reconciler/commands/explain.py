@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from eventlog import codec
 from eventlog import events as ev
 from reconciler import core
+from reconciler.shell import logging as klog
 from reconciler.shell.logsource import add_source_arguments, format_ms, open_source
 from reconciler.shell.progress import Progress
 from reconciler.shell.render import line
@@ -87,6 +88,7 @@ def _is_subject(event: ev.Event, key: str) -> bool:
 
 
 async def run_async(args: argparse.Namespace) -> int:
+    klog.configure(level="warning", role="cli")  # stdout is for the command's output
     key = args.job.strip()
     if key.count("/") != 1 or key.startswith("/") or key.endswith("/"):
         print(f"kdispatch explain: {args.job!r}: give the job as NAMESPACE/NAME, e.g. team-a/train-1", file=sys.stderr)

@@ -9,6 +9,7 @@ import sys
 from eventlog import codec
 from eventlog import events as ev
 from eventlog.subjects import log_subject
+from reconciler.shell import logging as klog
 from reconciler.shell.logsource import add_source_arguments, open_source
 from reconciler.shell.render import line
 
@@ -50,6 +51,7 @@ def _normalise(pattern: str, root: str) -> str:
 
 
 async def run_async(args: argparse.Namespace) -> int:
+    klog.configure(level="warning", role="cli")  # stdout is for the command's output
     pattern = _normalise(args.subject, args.root) if args.subject else None
     prefix = f"{args.root}.log"
     out = sys.stdout

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from eventlog import codec
 from reconciler import core
 from reconciler.config import ConfigError
+from reconciler.shell import logging as klog
 from reconciler.shell.logsource import add_source_arguments, format_ms, open_source, parse_until
 from reconciler.shell.loop import load_snapshot
 from reconciler.shell.progress import Progress
@@ -37,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run_async(args: argparse.Namespace) -> int:
+    klog.configure(level="warning", role="cli")  # stdout is for the command's output
     try:
         until_seq, until_ms = parse_until(args.until) if args.until else (None, None)
     except ValueError as err:
