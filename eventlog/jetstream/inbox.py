@@ -19,17 +19,28 @@ class JetStreamInbox:
         self._js = js
         self._names = names
 
+    @property
+    def prefix(self) -> str:
+        return self._names.inbox_prefix
+
     def subject(self, event: InputEvent) -> str:
         return subjects.subject_for(event, prefix=self._names.inbox_prefix)
 
     async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
         """Publish a fact; returns its inbox sequence (the original one for a duplicate msg_id)."""
-        subject = self.subject(event)
+        return await self.publish_raw(
+            self.subject(event), codec.encode(event), msg_id=msg_id, timeout_s=timeout_s
+        )
+
+    async def publish_raw(
+        self, subject: str, data: bytes, *, msg_id: str | None = None, timeout_s: float = 2.0
+    ) -> int:
+        """Any bytes on a subject under ``prefix`` (what a faulty producer could send)."""
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
         try:
             ack = await self._js.publish(
                 subject,
-                codec.encode(event),
+                data,
                 timeout=timeout_s,
                 stream=self._names.inbox_stream,
                 headers=headers,

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import structlog
 from nats.js.errors import NotFoundError
 
 from eventlog import codec, subjects
-from eventlog.events import DECISION_TYPES, DecisionEvent, InputEvent, LogEntry, Rejected
+from eventlog.events import DecisionEvent, LogEntry
 from eventlog.jetstream.fetch import StreamFetcher
 from eventlog.jetstream.publish import Outgoing, PubAck, Publisher
 from eventlog.store import Fenced, InboxItem, LogError, NotLeader, PublishTimeout
+from eventlog.wire import inbox_item
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -35,24 +36,6 @@ log = structlog.get_logger("eventlog.sequencer")
 
 INBOX_LAST_HEADER = "Kd-Inbox-Last"
 WRONG_LAST_SEQUENCE = 10071
-_RAW_KEPT = 256
-
-
-def rejected_item(*, seq: int, subject: str, data: bytes, reason: str) -> InboxItem:
-    raw = data[:_RAW_KEPT].decode("utf-8", errors="replace")
-    return InboxItem(seq, Rejected(inbox_seq=seq, subject=subject, reason=reason, raw=raw), subject)
-
-
-def inbox_item(seq: int, subject: str, data: bytes) -> InboxItem:
-    """Decode one inbox message; anything that is not a valid input fact becomes ``Rejected``."""
-    try:
-        event = codec.decode_event(data)
-    except codec.DecodeError as err:
-        return rejected_item(seq=seq, subject=subject, data=data, reason=f"{err.message} (at {err.path})")
-    if isinstance(event, (*DECISION_TYPES, Rejected)):
-        reason = f"{type(event).__name__} is written by the leader only, not published to the inbox"
-        return rejected_item(seq=seq, subject=subject, data=data, reason=reason)
-    return InboxItem(seq, cast(InputEvent, event), subject)
 
 
 class JetStreamSequencer:

@@ -1,0 +1,32 @@
+"""From inbox bytes to what the sequencer copies into the log (shared by every backend).
+
+Anything that is not a valid input fact becomes a ``Rejected`` input carrying the reason, the
+subject and the first bytes, so a bad producer is visible in the log and never stops sequencing.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from eventlog import codec
+from eventlog.events import DECISION_TYPES, InputEvent, Rejected
+from eventlog.store import InboxItem
+
+RAW_KEPT = 256
+
+
+def rejected_item(*, seq: int, subject: str, data: bytes, reason: str) -> InboxItem:
+    raw = data[:RAW_KEPT].decode("utf-8", errors="replace")
+    return InboxItem(seq, Rejected(inbox_seq=seq, subject=subject, reason=reason, raw=raw), subject)
+
+
+def inbox_item(seq: int, subject: str, data: bytes) -> InboxItem:
+    """Decode one inbox message; anything that is not a valid input fact becomes ``Rejected``."""
+    try:
+        event = codec.decode_event(data)
+    except codec.DecodeError as err:
+        return rejected_item(seq=seq, subject=subject, data=data, reason=f"{err.message} (at {err.path})")
+    if isinstance(event, (*DECISION_TYPES, Rejected)):
+        reason = f"{type(event).__name__} is written by the leader only, not published to the inbox"
+        return rejected_item(seq=seq, subject=subject, data=data, reason=reason)
+    return InboxItem(seq, cast(InputEvent, event), subject)
