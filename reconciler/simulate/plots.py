@@ -34,7 +34,8 @@ def wait_cdf(runs: list[ProfileRun], path: Path) -> Path:
     ax.set_ylabel("fraction of placed jobs")
     ax.set_title("Wait-time CDF per profile")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, metadata=_META)
     plt.close(fig)
@@ -54,7 +55,8 @@ def utilization(runs: list[ProfileRun], path: Path) -> Path:
     ax.set_title("GPU utilization over time")
     ax.set_ylim(0, 100)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(path, metadata=_META)
     plt.close(fig)

@@ -7,10 +7,12 @@ deletion, the next thing a worker does (``next_event_ms``), the core's next time
 decisions become ``create``/``delete``/``evict`` calls on the workers, whose facts arrive in a
 later batch. No NATS, no sleeping, no wall clock.
 
-Heartbeats: a healthy worker reports at every batch once ``heartbeat_interval_ms`` has passed
-since its last report, and at the core's deadlines; to the core that is indistinguishable from
-a worker heartbeating on a fixed period, without a batch every few virtual seconds over a
-149-day trace.
+Heartbeats carry the usage the core's headroom is computed from, so a worker reports one in the
+same batch as any fact that changed its usage (admission, finish, eviction, deletion): usage is
+always fresh, as with a real worker heartbeating every few seconds. A quiet worker reports at
+every batch once ``heartbeat_interval_ms`` (at most half the worker-lost timeout) has passed —
+in particular at the core's worker-lost deadline, which is itself a batch. So no healthy worker is
+ever lost, without a batch every few virtual seconds across a 149-day trace.
 """
 
 from __future__ import annotations
@@ -153,6 +155,8 @@ class VirtualRun:
         self.batches = 0
         self.decisions = 0
         self._last_hb: dict[str, int] = {}
+        # Report at least twice per worker-lost timeout, so a healthy worker is never lost.
+        self._hb_interval = min(self.settings.heartbeat_interval_ms, max(policy.worker_lost_timeout_ms // 2, 1))
         self._clock = _Clock()
         self._open = 0  # jobs submitted and not yet finished or deleted
         self._done: set[str] = set()
@@ -242,11 +246,14 @@ class VirtualRun:
 
     # ------------------------------------------------------------------ the loop
 
-    def _heartbeats(self, *, force: bool) -> list[ev.InputEvent]:
+    def _heartbeats(self, *, changed: set[str] | None = None) -> list[ev.InputEvent]:
+        """Heartbeats due now: every worker at the start (``changed`` None), a worker whose usage
+        just changed, and any worker not heard from for the heartbeat interval."""
         out: list[ev.InputEvent] = []
         for name, worker in self.workers.items():
             last = self._last_hb.get(name)
-            if force or last is None or self.now_ms - last >= self.settings.heartbeat_interval_ms:
+            due = changed is None or name in changed or last is None or self.now_ms - last >= self._hb_interval
+            if due:
                 out.append(worker.heartbeat(self.now_ms))
                 self._last_hb[name] = self.now_ms
         return out
@@ -265,7 +272,7 @@ class VirtualRun:
         setup: list[ev.InputEvent] = [self.policy]
         for c in self.trace.clusters:
             setup.append(ev.ClusterRegistered(cluster=c.name, labels=c.labels, taints=c.taints, capacity=c.capacity))
-        setup += self._heartbeats(force=True)
+        setup += self._heartbeats()
         self._step(setup)
 
     def run(self) -> None:
@@ -287,9 +294,13 @@ class VirtualRun:
                 raise SimulationStuck(f"{same_time} batches at virtual time {t - EPOCH_MS} ms without time moving")
             self.now_ms = t
             inputs: list[ev.InputEvent] = self._clock.pop_until(t)
-            for worker in self.workers.values():
-                inputs.extend(worker.advance(t))
-            inputs.extend(self._heartbeats(force=False))
+            changed: set[str] = set()
+            for name, worker in self.workers.items():
+                facts = worker.advance(t)
+                if facts:
+                    inputs.extend(facts)
+                    changed.add(name)
+            inputs.extend(self._heartbeats(changed=changed))
             deadline = self.core.next_deadline(self.state)
             if deadline is not None and deadline <= t:
                 inputs.append(ev.Tick())

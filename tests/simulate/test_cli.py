@@ -15,7 +15,7 @@ TIRESIAS = Path("/work/shared/corpus/traces/tiresias-sample/60_job.csv")
 ONE_CLUSTER = """
 clusters:
   - name: solo
-    simulated: {capacity: {nvidia.com/gpu: 8}, admissionLatency: 0ms}
+    simulated: {capacity: {cpu: "64", memory: 256Gi, nvidia.com/gpu: 8}, admissionLatency: 0ms}
 """
 TOPK1 = """
 name: topk-1
@@ -49,7 +49,7 @@ def test_hand_computed_waits_on_the_tiresias_sample(tmp_path: Path, solo: Path, 
     assert waits == {"0": 0.0, "1": 190.0, "2": 0.0, "3": 0.0, "4": 0.0, "5": 235.0}
     assert rows["trace/tiresias-5"]["finished"] == 367 + 138
     results = json.loads((out / "results.json").read_text())["profiles"]["topk-1"]
-    assert results["makespan_s"] == 505.0 and results["remote_copies_per_job"] == 1.0
+    assert results["makespan_s"] == 505.0 and results["finished"] == 6
     assert "topk-1" in capsys.readouterr().out
 
 
@@ -91,8 +91,8 @@ def test_csv_trace_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     clusters = tmp_path / "c.yaml"
     clusters.write_text(
-        "- {name: ca, labels: {zone: a}, simulated: {capacity: {nvidia.com/gpu: 8}, admissionLatency: 0ms}}\n"
-        "- {name: cb, labels: {zone: b}, simulated: {capacity: {nvidia.com/gpu: 8}, admissionLatency: 0ms}}\n"
+        "- {name: ca, labels: {zone: a}, simulated: {capacity: {cpu: '8', nvidia.com/gpu: 8}, admissionLatency: 0ms}}\n"
+        "- {name: cb, labels: {zone: b}, simulated: {capacity: {cpu: '8', nvidia.com/gpu: 8}, admissionLatency: 0ms}}\n"
     )
     out = tmp_path / "out"
     assert main(["simulate", "--trace", str(trace), "--clusters", str(clusters), "--out", str(out), "--quiet"]) == 0
