@@ -20,8 +20,8 @@ from eventlog.store import LogReader
 _CHUNK_BYTES = 4 * 1024 * 1024
 
 
-def _open(path: Path, mode: str) -> IO[bytes]:
-    if path.suffix == ".gz":
+def _open(path: Path, mode: str, *, gz: bool | None = None) -> IO[bytes]:
+    if path.suffix == ".gz" if gz is None else gz:
         return gzip.open(path, mode + "b")  # type: ignore[return-value]
     return open(path, mode + "b")
 
@@ -39,7 +39,7 @@ async def export(
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     count = 0
-    with _open(tmp, "w") as out:
+    with _open(tmp, "w", gz=path.suffix == ".gz") as out:
         async for batch in reader.read(from_seq=from_seq, until_seq=until_seq, until_ms=until_ms, batch=5000):
             out.write(b"\n".join(codec.encode(e) for e in batch) + b"\n")
             count += len(batch)

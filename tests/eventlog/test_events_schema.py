@@ -20,7 +20,9 @@ def test_every_type_has_a_subject_name() -> None:
 
 def test_wrong_field_type_names_the_path() -> None:
     with pytest.raises(codec.DecodeError) as info:
-        codec.decode_event(b'{"type":"JobSubmitted","job":{"namespace":1,"name":"a","uid":"u"},"pod_sets":[]}')
+        codec.decode_event(
+            b'{"type":"JobSubmitted","job":{"namespace":1,"name":"a","uid":"u"},"pod_sets":[]}'
+        )
     assert info.value.path == "$.job.namespace"
 
 
