@@ -91,8 +91,12 @@ def _get(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def _placement(obj: Mapping[str, Any]) -> ev.Placement:
+    return _placement_canonical(obj)[0]
+
+
+def _placement_canonical(obj: Mapping[str, Any]) -> tuple[ev.Placement, str]:
     try:
-        return placement.parse(_strings(_meta(obj), "annotations"))
+        return placement.parse_with_canonical(_strings(_meta(obj), "annotations"))
     except placement.PlacementError as err:
         raise _Denied("invalid-placement", f"kdispatch: invalid placement:\n{err}") from None
 
@@ -224,14 +228,14 @@ def mutate(request: AdmissionRequest, settings: Settings) -> Outcome:
 
 
 def _mutate_create(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any]) -> Outcome:
-    spec = _placement(obj)
+    _, canonical = _placement_canonical(obj)
     try:
         _pod_sets(info, obj)
     except podsets.NotDispatchable as err:
         return _allow(request.uid, "not-dispatchable", warnings=[f"kdispatch: {err}"])
     _runtime_ms(obj)
     _check_managed_by(info, obj)
-    ops = _annotation_ops(obj, placement.canonical_json(spec)) + _hold_ops(info, obj)
+    ops = _annotation_ops(obj, canonical) + _hold_ops(info, obj)
     return _allow(request.uid, "allowed", ops=ops)
 
 
@@ -242,10 +246,10 @@ def _mutate_update(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any
             "not-recorded",
             warnings=[f"kdispatch: this {info.kind} was not admitted by kdispatch when it was created, so it is not dispatched"],
         )
-    spec = _placement(obj)
+    spec, canonical = _placement_canonical(obj)
     assert request.old_object is not None
     _check_placement_kept(info, request.old_object, spec)
-    return _allow(request.uid, "allowed", ops=_annotation_ops(obj, placement.canonical_json(spec)))
+    return _allow(request.uid, "allowed", ops=_annotation_ops(obj, canonical))
 
 
 # ---- /validate -----------------------------------------------------------------------------------

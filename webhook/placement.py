@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -404,6 +405,28 @@ def is_placement_annotation(name: str) -> bool:
 
 def parse(annotations: Mapping[str, Any]) -> ev.Placement:
     """The normalized placement of an object's annotations; ``PlacementError`` lists every issue."""
+    return parse_with_canonical(annotations)[0]
+
+
+def parse_with_canonical(annotations: Mapping[str, Any]) -> tuple[ev.Placement, str]:
+    """``parse`` and the canonical annotation value, memoized on the placement annotations."""
+    relevant = tuple(sorted((k, v) for k, v in annotations.items() if is_placement_annotation(k) and k != RUNTIME_ANNOTATION))
+    try:
+        return _parse_cached(relevant)
+    except TypeError:  # an unhashable value: not from a real object (annotations are strings)
+        p = _parse(dict(relevant))
+        return p, canonical_json(p)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(relevant: tuple[tuple[str, Any], ...]) -> tuple[ev.Placement, str]:
+    # Jobs of one team carry the same few annotation values; Placement is frozen, so sharing the
+    # parsed value is safe. Errors are not cached (lru_cache does not keep exceptions).
+    p = _parse(dict(relevant))
+    return p, canonical_json(p)
+
+
+def _parse(annotations: Mapping[str, Any]) -> ev.Placement:
     issues: list[PlacementIssue] = []
     fields: dict[str, Any] = {}
     for name in sorted(annotations):

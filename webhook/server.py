@@ -18,6 +18,7 @@ import structlog
 from aiohttp import web
 
 from eventlog import events as ev
+from eventlog.store import PublishTimeout
 from webhook import admit
 from webhook.metrics import Metrics
 from webhook.review import AdmissionRequest, ReviewError, decode_review, encode_response
@@ -83,7 +84,8 @@ class WebhookServer:
             self._idle.clear()
             try:
                 try:
-                    body = await asyncio.wait_for(request.read(), self.read_timeout_s)
+                    async with asyncio.timeout(self.read_timeout_s):  # no task per request, unlike wait_for
+                        body = await request.read()
                 except TimeoutError:
                     bad.inc()
                     return _error(408, f"the request body did not arrive within {self.read_timeout_s}s")
@@ -131,10 +133,9 @@ class WebhookServer:
                 log.warning("publish_skipped", reason="NATS not connected; the manager watcher will backfill", **fields)
                 continue
             try:
-                seq = await asyncio.wait_for(
-                    inbox.publish(event, msg_id=record.msg_id, timeout_s=self.publish_timeout_s), self.publish_timeout_s
-                )
-            except TimeoutError:
+                async with asyncio.timeout(self.publish_timeout_s):
+                    seq = await inbox.publish(event, msg_id=record.msg_id, timeout_s=self.publish_timeout_s)
+            except (TimeoutError, PublishTimeout):
                 self.metrics.publish_failures.labels("timeout").inc()
                 log.warning("publish_timeout", bound_s=self.publish_timeout_s, **fields)
             except Exception as err:  # any NATS failure: the review is answered regardless

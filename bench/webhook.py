@@ -1,0 +1,342 @@
+"""Benchmark: the admission webhook over TLS, side by side with a bare aiohttp baseline.
+
+    .venv/bin/python bench/webhook.py [--duration 10] [--rate 500]
+
+Three servers, each its own process pinned to core 0 (with the nats-server): ``python -m webhook``
+answering ``/mutate`` (validate the placement, patch) and ``/validate`` (record the submission:
+the JobSubmitted publish is acknowledged by JetStream before the review is answered), and a bare
+aiohttp handler that decodes the same body with msgspec and returns a fixed allow. The load runs
+on core 1: ``wrk`` (saturation: requests/s) and an open-loop client in its own process that sends
+a fixed 500 requests/s and measures each latency from its scheduled send time (p50/p99, no
+coordinated omission). Every request carries a fresh review uid, so every publish is a new message,
+not a de-duplicated one. The body is a real captured Job review (corpus connaisseur-08) opted in.
+
+Prints requests/s, p50/p99 at the fixed rate and the ratio to the baseline for each endpoint; the
+last line is the headline: the recording endpoint (``/validate``, publish acknowledged).
+Floors (issue 3): 1,500 reviews/s, ratio 0.5, p99 under 20 ms at 500/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SAMPLE = Path("/work/shared/corpus/admissionreview/connaisseur-08_job.json")
+UID_MARK = "@UID@"
+SERVER_CORE, CLIENT_CORE = 0, 1
+
+
+# ---- the baseline server (run as: bench/webhook.py --bare-server PORT CERT KEY) ----------------
+
+
+def bare_server(port: int, cert: str, key: str) -> None:
+    import msgspec
+    from aiohttp import web
+
+    decoder = msgspec.json.Decoder()
+
+    async def handle(request: web.Request) -> web.Response:
+        review = decoder.decode(await request.read())
+        uid = review["request"]["uid"]
+        body = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"' + uid.encode() + b'","allowed":true}}'
+        return web.Response(body=body, content_type="application/json")
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application(client_max_size=6 << 20)
+    app.router.add_post("/mutate", handle)
+    app.router.add_post("/validate", handle)
+    app.router.add_get("/readyz", healthz)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    web.run_app(app, host="127.0.0.1", port=port, ssl_context=ctx, access_log=None, print=None, backlog=1024)
+
+
+# ---- the fixed-rate client (run as: bench/webhook.py --rate-client URL BODY_FILE CA RATE SECONDS) -
+
+
+def rate_client(url: str, body_file: str, ca: str, rate: float, seconds: float) -> None:
+    import aiohttp
+
+    template = Path(body_file).read_text()
+    prefix = uuid.uuid4().hex[:8]
+    ctx = ssl.create_default_context(cafile=ca)
+
+    async def main() -> dict[str, Any]:
+        n = int(rate * seconds)
+        latencies: list[float] = []
+        errors = 0
+        connector = aiohttp.TCPConnector(limit=256, ssl=ctx)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            # warm the pool and the server
+            for i in range(20):
+                async with session.post(url, data=template.replace(UID_MARK, f"w{prefix}-{i}").encode()) as r:
+                    await r.read()
+            loop = asyncio.get_running_loop()
+            t0 = loop.time() + 0.05
+
+            async def one(i: int) -> None:
+                nonlocal errors
+                scheduled = t0 + i / rate
+                await asyncio.sleep(max(0.0, scheduled - loop.time()))
+                body = template.replace(UID_MARK, f"r{prefix}-{i}").encode()
+                try:
+                    async with session.post(url, data=body) as r:
+                        await r.read()
+                        if r.status != 200:
+                            errors += 1
+                except aiohttp.ClientError:
+                    errors += 1
+                latencies.append(loop.time() - scheduled)
+
+            await asyncio.gather(*(one(i) for i in range(n)))
+        return {"n": n, "errors": errors, "latencies_ms": [round(x * 1000, 4) for x in latencies]}
+
+    print(json.dumps(asyncio.run(main())))
+
+
+# ---- the driver --------------------------------------------------------------------------------
+
+WRK_SCRIPT = """
+local template
+local n = 0
+local prefix = "%s"
+init = function(args)
+  local f = io.open(args[1], "rb"); template = f:read("*a"); f:close()
+end
+request = function()
+  n = n + 1
+  local body = string.gsub(template, "@UID@", prefix .. "-" .. n, 1)
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, body)
+end
+"""
+
+
+def _bodies(workdir: Path) -> tuple[Path, Path]:
+    """The real Job review (opted in) for /mutate, and the stored object after it for /validate."""
+    from webhook import admit, jsonpatch
+    from webhook.review import decode_review
+
+    raw = json.loads(SAMPLE.read_text())
+    obj = raw["request"]["object"]
+    obj["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = "user-queue"
+    obj["metadata"].setdefault("annotations", {})["kdispatch.io/cluster-selector"] = "region=eu"
+    raw["request"]["uid"] = UID_MARK
+    mutate = workdir / "mutate.json"
+    mutate.write_text(json.dumps(raw))
+    _, request = decode_review(json.dumps(raw).encode())
+    outcome = admit.mutate(request, admit.Settings())
+    assert outcome.response.allowed and outcome.response.patch
+    stored = jsonpatch.apply(obj, json.loads(base64.b64decode(outcome.response.patch)))
+    stored["metadata"]["uid"] = "6f1b2d9e-0000-4000-8000-000000000001"
+    raw["request"]["object"] = stored
+    validate = workdir / "validate.json"
+    validate.write_text(json.dumps(raw))
+    return mutate, validate
+
+
+def _pinned(core: int, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["taskset", "-c", str(core), *argv], **kwargs)
+
+
+def _wait_ready(url: str, ca: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    import http.client
+
+    host, port = url.removeprefix("https://").split(":")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited: {log.read_text()[-2000:]}")
+        try:
+            conn = http.client.HTTPSConnection(host, int(port), context=ssl.create_default_context(cafile=ca), timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{url} not ready: {log.read_text()[-2000:]}")
+
+
+def _wrk(url: str, body: Path, seconds: float, workdir: Path) -> dict[str, float]:
+    script = workdir / "wrk.lua"
+    script.write_text(WRK_SCRIPT % uuid.uuid4().hex[:8])
+    out = subprocess.run(
+        ["taskset", "-c", str(CLIENT_CORE), "wrk", "-t1", "-c64", f"-d{int(seconds)}s", "--latency", "-s", str(script), url, "--", str(body)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    errors = re.search(r"Socket errors:.*", out)
+    return {"rps": rps, "non2xx": float(non2xx.group(1)) if non2xx else 0.0, "socket_errors": 1.0 if errors else 0.0}
+
+
+def _rate(url: str, body: Path, ca: str, rate: float, seconds: float) -> dict[str, Any]:
+    out = subprocess.run(
+        ["taskset", "-c", str(CLIENT_CORE), sys.executable, __file__, "--rate-client", url, str(body), ca, str(rate), str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def _metric(url: str, ca: str, name: str, **labels: str) -> float:
+    import http.client
+
+    host, port = url.removeprefix("https://").split(":")
+    conn = http.client.HTTPSConnection(host, int(port), context=ssl.create_default_context(cafile=ca))
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def drive(args: argparse.Namespace) -> None:
+    from eventlog.embedded import EmbeddedNats, free_port
+
+    with tempfile.TemporaryDirectory(prefix="kd-bench-") as tmp:
+        workdir = Path(tmp)
+        mutate_body, validate_body = _bodies(workdir)
+        nats = EmbeddedNats(data_dir=workdir / "nats")
+        nats.start()
+        assert nats.pid is not None
+        os.sched_setaffinity(nats.pid, {args.nats_core})
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            hook_port, bare_port = free_port(), free_port()
+            hook_log = workdir / "webhook.log"
+            with hook_log.open("wb") as out:
+                procs.append(
+                    _pinned(
+                        SERVER_CORE,
+                        [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(hook_port), "--nats", nats.url, "--data-dir", str(workdir / "data"), "--log-level", "warning", "--root", "bench"],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=ROOT,
+                    )
+                )
+            ca = str(workdir / "data" / "webhook-tls" / "ca.crt")
+            hook_url = f"https://127.0.0.1:{hook_port}"
+            deadline = time.monotonic() + 60
+            while not Path(ca).exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            _wait_ready(hook_url, ca, procs[0], hook_log)
+            tls = workdir / "data" / "webhook-tls"
+            bare_log = workdir / "bare.log"
+            with bare_log.open("wb") as out:
+                procs.append(
+                    _pinned(
+                        SERVER_CORE,
+                        [sys.executable, __file__, "--bare-server", str(bare_port), str(tls / "tls.crt"), str(tls / "tls.key")],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+            bare_url = f"https://127.0.0.1:{bare_port}"
+            _wait_ready(bare_url, ca, procs[1], bare_log)
+
+            import numpy as np
+
+            targets = {
+                "bare": (bare_url + "/mutate", mutate_body),
+                "mutate": (hook_url + "/mutate", mutate_body),
+                "validate": (hook_url + "/validate", validate_body),
+            }
+            rps: dict[str, list[float]] = {k: [] for k in targets}
+            lat: dict[str, list[float]] = {k: [] for k in targets}
+            errors: dict[str, float] = dict.fromkeys(targets, 0.0)
+            # Rounds interleave the three servers so that load from elsewhere on the machine falls
+            # on all of them alike; requests/s is the median over rounds, latencies are pooled.
+            for r in range(args.rounds):
+                for label, (url, body) in targets.items():
+                    sat = _wrk(url, body, args.duration, workdir)
+                    fixed = _rate(url, body, ca, args.rate, args.duration)
+                    rps[label].append(sat["rps"])
+                    lat[label].extend(fixed["latencies_ms"])
+                    errors[label] += sat["non2xx"] + fixed["errors"]
+                    print(f"round {r + 1} {label:>8}: {sat['rps']:7.0f} req/s", flush=True)
+            summary: dict[str, dict[str, float]] = {}
+            for label in targets:
+                arr = np.array(lat[label])
+                summary[label] = {
+                    "rps": float(np.median(rps[label])),
+                    "p50": float(np.percentile(arr, 50)),
+                    "p99": float(np.percentile(arr, 99)),
+                    "max": float(arr.max()),
+                }
+                m = summary[label]
+                print(
+                    f"{label:>9}: {m['rps']:7.0f} req/s (wrk -c64, median of {args.rounds}) | at {args.rate:.0f}/s "
+                    f"({len(arr)} requests): p50 {m['p50']:.2f} ms, p99 {m['p99']:.2f} ms, max {m['max']:.1f} ms | "
+                    f"errors {errors[label]:.0f}",
+                    flush=True,
+                )
+            published = _metric(hook_url, ca, "kdispatch_webhook_published_total")
+            failures = _metric(hook_url, ca, "kdispatch_webhook_publish_failures_total")
+            print(f"publishes acknowledged by JetStream: {published:.0f}, not acknowledged: {failures:.0f}")
+            base = summary["bare"]["rps"]
+            for label in ("mutate", "validate"):
+                print(f"ratio {label}/bare: {summary[label]['rps'] / base:.2f}")
+            v = summary["validate"]
+            print(
+                f"HEADLINE webhook /validate (JobSubmitted publish acked) over TLS: {v['rps']:.0f} reviews/s, "
+                f"ratio {v['rps'] / base:.2f} vs bare aiohttp, p99 {v['p99']:.2f} ms at {args.rate:.0f}/s "
+                f"(floors: 1500/s, 0.5, 20 ms)"
+            )
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            nats.stop()
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--bare-server":
+        bare_server(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--rate-client":
+        rate_client(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement (default 10)")
+    parser.add_argument("--rate", type=float, default=500.0, help="fixed request rate for the latency run (default 500)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument(
+        "--nats-core",
+        type=int,
+        default=CLIENT_CORE,
+        help="core for the nats-server (default 1, beside the load generator: NATS is another service, "
+        "the webhook process gets core 0 to itself like the baseline; 0 puts it beside the webhook)",
+    )
+    drive(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
