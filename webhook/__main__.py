@@ -24,6 +24,7 @@ import structlog
 import yaml
 from aiohttp import web
 
+from eventlog.jetstream import TlsFiles
 from webhook import admit
 from webhook.nats_link import NatsLink
 from webhook.priority import PriorityError, parse_mapping
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra DNS name or IP for the self-signed certificate, e.g. kdispatch-webhook.kdispatch-system.svc",
     )
-    p.add_argument("--config", default=None, help="kdispatch config file (reads nats.url, dataDir, policy.priorityClasses)")
+    p.add_argument("--config", default=None, help="kdispatch config file (reads nats.url/creds/tls/replicas, dataDir, policy.priorityClasses)")
     p.add_argument("--priority-classes", default="", help="NAME=VALUE,... priority class values (added to the config's)")
     p.add_argument("--publish-timeout", type=float, default=1.0, help="seconds to wait for the inbox ack (default 1)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="largest review accepted")
@@ -87,6 +88,15 @@ def read_config(path: str | None) -> dict[str, Any]:
         out["nats"] = nats["url"]
     if isinstance(nats.get("creds"), str):
         out["creds"] = nats["creds"]
+    replicas = nats.get("replicas", 1)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise SystemExit(f"{path}: nats.replicas must be a positive integer")
+    out["replicas"] = replicas
+    tls = nats.get("tls")
+    if tls is not None:
+        if not isinstance(tls, dict) or not all(isinstance(tls.get(k), (str, type(None))) for k in ("ca", "cert", "key")):
+            raise SystemExit(f"{path}: nats.tls must have string fields ca, cert, key")
+        out["nats_tls"] = TlsFiles(ca=tls.get("ca"), cert=tls.get("cert"), key=tls.get("key"))
     if isinstance(raw.get("dataDir"), str):
         out["data_dir"] = raw["dataDir"]
     policy: dict[str, Any] = raw["policy"] if isinstance(raw.get("policy"), dict) else {}
@@ -119,7 +129,14 @@ async def run(args: argparse.Namespace) -> int:
         ca, cert, key = self_signed(data_dir / "webhook-tls", names=[*args.tls_san, *DEFAULT_SANS])
     certs = CertFiles(cert, key)
 
-    link = NatsLink(args.nats or config.get("nats"), data_dir=data_dir, root=args.root, creds=args.nats_creds or config.get("creds"))
+    link = NatsLink(
+        args.nats or config.get("nats"),
+        data_dir=data_dir,
+        root=args.root,
+        creds=args.nats_creds or config.get("creds"),
+        replicas=config.get("replicas", 1),
+        tls=config.get("nats_tls"),
+    )
     link.start()
     server = WebhookServer(
         settings=admit.Settings(priority_classes=classes),

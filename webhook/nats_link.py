@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from eventlog.jetstream import JetStreamLog, connect
+from eventlog.jetstream import JetStreamLog, TlsFiles, connect
 from webhook.server import Inbox
 
 log = structlog.get_logger("webhook.nats")
@@ -23,6 +23,8 @@ class NatsLink:
         data_dir: str | Path,
         root: str = "kd",
         creds: str | None = None,
+        replicas: int = 1,
+        tls: TlsFiles | None = None,
         retry_s: float = 1.0,
         ping_timeout_s: float = 0.5,
     ) -> None:
@@ -30,6 +32,8 @@ class NatsLink:
         self.data_dir = data_dir
         self.root = root
         self.creds = creds
+        self.replicas = replicas  # the streams are created (if missing) with the config's replication
+        self.tls = tls
         self.retry_s = retry_s
         self.ping_timeout_s = ping_timeout_s
         self.log: JetStreamLog | None = None
@@ -46,7 +50,15 @@ class NatsLink:
         attempt = 0
         while True:
             try:
-                self.log = await connect(self.url, data_dir=self.data_dir, root=self.root, creds=self.creds, name="kdispatch-webhook")
+                self.log = await connect(
+                    self.url,
+                    data_dir=self.data_dir,
+                    root=self.root,
+                    creds=self.creds,
+                    tls=self.tls,
+                    replicas=self.replicas,
+                    name="kdispatch-webhook",
+                )
                 log.info("nats_connected", url=self.log.url, root=self.root)
                 return
             except asyncio.CancelledError:

@@ -59,11 +59,15 @@ class Webhook:
         return self.proc.returncode
 
 
-def start_webhook(*, nats_url: str, root: str, data_dir: Path, extra: list[str] | None = None, wait_ready: bool = True) -> Webhook:
+def start_webhook(
+    *, nats_url: str | None, root: str, data_dir: Path, extra: list[str] | None = None, wait_ready: bool = True
+) -> Webhook:
     port = free_port()
     log = data_dir / "webhook.log"
-    argv = [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(port), "--nats", nats_url]
-    argv += ["--root", root, "--data-dir", str(data_dir), *(extra or [])]
+    argv = [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--nats", nats_url] if nats_url else []
+    argv += ["--root", root, *(extra or [])]
+    argv += [] if "--config" in argv else ["--data-dir", str(data_dir)]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2], env={**os.environ})
     hook = Webhook(port=port, ca=data_dir / "webhook-tls" / "ca.crt", root=root, proc=proc, log=log)

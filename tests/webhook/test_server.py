@@ -226,6 +226,24 @@ def test_nothing_a_client_sends_gives_a_500(webhook: Webhook, body: bytes) -> No
         _check_answer(*webhook.request("POST", path, body))
 
 
+async def test_the_config_file_gives_nats_data_dir_and_priority_values(nats_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "kdispatch.yaml"
+    config.write_text(
+        f"nats:\n  url: {nats_url}\ndataDir: {tmp_path}\npolicy:\n  priorityClasses:\n    high: 7\n    low: 1\n"
+    )
+    root = f"whcfg{uuid.uuid4().hex[:6]}"
+    hook = start_webhook(nats_url=None, root=root, data_dir=tmp_path, extra=["--config", str(config)])
+    try:
+        obj = _job("prio")
+        obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
+        await _admit(hook, obj, uid="rev-c1", object_uid="obj-c1")
+        [(event, _)] = await _inbox(nats_url, root, f"{root}.in.job.submitted.team-a.prio")
+        assert isinstance(event, ev.JobSubmitted)
+        assert (event.priority_class, event.priority) == ("high", 7)
+    finally:
+        assert hook.stop() == 0
+
+
 async def test_nats_unreachable_the_review_is_still_answered(tmp_path: Path) -> None:
     dead = f"nats://127.0.0.1:{free_port()}"
     hook = start_webhook(nats_url=dead, root="whdead", data_dir=tmp_path, wait_ready=False)
