@@ -28,7 +28,7 @@ from eventlog.jetstream import TlsFiles
 from webhook import admit
 from webhook.nats_link import NatsLink
 from webhook.priority import PriorityError, parse_mapping
-from webhook.server import DEFAULT_MAX_BODY, WebhookServer
+from webhook.server import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S, WebhookServer
 from webhook.tls import DEFAULT_SANS, CertFiles, self_signed
 
 log = structlog.get_logger("webhook")
@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority-classes", default="", help="NAME=VALUE,... priority class values (added to the config's)")
     p.add_argument("--publish-timeout", type=float, default=1.0, help="seconds to wait for the inbox ack (default 1)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="largest review accepted")
+    p.add_argument(
+        "--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S, help="seconds for a request body to arrive (default 10)"
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return p
 
@@ -144,6 +147,7 @@ async def run(args: argparse.Namespace) -> int:
         nats_ready=link.ready,
         publish_timeout_s=args.publish_timeout,
         max_body=args.max_body_bytes,
+        read_timeout_s=args.read_timeout,
     )
     runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
     await runner.setup()

@@ -94,7 +94,7 @@ def webhook(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         nats_url=nats_url,
         root=f"wh{uuid.uuid4().hex[:10]}",
         data_dir=tmp_path_factory.mktemp("webhook"),
-        extra=["--priority-classes", "high=1000", "--max-body-bytes", str(1 << 20)],
+        extra=["--priority-classes", "high=1000", "--max-body-bytes", str(1 << 20), "--read-timeout", "1"],
     )
     yield hook
     assert hook.stop() == 0, hook.log.read_text()

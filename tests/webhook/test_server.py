@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -162,6 +163,15 @@ def test_malformed_bodies_get_4xx_with_a_reason(webhook: Webhook, body: bytes, s
     got, text = webhook.request("POST", "/validate", body)
     assert got == status
     assert fragment in text.decode(errors="replace")
+
+
+def test_a_body_that_never_arrives_gets_408(webhook: Webhook) -> None:
+    with socket.create_connection(("127.0.0.1", webhook.port)) as raw, webhook.ssl_context().wrap_socket(raw, server_hostname="localhost") as tls:
+        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        tls.settimeout(30)
+        head = tls.recv(4096).decode()
+    assert head.startswith("HTTP/1.1 408"), head
+    assert "did not arrive" in head
 
 
 def test_health_readiness_and_metrics(webhook: Webhook) -> None:
