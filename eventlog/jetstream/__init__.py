@@ -164,8 +164,12 @@ async def connect(
     tls: TlsFiles | ssl.SSLContext | None = None,
     root: str = "kd",
     name: str = "kdispatch",
+    publish_timeout_s: float = 5.0,
 ) -> JetStreamLog:
     """Open the log at ``url`` (or start the embedded server if ``None``) and create its streams.
+
+    ``url`` may list several servers of a cluster, comma-separated. ``creds`` is a NATS
+    credentials file; ``tls`` the CA / client cert / key files (or an ``ssl.SSLContext``).
 
     ``root`` selects which log on that server (default ``kd``: subjects ``kd.in.>``/``kd.log.>``);
     tests pass a unique root for isolation. ``replicas`` is 1, or 3 on a clustered NATS.

@@ -40,7 +40,7 @@ async def open_client(
     name: str = "kdispatch",
     timeout_s: float = 10.0,
 ) -> Client:
-    """Connect, retrying for ``timeout_s``; once connected, reconnect forever (the server may be
+    """Connect to ``url`` (or several, comma-separated), retrying for ``timeout_s``; once connected, reconnect forever (the server may be
     restarting or failing over). Raises ``ConnectionError`` naming the URL and the last error."""
     last_error: list[Exception] = []
 
@@ -58,8 +58,9 @@ async def open_client(
     if creds is not None and not Path(creds).is_file():
         raise FileNotFoundError(f"NATS credentials file {creds} does not exist")
     client = Client()
+    servers = [u.strip() for u in url.split(",") if u.strip()]  # a cluster: "nats://a:4222,nats://b:4222"
     connecting = client.connect(
-        url,
+        servers,
         name=name,
         user_credentials=str(creds) if creds is not None else None,
         tls=ssl_context(tls) if tls is not None else None,

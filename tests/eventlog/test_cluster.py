@@ -1,0 +1,119 @@
+"""A 3-node JetStream cluster on loopback, R3 streams: stop a node (the log stream's leader)
+while producers publish and the sequencer sequences; nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eventlog import events as ev
+from eventlog.embedded import EmbeddedNats, free_port
+from eventlog.jetstream import JetStreamLog, connect
+from eventlog.store import LogError
+
+N = 600
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[list[EmbeddedNats]]:
+    ports = [free_port() for _ in range(3)]
+    routes = [f"nats://127.0.0.1:{p}" for p in ports]
+    nodes = [
+        EmbeddedNats(
+            data_dir=tmp_path / f"n{i}",
+            server_name=f"n{i}",
+            cluster_name="kd-test",
+            cluster_port=ports[i],
+            routes=[r for j, r in enumerate(routes) if j != i],
+        )
+        for i in range(3)
+    ]
+    try:
+        for node in nodes:
+            node.start(wait=False)
+        for node in nodes:
+            node.wait_ready()
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+async def publish_all(jlog: JetStreamLog, acked: dict[int, int]) -> None:
+    """Publish N facts; a publish that times out is retried with the same msg_id (at most once
+    stored). ``acked`` maps i -> inbox seq for every acknowledged one."""
+    for i in range(N):
+        while True:
+            try:
+                acked[i] = await jlog.inbox.publish(
+                    ev.ClusterHeartbeat(cluster=f"c{i}"), msg_id=f"hb-{i}", timeout_s=1.0
+                )
+                break
+            except LogError:  # PublishTimeout or no quorum during the fail-over
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(0.002)
+
+
+async def sequence_until(jlog: JetStreamLog, *, done: asyncio.Event, appended: list[int]) -> None:
+    """A leader loop as the shell runs it: on any log error, resume from the log and go on."""
+    seq = jlog.sequencer("leader")
+    while True:
+        try:
+            await seq.resume()
+            while not (done.is_set() and seq.last_inbox_seq >= N):
+                items = await seq.pull(max_items=100, timeout_s=0.1)
+                if items:
+                    entries = await seq.append_inputs(items, at_ms=1)
+                    appended.extend(e.seq for e in entries)
+            return
+        except Exception as err:  # LogError, timeouts, API errors while leaders move
+            print("sequencer retry:", type(err).__name__, err)  # shown by pytest if the test fails
+            await asyncio.sleep(0.2)
+
+
+async def test_stop_the_leader_node_while_publishing_and_sequencing(cluster: list[EmbeddedNats]) -> None:
+    setup = await connect(",".join(node.url for node in cluster), replicas=3, root="kd")
+    info = await setup.js.stream_info(setup.names.log_stream)
+    await setup.close()
+    assert info.config.num_replicas == 3
+    assert info.cluster is not None and info.cluster.leader
+    leader_node = next(n for n in cluster if n.server_name == info.cluster.leader)
+    # Connected to the node that will stop: the clients must fail over to the others (which they
+    # learn from the server), and the log stream must elect a new leader.
+    jlog = await connect(leader_node.url, replicas=3, root="kd", publish_timeout_s=2.0)
+    producer_log = await connect(leader_node.url, replicas=3, root="kd")
+    try:
+        acked: dict[int, int] = {}
+        appended: list[int] = []
+        done = asyncio.Event()
+        producer = asyncio.create_task(publish_all(producer_log, acked))
+        sequencer = asyncio.create_task(sequence_until(jlog, done=done, appended=appended))
+        while len(appended) < N // 3:
+            await asyncio.sleep(0.02)
+        appended_before_stop = list(appended)
+        await asyncio.to_thread(leader_node.stop)  # SIGTERM the log stream's leader mid-stream
+        await asyncio.wait_for(producer, 60)
+        done.set()
+        await asyncio.wait_for(sequencer, 60)
+
+        entries = [e async for batch in jlog.reader.read() for e in batch]
+    finally:
+        for client in (jlog, producer_log):
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    # Every acknowledged inbox publish is in the inbox, once, and copied into the log once, in order.
+    assert sorted(acked) == list(range(N))
+    assert len(set(acked.values())) == N
+    copied = [e.inbox_seq for e in entries]
+    assert copied == sorted(acked.values())
+    assert [e.event for e in entries] == [
+        ev.ClusterHeartbeat(cluster=f"c{i}") for i in sorted(acked, key=acked.__getitem__)
+    ]
+    # Every acknowledged append (before and after the stop) is still there, with no gaps.
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    assert set(appended_before_stop) <= set(appended) <= {e.seq for e in entries}
