@@ -17,7 +17,7 @@ import difflib
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -59,7 +59,7 @@ _json_encoder = msgspec.json.Encoder(order="sorted")
 T = TypeVar("T")
 
 
-class PlacementIssue(msgspec.Struct, frozen=True):
+class PlacementIssue(msgspec.Struct, frozen=True, kw_only=True):
     annotation: str
     path: str
     found: str
@@ -111,37 +111,43 @@ class _Reader:
         self.annotation = annotation
         self.issues = issues
 
-    def fail(self, path: str, value: Any, accepted: str, hint: str = "") -> _Invalid:
-        self.issues.append(PlacementIssue(self.annotation, path, _show(value), accepted, hint))
+    def fail(self, path: str, value: Any, *, accepted: str, hint: str = "") -> _Invalid:
+        self.issues.append(PlacementIssue(annotation=self.annotation, path=path, found=_show(value), accepted=accepted, hint=hint))
         return _Invalid()
 
-    def obj(self, value: Any, path: str, keys: Mapping[str, str]) -> dict[str, Any]:
+    def obj(self, value: Any, path: str, *, keys: Mapping[str, str]) -> dict[str, Any]:
         """An object whose keys are among ``keys`` (key -> canonical meaning); unknown keys fail."""
         if not isinstance(value, dict):
-            raise self.fail(path, value, "a JSON object")
+            raise self.fail(path, value, accepted="a JSON object")
         bad = False
         for key in value:
             if key not in keys:
                 accepted = "fields " + ", ".join(sorted(set(keys)))
-                issue = PlacementIssue(self.annotation, f"{path}.{key}", f"unknown field {_show(key)}", accepted, suggest(str(key), keys))
+                issue = PlacementIssue(
+                    annotation=self.annotation,
+                    path=f"{path}.{key}",
+                    found=f"unknown field {_show(key)}",
+                    accepted=accepted,
+                    hint=suggest(str(key), keys),
+                )
                 self.issues.append(issue)
                 bad = True
         if bad:
             raise _Invalid()
         return value
 
-    def enum(self, value: Any, path: str, options: tuple[str, ...]) -> str:
+    def enum(self, value: Any, path: str, *, options: tuple[str, ...]) -> str:
         if isinstance(value, str) and value in options:
             return value
         hint = suggest(value, options) if isinstance(value, str) else ""
-        raise self.fail(path, value, ", ".join(options), hint)
+        raise self.fail(path, value, accepted=", ".join(options), hint=hint)
 
-    def string(self, value: Any, path: str, accepted: str = "a string") -> str:
+    def string(self, value: Any, path: str, *, accepted: str = "a string") -> str:
         if not isinstance(value, str):
-            raise self.fail(path, value, accepted)
+            raise self.fail(path, value, accepted=accepted)
         return value
 
-    def each(self, values: list[Any], path: str, read: Callable[[Any, str], T]) -> list[T]:
+    def each(self, values: list[Any], path: str, *, read: Callable[[Any, str], T]) -> list[T]:
         """Read every item, so one annotation reports all its problems at once."""
         out: list[T] = []
         failed = False
@@ -155,29 +161,29 @@ class _Reader:
         return out
 
     def label_key(self, value: Any, path: str, *, allow_empty: bool = False) -> str:
-        key = self.string(value, path, "a label key such as topology.kubernetes.io/region")
+        key = self.string(value, path, accepted="a label key such as topology.kubernetes.io/region")
         if allow_empty and key == "":
             return key
         prefix, _, name = key.rpartition("/")
         if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or len(name) > 63 or not _NAME.match(name):
-            raise self.fail(path, value, "a label key: [prefix/]name, name ≤63 alphanumerics, '-', '_', '.'")
+            raise self.fail(path, value, accepted="a label key: [prefix/]name, name ≤63 alphanumerics, '-', '_', '.'")
         return key
 
     def label_value(self, value: Any, path: str) -> str:
-        text = self.string(value, path, "a label value (a string)")
+        text = self.string(value, path, accepted="a label value (a string)")
         if text and (len(text) > 63 or not _NAME.match(text)):
-            raise self.fail(path, value, "a label value: ≤63 alphanumerics, '-', '_', '.', alphanumeric at both ends")
+            raise self.fail(path, value, accepted="a label value: ≤63 alphanumerics, '-', '_', '.', alphanumeric at both ends")
         return text
 
 
 # ---- per field ---------------------------------------------------------------------------------
 
 
-def _selector(r: _Reader, value: Any, path: str) -> dict[str, str]:
+def _selector(r: _Reader, value: Any, *, path: str) -> dict[str, str]:
     if isinstance(value, str):
-        value = _selector_string(r, value, path)
+        value = _selector_string(r, value, path=path)
     if not isinstance(value, dict):
-        raise r.fail(path, value, 'a JSON object of label -> value, or "key=value,key2=value2"')
+        raise r.fail(path, value, accepted='a JSON object of label -> value, or "key=value,key2=value2"')
     out: dict[str, str] = {}
     failed = False
     for key in sorted(value):
@@ -190,26 +196,26 @@ def _selector(r: _Reader, value: Any, path: str) -> dict[str, str]:
     return out
 
 
-def _selector_string(r: _Reader, text: str, path: str) -> Any:
+def _selector_string(r: _Reader, text: str, *, path: str) -> Any:
     text = text.strip()
     if text.startswith("{"):
-        return _json(r, text, path)
+        return _json(r, text, path=path)
     out: dict[str, str] = {}
     for i, part in enumerate(p.strip() for p in text.split(",")):
         if not part:
             continue
         key, eq, val = part.partition("=")
         if not eq or val.startswith("="):
-            raise r.fail(f"{path}[{i}]", part, '"key=value" pairs separated by commas (or a JSON object)')
+            raise r.fail(f"{path}[{i}]", part, accepted='"key=value" pairs separated by commas (or a JSON object)')
         out[key.strip()] = val.strip()
     return out
 
 
-def _json(r: _Reader, text: str, path: str) -> Any:
+def _json(r: _Reader, text: str, *, path: str) -> Any:
     try:
         return _json_decoder.decode(text)
     except msgspec.DecodeError as err:
-        raise r.fail(path, text, f"JSON ({err})") from None
+        raise r.fail(path, text, accepted=f"JSON ({err})") from None
 
 
 _EXPRESSION_KEYS = {"key": "key", "operator": "operator", "values": "values"}
@@ -221,57 +227,57 @@ _AFFINITY_KEYS = {"required": "required", "preferred": "preferred", _REQUIRED_LO
 _REQUIRED_OBJECT_KEYS = {"clusterSelectorTerms": "clusterSelectorTerms"}
 
 
-def _expression(r: _Reader, value: Any, path: str) -> ev.MatchExpression:
-    obj = r.obj(value, path, _EXPRESSION_KEYS)
+def _expression(r: _Reader, value: Any, *, path: str) -> ev.MatchExpression:
+    obj = r.obj(value, path, keys=_EXPRESSION_KEYS)
     key = r.label_key(obj.get("key"), f"{path}.key")
-    op = r.enum(obj.get("operator", MISSING), f"{path}.operator", OPERATORS)
+    op = r.enum(obj.get("operator", MISSING), f"{path}.operator", options=OPERATORS)
     raw_values = obj.get("values", [])
     if not isinstance(raw_values, list):
-        raise r.fail(f"{path}.values", raw_values, "a list of strings")
-    values = r.each(raw_values, f"{path}.values", lambda v, p: r.string(v, p))
+        raise r.fail(f"{path}.values", raw_values, accepted="a list of strings")
+    values = r.each(raw_values, f"{path}.values", read=lambda v, p: r.string(v, p))
     if op in ("In", "NotIn"):
         if not values:
-            raise r.fail(f"{path}.values", raw_values, f"at least one value with operator {op}")
+            raise r.fail(f"{path}.values", raw_values, accepted=f"at least one value with operator {op}")
         values = sorted(set(values))
     elif op in ("Exists", "DoesNotExist"):
         if values:
-            raise r.fail(f"{path}.values", raw_values, f"no values with operator {op}")
+            raise r.fail(f"{path}.values", raw_values, accepted=f"no values with operator {op}")
     elif len(values) != 1 or not _INTEGER.match(values[0]):
-        raise r.fail(f"{path}.values", raw_values, f'exactly one integer value with operator {op}, e.g. ["8"]')
+        raise r.fail(f"{path}.values", raw_values, accepted=f'exactly one integer value with operator {op}, e.g. ["8"]')
     return ev.MatchExpression(key=key, operator=op, values=values)  # type: ignore[arg-type]
 
 
-def _term(r: _Reader, value: Any, path: str) -> ev.SelectorTerm:
-    obj = r.obj(value, path, _TERM_KEYS)
+def _term(r: _Reader, value: Any, *, path: str) -> ev.SelectorTerm:
+    obj = r.obj(value, path, keys=_TERM_KEYS)
     raw = obj.get("matchExpressions", [])
     if not isinstance(raw, list):
-        raise r.fail(f"{path}.matchExpressions", raw, "a list of {key, operator, values}")
-    expressions = r.each(raw, f"{path}.matchExpressions", lambda v, p: _expression(r, v, p))
-    labels = _selector(r, obj.get("matchLabels", {}), f"{path}.matchLabels")
+        raise r.fail(f"{path}.matchExpressions", raw, accepted="a list of {key, operator, values}")
+    expressions = r.each(raw, f"{path}.matchExpressions", read=lambda v, p: _expression(r, v, path=p))
+    labels = _selector(r, obj.get("matchLabels", {}), path=f"{path}.matchLabels")
     expressions += [ev.MatchExpression(key=k, operator="In", values=[v]) for k, v in labels.items()]
     if not expressions:
-        raise r.fail(path, value, "a term with at least one match expression")
+        raise r.fail(path, value, accepted="a term with at least one match expression")
     return ev.SelectorTerm(match_expressions=expressions)
 
 
-def _weighted(r: _Reader, value: Any, path: str) -> ev.WeightedTerm:
-    obj = r.obj(value, path, _WEIGHTED_KEYS)
+def _weighted(r: _Reader, value: Any, *, path: str) -> ev.WeightedTerm:
+    obj = r.obj(value, path, keys=_WEIGHTED_KEYS)
     weight = obj.get("weight", MISSING)
     if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
-        raise r.fail(f"{path}.weight", weight, "an integer from 1 to 100")
+        raise r.fail(f"{path}.weight", weight, accepted="an integer from 1 to 100")
     if ("term" in obj) == ("preference" in obj):
-        raise r.fail(path, value, 'exactly one of "preference" (or its short name "term") and a "weight"')
+        raise r.fail(path, value, accepted='exactly one of "preference" (or its short name "term") and a "weight"')
     key = "term" if "term" in obj else "preference"
-    return ev.WeightedTerm(weight=weight, term=_term(r, obj[key], f"{path}.{key}"))
+    return ev.WeightedTerm(weight=weight, term=_term(r, obj[key], path=f"{path}.{key}"))
 
 
-def _affinity(r: _Reader, value: Any, path: str) -> ev.ClusterAffinity:
+def _affinity(r: _Reader, value: Any, *, path: str) -> ev.ClusterAffinity:
     if isinstance(value, str):
-        value = _json(r, value, path)
-    obj = r.obj(value, path, _AFFINITY_KEYS)
+        value = _json(r, value, path=path)
+    obj = r.obj(value, path, keys=_AFFINITY_KEYS)
     for short, long in (("required", _REQUIRED_LONG), ("preferred", _PREFERRED_LONG)):
         if short in obj and long in obj:
-            raise r.fail(f"{path}.{long}", long, f'either "{short}" or "{long}", not both')
+            raise r.fail(f"{path}.{long}", long, accepted=f'either "{short}" or "{long}", not both')
     required: list[ev.SelectorTerm] = []
     preferred: list[ev.WeightedTerm] = []
     failed = False
@@ -280,15 +286,15 @@ def _affinity(r: _Reader, value: Any, path: str) -> ev.ClusterAffinity:
         try:
             if _AFFINITY_KEYS[key] == "required":
                 if isinstance(raw, dict):
-                    raw = r.obj(raw, here, _REQUIRED_OBJECT_KEYS).get("clusterSelectorTerms", [])
+                    raw = r.obj(raw, here, keys=_REQUIRED_OBJECT_KEYS).get("clusterSelectorTerms", [])
                     here = f"{here}.clusterSelectorTerms"
                 if not isinstance(raw, list):
-                    raise r.fail(here, raw, "a list of terms (an OR of {matchExpressions: [...]})")
-                required = r.each(raw, here, lambda v, p: _term(r, v, p))
+                    raise r.fail(here, raw, accepted="a list of terms (an OR of {matchExpressions: [...]})")
+                required = r.each(raw, here, read=lambda v, p: _term(r, v, path=p))
             else:
                 if not isinstance(raw, list):
-                    raise r.fail(here, raw, "a list of {weight, preference}")
-                preferred = r.each(raw, here, lambda v, p: _weighted(r, v, p))
+                    raise r.fail(here, raw, accepted="a list of {weight, preference}")
+                preferred = r.each(raw, here, read=lambda v, p: _weighted(r, v, path=p))
         except _Invalid:
             failed = True
     if failed:
@@ -299,77 +305,89 @@ def _affinity(r: _Reader, value: Any, path: str) -> ev.ClusterAffinity:
 _TOLERATION_KEYS = {k: k for k in ("key", "operator", "value", "effect", "tolerationSeconds")}
 
 
-def _toleration(r: _Reader, value: Any, path: str) -> ev.Toleration:
-    obj = r.obj(value, path, _TOLERATION_KEYS)
+def _toleration(r: _Reader, value: Any, *, path: str) -> ev.Toleration:
+    obj = r.obj(value, path, keys=_TOLERATION_KEYS)
     key = r.label_key(obj.get("key", ""), f"{path}.key", allow_empty=True)
-    op = r.enum(obj.get("operator", "Equal"), f"{path}.operator", TOLERATION_OPERATORS)
+    op = r.enum(obj.get("operator", "Equal"), f"{path}.operator", options=TOLERATION_OPERATORS)
     val = r.label_value(obj.get("value", ""), f"{path}.value")
     effect = obj.get("effect", "")
     if effect != "":
-        effect = r.enum(effect, f"{path}.effect", EFFECTS)
+        effect = r.enum(effect, f"{path}.effect", options=EFFECTS)
     seconds = obj.get("tolerationSeconds")
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int) or abs(seconds) > 2**53):
-        raise r.fail(f"{path}.tolerationSeconds", seconds, "an integer number of seconds")
+        raise r.fail(f"{path}.tolerationSeconds", seconds, accepted="an integer number of seconds")
     if op == "Exists" and val:
-        raise r.fail(f"{path}.value", val, 'an empty value with operator "Exists"')
+        raise r.fail(f"{path}.value", val, accepted='an empty value with operator "Exists"')
     if not key and op != "Exists":
-        raise r.fail(f"{path}.operator", op, '"Exists" when the key is empty (tolerate every taint)')
+        raise r.fail(f"{path}.operator", op, accepted='"Exists" when the key is empty (tolerate every taint)')
     if seconds is not None and effect != "NoExecute":
-        raise r.fail(f"{path}.effect", effect, '"NoExecute" when tolerationSeconds is set')
+        raise r.fail(f"{path}.effect", effect, accepted='"NoExecute" when tolerationSeconds is set')
     return ev.Toleration(key=key, operator=op, value=val, effect=effect, toleration_seconds=seconds)  # type: ignore[arg-type]
 
 
-def _tolerations(r: _Reader, value: Any, path: str) -> list[ev.Toleration]:
+def _tolerations(r: _Reader, value: Any, *, path: str) -> list[ev.Toleration]:
     if isinstance(value, str):
-        value = _json(r, value, path)
+        value = _json(r, value, path=path)
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list):
-        raise r.fail(path, value, "a JSON list of {key, operator, value, effect, tolerationSeconds}")
-    return r.each(value, path, lambda v, p: _toleration(r, v, p))
+        raise r.fail(path, value, accepted="a JSON list of {key, operator, value, effect, tolerationSeconds}")
+    return r.each(value, path, read=lambda v, p: _toleration(r, v, path=p))
 
 
-def _names(r: _Reader, value: Any, path: str) -> list[str]:
+def _names(r: _Reader, value: Any, *, path: str) -> list[str]:
     if isinstance(value, str):
         text = value.strip()
-        value = _json(r, text, path) if text.startswith("[") else [p.strip() for p in text.split(",") if p.strip()]
+        value = _json(r, text, path=path) if text.startswith("[") else [p.strip() for p in text.split(",") if p.strip()]
     if not isinstance(value, list):
-        raise r.fail(path, value, 'cluster names: "a,b" or a JSON list of strings')
+        raise r.fail(path, value, accepted='cluster names: "a,b" or a JSON list of strings')
 
     def one(v: Any, p: str) -> str:
         if not isinstance(v, str) or len(v) > 253 or not _DNS_SUBDOMAIN.match(v):
-            raise r.fail(p, v, "a cluster name (lower-case DNS name)")
+            raise r.fail(p, v, accepted="a cluster name (lower-case DNS name)")
         return v
 
-    return sorted(set(r.each(value, path, one)))
+    return sorted(set(r.each(value, path, read=one)))
 
 
-def _nominate(r: _Reader, value: Any, path: str) -> int | None:
+def _nominate(r: _Reader, value: Any, *, path: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NOMINATE:
-        raise r.fail(path, value, f"a positive integer (1 to {MAX_NOMINATE}): how many clusters to nominate")
+        raise r.fail(path, value, accepted=f"a positive integer (1 to {MAX_NOMINATE}): how many clusters to nominate")
     return value
 
 
-def _profile(r: _Reader, value: Any, path: str) -> str:
+def _profile(r: _Reader, value: Any, *, path: str) -> str:
     if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.match(value):
-        raise r.fail(path, value, "a profile name (lower-case DNS label, e.g. default)")
+        raise r.fail(path, value, accepted="a profile name (lower-case DNS label, e.g. default)")
     return value
+
+
+def _dispatch_mode(r: _Reader, value: Any, *, path: str) -> str:
+    return r.enum(value, path, options=DISPATCH_MODES)
+
+
+def _preemption_policy(r: _Reader, value: Any, *, path: str) -> str:
+    return r.enum(value, path, options=PREEMPTION_POLICIES)
+
+
+class _FieldReader(Protocol):
+    def __call__(self, r: _Reader, value: Any, *, path: str) -> Any: ...
 
 
 # field -> (Placement attribute, reader of one JSON value or annotation string)
-_FIELD_READERS: dict[str, tuple[str, Callable[[_Reader, Any, str], Any]]] = {
+_FIELD_READERS: dict[str, tuple[str, _FieldReader]] = {
     "cluster-selector": ("cluster_selector", _selector),
     "cluster-affinity": ("cluster_affinity", _affinity),
     "cluster-tolerations": ("cluster_tolerations", _tolerations),
-    "dispatch-mode": ("dispatch_mode", lambda r, v, p: r.enum(v, p, DISPATCH_MODES)),
+    "dispatch-mode": ("dispatch_mode", _dispatch_mode),
     "profile": ("profile", _profile),
     "nominate": ("nominate", _nominate),
     "cluster-names": ("cluster_names", _names),
-    "preemption-policy": ("preemption_policy", lambda r, v, p: r.enum(v, p, PREEMPTION_POLICIES)),
+    "preemption-policy": ("preemption_policy", _preemption_policy),
 }
 _CANONICAL_KEYS = {
     "clusterSelector": "cluster-selector",
@@ -385,13 +403,13 @@ _CANONICAL_KEYS = {
 
 def _canonical(r: _Reader, value: Any) -> dict[str, Any]:
     """The fields of a ``kdispatch.io/placement`` annotation, read."""
-    obj = r.obj(_json(r, value, "$") if isinstance(value, str) else value, "$", {k: k for k in _CANONICAL_KEYS})
+    obj = r.obj(_json(r, value, path="$") if isinstance(value, str) else value, "$", keys={k: k for k in _CANONICAL_KEYS})
     out: dict[str, Any] = {}
     failed = False
     for key, raw in obj.items():
         attr, read = _FIELD_READERS[_CANONICAL_KEYS[key]]
         try:
-            out[attr] = read(r, raw, f"$.{key}")
+            out[attr] = read(r, raw, path=f"$.{key}")
         except _Invalid:
             failed = True
     if failed:
@@ -432,7 +450,13 @@ def _parse(annotations: Mapping[str, Any]) -> ev.Placement:
     for name in sorted(annotations):
         if name.startswith(PREFIX) and name not in KNOWN_ANNOTATIONS:
             issues.append(
-                PlacementIssue(name, "$", "an unknown kdispatch annotation", ", ".join(KNOWN_ANNOTATIONS), suggest(name, KNOWN_ANNOTATIONS))
+                PlacementIssue(
+                    annotation=name,
+                    path="$",
+                    found="an unknown kdispatch annotation",
+                    accepted=", ".join(KNOWN_ANNOTATIONS),
+                    hint=suggest(name, KNOWN_ANNOTATIONS),
+                )
             )
     if PLACEMENT_ANNOTATION in annotations:
         r = _Reader(PLACEMENT_ANNOTATION, issues)
@@ -447,12 +471,19 @@ def _parse(annotations: Mapping[str, Any]) -> ev.Placement:
             r = _Reader(name, issues)
             try:
                 raw = annotations[name]
-                seen[name] = read(r, r.string(raw, "$", "a string") if not isinstance(raw, str) else raw.strip(), "$")
+                seen[name] = read(r, r.string(raw, "$") if not isinstance(raw, str) else raw.strip(), path="$")
             except _Invalid:
                 continue
         if len(seen) == 2 and len({_json_encoder.encode(v) for v in seen.values()}) == 2:
             a, b = seen
-            issues.append(PlacementIssue(b, "$", "a value different from " + a, f"the same placement in both, or only one of {a} and {b}"))
+            issues.append(
+                PlacementIssue(
+                    annotation=b,
+                    path="$",
+                    found="a value different from " + a,
+                    accepted=f"the same placement in both, or only one of {a} and {b}",
+                )
+            )
         if seen:
             fields[attr] = next(iter(seen.values()))
     if issues:
@@ -519,6 +550,8 @@ def parse_runtime_ms(annotations: Mapping[str, Any]) -> int | None:
         if pos == len(text):
             total = round(acc)
     if total is None or total > MAX_RUNTIME_MS:
-        issue = PlacementIssue(RUNTIME_ANNOTATION, "$", _show(raw), "a duration up to a year, e.g. 30s, 5m, 1h30m, 250ms")
+        issue = PlacementIssue(
+            annotation=RUNTIME_ANNOTATION, path="$", found=_show(raw), accepted="a duration up to a year, e.g. 30s, 5m, 1h30m, 250ms"
+        )
         raise PlacementError([issue])
     return total
