@@ -15,7 +15,7 @@ from eventlog import events as ev
 from reconciler.core import phases
 from reconciler.core.dispatch import dispatch, report_unschedulable
 from reconciler.core.draft import Draft
-from reconciler.core.lifecycle import cluster_health, expire_claims, handle_job
+from reconciler.core.lifecycle import cluster_health, evict_claimed, expire_claims, handle_job
 from reconciler.core.scratch import Scratch
 from reconciler.core.state import State
 
@@ -24,6 +24,7 @@ def decide(state: State) -> list[ev.DecisionEvent]:
     s = Scratch.start(state)
     lost, recovered = cluster_health(s)
     expire_claims(s)
+    evict_claimed(s)
     keys = dict(state.pending)
     for cluster in (*lost, *recovered):
         for key in state.by_cluster.get(cluster, {}):

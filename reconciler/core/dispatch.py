@@ -11,9 +11,10 @@ from __future__ import annotations
 from eventlog import events as ev
 from reconciler.core import phases
 from reconciler.core.draft import Draft
-from reconciler.core.framework.cycle import evaluate, rejection_summary, summary_message
+from reconciler.core.framework.cycle import Evaluation, evaluate, rejection_summary, summary_message
 from reconciler.core.framework.profile import CompiledProfile
-from reconciler.core.jobs import JobRecord
+from reconciler.core.jobs import Claim, JobRecord
+from reconciler.core.lifecycle import evict_event
 from reconciler.core.preemption import select_victims
 from reconciler.core.scratch import Scratch
 from reconciler.core.strategies import choose, round_deadline
@@ -73,10 +74,7 @@ def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
     return left
 
 
-def _preempt(s: Scratch, d: Draft, evaluation: object) -> bool:
-    from reconciler.core.framework.cycle import Evaluation
-
-    assert isinstance(evaluation, Evaluation)
+def _preempt(s: Scratch, d: Draft, evaluation: Evaluation) -> bool:
     job = d.job
     choice = select_victims(s, job, evaluation)
     if choice is None:
@@ -93,8 +91,6 @@ def _preempt(s: Scratch, d: Draft, evaluation: object) -> bool:
             claim=dict(job.demand),
         )
     )
-    from reconciler.core.jobs import Claim
-
     s.claims[job.key] = Claim(
         preemptor=job.key,
         cluster=choice.cluster,
@@ -104,15 +100,7 @@ def _preempt(s: Scratch, d: Draft, evaluation: object) -> bool:
         claim=dict(job.demand),
     )
     for victim in victims:
-        s.emit(
-            ev.Evict(
-                job=victim.ref,
-                cluster=choice.cluster,
-                attempt=victim.attempt,
-                preemptor=job.ref,
-                reason=f"Preempted by {job.key} (priority {job.priority} > {victim.priority})",
-            )
-        )
+        s.emit(evict_event(victim, preemptor=job, cluster=choice.cluster))
     return True
 
 

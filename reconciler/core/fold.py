@@ -25,8 +25,11 @@ _placement_encoder = msgspec.json.Encoder(order="deterministic")
 def fold(state: State, entry: ev.LogEntry) -> State:
     event = entry.event
     decision = ev.is_decision(event)
-    if decision and (entry.batch[0] == 0 if entry.batch else not state.last_was_decision):
-        _decide_ran(state)
+    opens = decision and (entry.batch[0] == 0 if entry.batch else not state.last_was_decision)
+    if state.open_batch is not None and (opens or not decision):
+        _batch_cut_short(state)
+    if opens:
+        _batch_opens(state)
     state.last_was_decision = decision
     state.seq = entry.seq
     state.now_ms = entry.at_ms
@@ -34,18 +37,39 @@ def fold(state: State, entry: ev.LogEntry) -> State:
     handler = _HANDLERS.get(type(event))
     if handler is not None:
         handler(state, event)
+    if decision and (entry.batch is None or entry.batch[0] == entry.batch[1] - 1):
+        _batch_closes(state)
     return state
 
 
-def _decide_ran(state: State) -> None:
-    """The decisions being folded came from a decide that looked at everything pending."""
-    for key in state.pending:
+# A decision batch is what one decide produced after looking at everything pending. When the
+# whole batch is folded, that work is done. A batch cut short (the leader died while appending)
+# leaves the work pending, so the next leader's decide completes it.
+
+
+def _batch_opens(state: State) -> None:
+    state.open_batch = (list(state.pending), state.help)
+    state.help = False  # help raised by this batch's own decisions must survive its close
+
+
+def _batch_closes(state: State) -> None:
+    if state.open_batch is None:
+        return
+    keys, _ = state.open_batch
+    for key in keys:
+        state.pending.pop(key, None)
         job = state.jobs.get(key)
         if job is not None:
             job.reports.clear()
             job.spec_changed = False
-    state.pending.clear()
-    state.help = False
+    state.open_batch = None
+
+
+def _batch_cut_short(state: State) -> None:
+    if state.open_batch is None:
+        return
+    state.help = state.help or state.open_batch[1]
+    state.open_batch = None
 
 
 def _fire_timers(state: State) -> None:

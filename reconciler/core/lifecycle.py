@@ -63,6 +63,31 @@ def expire_claims(s: Scratch) -> None:
             s.drop_claim(key)
 
 
+def evict_claimed(s: Scratch) -> None:
+    """Evict every victim of a live claim that has not been told yet. Normally the Evicts go out
+    with the claim; after a leader died between the two, this is how the next one finishes."""
+    state = s.state
+    for key in sorted(s.claims):
+        claim = s.claims[key]
+        preemptor = state.jobs[key]
+        for victim_key in claim.victims:
+            victim = state.jobs.get(victim_key)
+            if victim is None or victim.phase != phases.PLACED or victim.cluster != claim.cluster:
+                continue
+            if victim.evicting_for is None:
+                s.emit(evict_event(victim, preemptor=preemptor, cluster=claim.cluster))
+
+
+def evict_event(victim: JobRecord, *, preemptor: JobRecord, cluster: str) -> ev.Evict:
+    return ev.Evict(
+        job=victim.ref,
+        cluster=cluster,
+        attempt=victim.attempt,
+        preemptor=preemptor.ref,
+        reason=f"Preempted by {preemptor.key} (priority {preemptor.priority} > {victim.priority})",
+    )
+
+
 def _ref(key: str) -> ev.JobRef:
     namespace, _, name = key.partition("/")
     return ev.JobRef(namespace=namespace, name=name, uid="")
@@ -74,6 +99,7 @@ def handle_job(s: Scratch, job: JobRecord) -> Draft:
     if not d.terminal:
         _reports(s, d)
     if not d.terminal:
+        _half_done(s, d)
         _clusters_gone(s, d)
         _suspension(s, d)
         _admission(s, d)
@@ -131,6 +157,15 @@ def _reports(s: Scratch, d: Draft) -> None:
                 d.winner = None
             if not d.nominated and d.phase == phases.NOMINATED:
                 d.requeue(s, reason=reason, cluster=rep.cluster, backoff=True, message=message)
+
+
+def _half_done(s: Scratch, d: Draft) -> None:
+    """States only a decision batch cut short by a leader crash leaves behind: finish the job."""
+    if d.phase == phases.PLACED and d.cluster is None:
+        d.requeue(s, reason="Evicted", cluster=None, backoff=False, message="placement withdrawn")
+    elif d.phase == phases.NOMINATED and not d.nominated and d.winner is None:
+        d.timed_out = True
+        d.phase = phases.QUEUED
 
 
 def _clusters_gone(s: Scratch, d: Draft) -> None:

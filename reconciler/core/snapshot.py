@@ -32,6 +32,7 @@ class Snapshot(Struct, kw_only=True):
     waiting: list[str]
     timers: list[tuple[int, str]]
     last_was_decision: bool
+    open_batch: tuple[list[str], bool] | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -58,6 +59,7 @@ def dump_state(state: State) -> bytes:
             waiting=list(state.waiting),
             timers=list(state.timers),
             last_was_decision=state.last_was_decision,
+            open_batch=state.open_batch,
         )
     )
 
@@ -97,4 +99,5 @@ def load_state(raw: bytes) -> State:
     state.waiting = dict.fromkeys(snap.waiting)
     state.timers = [tuple(t) for t in snap.timers]  # type: ignore[misc]
     state.last_was_decision = snap.last_was_decision
+    state.open_batch = (list(snap.open_batch[0]), snap.open_batch[1]) if snap.open_batch else None
     return state

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from eventlog import events as ev
-from reconciler.core import explain, summary
+from reconciler.core import decide, dump_state, explain, load_state, summary
+from tests.reconciler.core.checks import fold_all, replay_verify
 from tests.reconciler.core.harness import Harness, cluster, job, of_type, ref
 
 
@@ -139,3 +140,30 @@ def test_explain_shows_who_preempts_whom() -> None:
     h.feed(job("hi", cpu=4_000, priority=10))
     assert explain(h.state, "team/hi").claims[0].startswith("holds a claim on a")
     assert "being preempted on a by team/hi" in explain(h.state, "team/low").claims[0]
+
+
+def test_leader_killed_between_claim_and_evict_the_next_leader_carries_on_from_the_log() -> None:
+    h = Harness()
+    h.inputs(cluster("a", cpu=8_000))
+    place(h, "low1", on="a", cpu=4_000, priority=0)
+    place(h, "low2", on="a", cpu=4_000, priority=0)
+    h.inputs(job("hi", cpu=8_000, priority=10))
+    planned = decide(h.state)
+    assert [type(d).__name__ for d in planned] == ["PreemptionClaimed", "Evict", "Evict"]
+    # The old leader wrote the claim and one Evict, then died.
+    for i, d in enumerate(planned[:2]):
+        h._append(d, batch=(i, len(planned)))
+    # The new leader rebuilds its state from the log (through a snapshot, for good measure).
+    state = load_state(dump_state(fold_all(h.log)))
+    assert summary(state) == summary(h.state)
+    rest = decide(state)
+    assert rest == [planned[2]]  # only the missing Evict; the claim is not made twice
+    for i, d in enumerate(rest):
+        h._append(d, batch=(i, len(rest)))
+    assert decide(h.state) == []
+    replay_verify(h.log)
+    # And it completes: the victims leave, the preemptor is dispatched on a.
+    h.inputs(ev.RemoteEvicted(job=ref("low1"), cluster="a", attempt=1))
+    h.inputs(ev.RemoteEvicted(job=ref("low2"), cluster="a", attempt=1))
+    [n] = [d for d in of_type(h.step(), ev.Nominated) if d.job == ref("hi")]
+    assert n.clusters == ["a"]
