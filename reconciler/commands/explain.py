@@ -1,8 +1,9 @@
 """``kdispatch explain NS/NAME``: every decision about a job, and why there and not there.
 
-Replays the log; just before each decision batch that concerns the job, asks the core's
-``explain`` for the job's evaluation on that very state (what ``decide`` saw): every cluster with
-its filter verdict or its per-plugin scores. Preemptions show who preempted whom.
+Replays the log; just before each decision about the job, asks the core's ``explain`` for the
+job's evaluation on that very state — the inputs before the batch plus the batch's earlier
+decisions, which is what ``decide`` saw when it got to this job: every cluster with its filter
+verdict or its per-plugin scores. Preemptions show who preempted whom.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from eventlog import codec
 from eventlog import events as ev
 from reconciler import core
 from reconciler.shell import logging as klog
-from reconciler.shell.logsource import add_source_arguments, format_ms, open_source
+from reconciler.shell.logsource import add_source_arguments, format_ms, friendly_errors, open_source
 from reconciler.shell.progress import Progress
-from reconciler.shell.render import line
-from reconciler.shell.replay import DecisionBatch, replay
+from reconciler.shell.render import describe, subject_key
+from reconciler.shell.replay import replay
 
 HELP = "explain every decision about a job: each cluster's filter verdict or per-plugin scores"
 
 # Decisions for which the per-cluster evaluation is the interesting part.
-_EVALUATED = (ev.Nominated, ev.Unschedulable, ev.PreemptionClaimed, ev.Placed)
+_EVALUATED = (ev.Nominated, ev.Unschedulable, ev.PreemptionClaimed)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,19 +66,21 @@ async def gather(reader: Any, key: str, *, progress: Progress | None = None) -> 
         if concerns(entry.event, key):
             story.facts.append(entry)
 
-    def on_batch(state: core.State, batch: DecisionBatch) -> None:
-        about = [e for e in batch.entries if concerns(e.event, key)]
-        if not about:
+    def on_decision(state: core.State, entry: ev.LogEntry) -> None:
+        if not concerns(entry.event, key):
             return
-        step = Step(seq=batch.first.seq, at_ms=batch.first.at_ms, decisions=about)
-        if any(isinstance(e.event, _EVALUATED) and _is_subject(e.event, key) for e in about):
+        batch_seq = entry.seq - (entry.batch[0] if entry.batch else 0)
+        if not story.steps or story.steps[-1].seq != batch_seq:
+            story.steps.append(Step(seq=batch_seq, at_ms=entry.at_ms, decisions=[]))
+        step = story.steps[-1]
+        step.decisions.append(entry)
+        if step.explanation is None and isinstance(entry.event, _EVALUATED) and _is_subject(entry.event, key):
             try:
                 step.explanation = core.explain(state, key)
             except KeyError:
                 step.error = "the job is not known to the state at this point"
-        story.steps.append(step)
 
-    result = await replay(reader, on_batch=on_batch, on_input=on_input, progress=progress)
+    result = await replay(reader, on_decision=on_decision, on_input=on_input, progress=progress)
     return story, core.summary(result.state)
 
 
@@ -87,8 +90,9 @@ def _is_subject(event: ev.Event, key: str) -> bool:
     return isinstance(ref, ev.JobRef) and ref.key == key
 
 
+@friendly_errors("explain")
 async def run_async(args: argparse.Namespace) -> int:
-    klog.configure(level="warning", role="cli")  # stdout is for the command's output
+    klog.configure(level="error", role="cli")  # stdout is for the command's output
     key = args.job.strip()
     if key.count("/") != 1 or key.startswith("/") or key.endswith("/"):
         print(f"kdispatch explain: {args.job!r}: give the job as NAMESPACE/NAME, e.g. team-a/train-1", file=sys.stderr)
@@ -130,21 +134,30 @@ def _print(story: Story, current: dict[str, Any] | None, out: TextIO) -> None:
     if current is not None:
         out.write(f": now {current.get('phase')}" + (f" on {current['cluster']}" if current.get("cluster") else ""))
     out.write("\n")
-    timeline: list[tuple[int, str, Step | None]] = [(e.seq, line(e), None) for e in story.facts]
-    timeline += [(s.seq, "", s) for s in story.steps]
-    for _seq, text, step in sorted(timeline, key=lambda t: t[0]):
-        if step is None:
-            out.write(f"  fact    {text}\n")
+    timeline: list[tuple[int, Step | ev.LogEntry]] = [(e.seq, e) for e in story.facts]
+    timeline += [(s.seq, s) for s in story.steps]
+    for _seq, item in sorted(timeline, key=lambda t: t[0]):
+        if isinstance(item, ev.LogEntry):
+            out.write(f"  {short_line(item, story.key)}\n")
             continue
-        out.write(f"\n  decided at {format_ms(step.at_ms)} (batch at seq {step.seq}):\n")
-        for entry in step.decisions:
-            out.write(f"          {line(entry)}\n")
+        out.write("\n")
+        for entry in item.decisions:
+            out.write(f"  {short_line(entry, story.key)}\n")
             _print_preemption(entry.event, story.key, out)
-        if step.error:
-            out.write(f"          ({step.error})\n")
-        if step.explanation is not None:
-            for row in render_explanation(step.explanation):
-                out.write(f"          {row}\n")
+        if item.error:
+            out.write(f"      ({item.error})\n")
+        if item.explanation is not None:
+            chosen = [c for e in item.decisions for c in _chosen(e.event)]
+            for row in render_explanation(item.explanation, chosen=chosen):
+                out.write(f"      {row}\n")
+        out.write("\n")
+
+
+def short_line(entry: ev.LogEntry, key: str) -> str:
+    """``#seq  time  Type  fields`` — the job's own name left out, other jobs' kept."""
+    subject = subject_key(entry.event)
+    who = "" if subject == key else f"{subject} "
+    return f"#{entry.seq:<6} {format_ms(entry.at_ms)[11:]}  {type(entry.event).__name__:<17} {who}{describe(entry.event)}".rstrip()
 
 
 def _print_preemption(event: ev.Event, key: str, out: TextIO) -> None:
@@ -161,55 +174,32 @@ def _print_preemption(event: ev.Event, key: str, out: TextIO) -> None:
             out.write(f"            -> evicts {event.job.key} from {event.cluster}\n")
 
 
-def render_explanation(explanation: Any) -> list[str]:
-    """A table of clusters from the core's ``JobExplanation`` (whatever fields it has)."""
-    data = codec.to_builtins(explanation)
-    if not isinstance(data, dict):
-        return [str(data)]
-    rows: list[str] = []
-    head = {k: v for k, v in data.items() if k != "clusters" and not isinstance(v, list | dict)}
-    if head:
-        rows.append("evaluation: " + " ".join(f"{k}={v}" for k, v in sorted(head.items())))
-    clusters = data.get("clusters")
-    if not isinstance(clusters, list):
-        rows.append(codec.encode(data).decode())
-        return rows
-    width = max([len(str(c.get("name", c.get("cluster", "")))) for c in clusters] + [7])
-    rows.append(f"{'cluster':<{width}}  verdict")
-    for c in clusters:
-        rows.append(f"{c.get('name', c.get('cluster', '?'))!s:<{width}}  {_verdict(c)}")
+def _chosen(event: ev.Event) -> list[str]:
+    if isinstance(event, ev.Nominated):
+        return list(event.clusters)
+    if isinstance(event, ev.PreemptionClaimed):
+        return [event.cluster]
+    return []
+
+
+def render_explanation(x: core.JobExplanation, *, chosen: list[str] | None = None) -> list[str]:
+    """The evaluation ``decide`` saw: every cluster, rejected (by which filter, why) or scored."""
+    rows = [
+        f"why: profile {x.profile} ({x.strategy or '?'}), priority {x.priority}, attempt {x.attempt}"
+        + (f" — {x.summary}" if x.summary else "")
+    ]
+    if x.reason:
+        rows.append(f"     {x.reason}")
+    width = max([len(c.cluster) for c in x.clusters] + [7])
+    for c in x.clusters:
+        if c.feasible:
+            parts = " + ".join(
+                f"{p.plugin} {p.score}" + (f"x{p.weight}" if p.weight != 1 else "") for p in c.scores
+            )
+            mark = "  <- chosen" if c.cluster in (chosen or x.nominated) else ""
+            rows.append(f"  {c.cluster:<{width}}  #{c.rank}  score {c.total}" + (f" = {parts}" if parts else "") + mark)
+        else:
+            why = "; ".join(f"{r.plugin}: {r.reason}" for r in c.rejections) or "rejected"
+            rows.append(f"  {c.cluster:<{width}}  --  {why}")
+    rows += [f"  {line}" for line in x.claims]
     return rows
-
-
-def _verdict(c: dict[str, Any]) -> str:
-    parts: list[str] = []
-    feasible = c.get("feasible", c.get("passed"))
-    filt = c.get("filter") or c.get("filtered_by") or c.get("plugin")
-    reason = c.get("reason")
-    if feasible is False or (filt and reason):
-        return f"filtered by {filt or '?'}: {reason or ''}".rstrip(": ")
-    total = c.get("total", c.get("score"))
-    scores = c.get("scores")
-    if total is not None:
-        parts.append(f"score {total}")
-    if isinstance(scores, dict):
-        parts.append("(" + ", ".join(f"{k} {v}" for k, v in scores.items()) + ")")
-    elif isinstance(scores, list):
-        parts.append("(" + ", ".join(_score_item(s) for s in scores) + ")")
-    for flag in ("chosen", "nominated", "selected"):
-        if c.get(flag):
-            parts.append(f"<- {flag}")
-    rest = {k: v for k, v in c.items() if k not in {"name", "cluster", "feasible", "passed", "total", "score", "scores",
-                                                      "filter", "filtered_by", "plugin", "reason", "chosen", "nominated", "selected"}}
-    if rest:
-        parts.append(" ".join(f"{k}={v}" for k, v in rest.items()))
-    return " ".join(parts) or "feasible"
-
-
-def _score_item(s: Any) -> str:
-    if isinstance(s, dict):
-        name = s.get("plugin", s.get("name", "?"))
-        value = s.get("score", s.get("value", "?"))
-        weight = s.get("weight")
-        return f"{name} {value}" + (f"x{weight}" if weight not in (None, 1) else "")
-    return str(s)

@@ -10,7 +10,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.subjects import log_subject
 from reconciler.shell import logging as klog
-from reconciler.shell.logsource import add_source_arguments, open_source
+from reconciler.shell.logsource import add_source_arguments, friendly_errors, open_source
 from reconciler.shell.render import line
 
 HELP = "read the log like tail: one line per entry (seq, time, type, job/cluster, key fields)"
@@ -50,8 +50,9 @@ def _normalise(pattern: str, root: str) -> str:
     return pattern
 
 
+@friendly_errors("log")
 async def run_async(args: argparse.Namespace) -> int:
-    klog.configure(level="warning", role="cli")  # stdout is for the command's output
+    klog.configure(level="error", role="cli")  # stdout is for the command's output
     pattern = _normalise(args.subject, args.root) if args.subject else None
     prefix = f"{args.root}.log"
     out = sys.stdout
@@ -65,20 +66,17 @@ async def run_async(args: argparse.Namespace) -> int:
                 return
         out.write(codec.encode(entry).decode() + "\n" if args.json else line(entry) + "\n")
 
-    try:
-        async with open_source(args) as source:
-            start = args.from_seq
-            if args.lines is not None:
-                start = max(start, await source.reader.last_seq() - args.lines + 1)
-            next_seq = start
-            while True:
-                async for chunk in source.reader.read(from_seq=next_seq):
-                    for entry in chunk:
-                        show(entry)
-                        next_seq = entry.seq + 1
-                    out.flush()
-                if not args.follow:
-                    return 0
-                await asyncio.sleep(FOLLOW_POLL_S)
-    except BrokenPipeError:  # `kdispatch log | head`
-        return 0
+    async with open_source(args) as source:
+        start = args.from_seq
+        if args.lines is not None:
+            start = max(start, await source.reader.last_seq() - args.lines + 1)
+        next_seq = start
+        while True:
+            async for chunk in source.reader.read(from_seq=next_seq):
+                for entry in chunk:
+                    show(entry)
+                    next_seq = entry.seq + 1
+                out.flush()
+            if not args.follow:
+                return 0
+            await asyncio.sleep(FOLLOW_POLL_S)

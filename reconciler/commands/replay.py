@@ -12,7 +12,13 @@ from eventlog import codec
 from reconciler import core
 from reconciler.config import ConfigError
 from reconciler.shell import logging as klog
-from reconciler.shell.logsource import add_source_arguments, format_ms, open_source, parse_until
+from reconciler.shell.logsource import (
+    add_source_arguments,
+    format_ms,
+    friendly_errors,
+    open_source,
+    parse_until,
+)
 from reconciler.shell.loop import load_snapshot
 from reconciler.shell.progress import Progress
 from reconciler.shell.render import line
@@ -37,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
 
 
+@friendly_errors("replay")
 async def run_async(args: argparse.Namespace) -> int:
-    klog.configure(level="warning", role="cli")  # stdout is for the command's output
+    klog.configure(level="error", role="cli")  # stdout is for the command's output
     try:
         until_seq, until_ms = parse_until(args.until) if args.until else (None, None)
     except ValueError as err:

@@ -16,6 +16,7 @@ from reconciler.simulate.progress import JobProgress
 from reconciler.simulate.readers import FORMATS, load_trace
 from reconciler.simulate.report import class_table, profiles_table
 from reconciler.simulate.runner import CoreApi
+from reconciler.simulate.scale import scale_capacity, scale_time
 from reconciler.simulate.session import ProfileRun, results_document, run_profile, write_outputs
 from reconciler.simulate.trace import TraceError
 
@@ -40,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, help="write results.json, placements.jsonl and PNG plots here")
     parser.add_argument("--limit", type=int, help="only the first N jobs of the trace (by submission time)")
+    parser.add_argument(
+        "--capacity-scale", type=float, metavar="F", help="multiply every cluster's capacity by F (e.g. 0.01)"
+    )
+    parser.add_argument(
+        "--time-scale", type=float, metavar="F", help="multiply submission times by F (0.1: 10x denser arrivals)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -67,6 +74,14 @@ def run(args: argparse.Namespace) -> int:
         trace = load_trace(args.trace, fmt=args.format, clusters=args.clusters)
         profiles = load_profiles(args.profile) if args.profile else [(p, PolicyDefaults()) for p in default_profiles()]
     except (TraceError, ConfigError, ValueError, OSError) as err:
+        print(f"kdispatch simulate: {err}", file=sys.stderr)
+        return 2
+    try:
+        if args.capacity_scale is not None:
+            trace = scale_capacity(trace, args.capacity_scale)
+        if args.time_scale is not None:
+            trace = scale_time(trace, args.time_scale)
+    except ValueError as err:
         print(f"kdispatch simulate: {err}", file=sys.stderr)
         return 2
     if args.limit is not None:

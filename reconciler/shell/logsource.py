@@ -8,14 +8,18 @@ and stopped after it.
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
+import functools
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from eventlog.codec import DecodeError
 from eventlog.store import LogReader, SnapshotStore
-from reconciler.config import load_config
+from reconciler.config import ConfigError, load_config
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, file: bool = True) -> None:
@@ -63,6 +67,30 @@ async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
         yield Source(reader=jlog.reader, snapshots=jlog.snapshots, description=where)
     finally:
         await jlog.close()
+
+
+RunAsync = Callable[[argparse.Namespace], Awaitable[int]]
+
+
+def friendly_errors(command: str) -> Callable[[RunAsync], RunAsync]:
+    """Turn the errors a user can fix (NATS unreachable, a bad file, a bad config) into one line
+    on stderr and exit code 1, instead of a traceback."""
+
+    def wrap(run: RunAsync) -> RunAsync:
+        @functools.wraps(run)
+        async def wrapped(args: argparse.Namespace) -> int:
+            try:
+                return await run(args)
+            except BrokenPipeError:  # `kdispatch log | head`: the reader has seen enough
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 0
+            except (ConnectionError, OSError, TimeoutError, ConfigError, DecodeError) as err:
+                print(f"kdispatch {command}: {err or type(err).__name__}", file=sys.stderr)
+                return 1
+
+        return wrapped
+
+    return wrap
 
 
 def parse_until(text: str) -> tuple[int | None, int | None]:

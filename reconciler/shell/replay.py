@@ -129,6 +129,7 @@ class ReplayResult:
 
 BatchHook = Callable[["core.State", DecisionBatch], Awaitable[None] | None]
 InputHook = Callable[[ev.LogEntry], None]
+DecisionHook = Callable[["core.State", ev.LogEntry], None]
 
 
 def compare(state: core.State, batch: DecisionBatch) -> Mismatch | None:
@@ -166,11 +167,14 @@ async def replay(
     verify: bool = False,
     on_batch: BatchHook | None = None,
     on_input: InputHook | None = None,
+    on_decision: DecisionHook | None = None,
     progress: Progress | None = None,
 ) -> ReplayResult:
     """Fold the log (from ``from_seq``, onto ``state`` if given) up to the bounds.
 
-    With ``verify``, stops at the first batch whose recomputation differs (``result.mismatch``).
+    ``on_batch`` sees the state before each decision batch (what ``decide`` saw); ``on_decision``
+    the state before each decision entry (the batch's earlier decisions folded in, which is how
+    ``decide`` saw the later jobs of one batch). With ``verify``, stops at the first batch whose recomputation differs (``result.mismatch``).
     A batch cut short at the very end of the log is normal after a leader crash (the next leader
     completes it); one cut short in the middle is reported in ``incomplete_batches``.
     """
@@ -199,6 +203,8 @@ async def replay(
                         return result
                     result.verified_batches += 1
                 for entry in unit.entries:
+                    if on_decision is not None:
+                        on_decision(result.state, entry)
                     result.state = core.fold(result.state, entry)
                     _count(result, entry)
             else:

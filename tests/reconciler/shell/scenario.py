@@ -12,6 +12,8 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog, connect
 from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
@@ -54,8 +56,11 @@ CLUSTERS = [
 ]
 
 
-async def publish_clusters(jlog: JetStreamLog) -> None:
+async def publish_clusters(jlog: JetStreamLog, *, scale: int = 1) -> None:
+    """Register east and west (``scale`` times their GPUs and CPUs) and a first heartbeat each."""
     for c in CLUSTERS:
+        if scale != 1:
+            c = msgspec.structs.replace(c, capacity={r: n * scale for r, n in c.capacity.items()})
         await jlog.inbox.publish(c, msg_id=f"register/{c.cluster}")
         await jlog.inbox.publish(ev.ClusterHeartbeat(cluster=c.cluster), msg_id=f"hb/{c.cluster}/0")
 

@@ -88,7 +88,7 @@ async def test_failover_kill_the_leader_mid_load(
     stop = asyncio.Event()
     worker = asyncio.create_task(_worker(jslog, stop))
     try:
-        await publish_clusters(jslog)
+        await publish_clusters(jslog, scale=20)  # room for every job: none waits for capacity
         for i in range(jobs):
             await jslog.inbox.publish(submission(i, gpus=1 + i % 2), msg_id=f"submit/{i}")
             if i == jobs // 3:
