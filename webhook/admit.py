@@ -40,7 +40,7 @@ class Record:
     msg_id: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Outcome:
     response: AdmissionResponse
     reason: str  # for metrics: "allowed", "ignored", or why it was denied
@@ -146,23 +146,23 @@ def _hold_ops(info: KindInfo, obj: dict[str, Any]) -> list[jsonpatch.Op]:
         gates = _get(obj, ("spec", "schedulingGates"))
         gate = {"name": kinds.POD_SCHEDULING_GATE}
         if not isinstance(gates, list):
-            return jsonpatch.set_value(obj, ("spec", "schedulingGates"), [gate])
+            return jsonpatch.set_value(obj, ("spec", "schedulingGates"), value=[gate])
         return [] if gate in gates else [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
     held = info.hold != "inactive"
     if info.managed_by_path is None:
-        return jsonpatch.set_value(obj, info.suspend_path, held)
+        return jsonpatch.set_value(obj, info.suspend_path, value=held)
     # suspend and managedBy share a parent on every kind: one nested add when it is missing.
     parent = info.suspend_path[:-1]
     assert info.managed_by_path[:-1] == parent
     wanted = {info.suspend_path[-1]: held, info.managed_by_path[-1]: kinds.MANAGED_BY}
     existing = _get(obj, parent)
     if not isinstance(existing, dict):
-        return jsonpatch.set_value(obj, parent, wanted)
-    return [op for key, value in wanted.items() for op in jsonpatch.set_value(obj, (*parent, key), value)]
+        return jsonpatch.set_value(obj, parent, value=wanted)
+    return [op for key, value in wanted.items() for op in jsonpatch.set_value(obj, (*parent, key), value=value)]
 
 
 def _annotation_ops(obj: dict[str, Any], canonical: str) -> list[jsonpatch.Op]:
-    return jsonpatch.set_value(obj, ("metadata", "annotations", placement.PLACEMENT_ANNOTATION), canonical)
+    return jsonpatch.set_value(obj, ("metadata", "annotations", placement.PLACEMENT_ANNOTATION), value=canonical)
 
 
 def _allow(uid: str, reason: str, *, ops: list[jsonpatch.Op] | None = None, warnings: list[str] | None = None) -> Outcome:
@@ -170,13 +170,13 @@ def _allow(uid: str, reason: str, *, ops: list[jsonpatch.Op] | None = None, warn
     response = AdmissionResponse(
         uid=uid, allowed=True, patch=patch, patch_type="JSONPatch" if patch else None, warnings=warnings or None
     )
-    return Outcome(response, reason)
+    return Outcome(response=response, reason=reason)
 
 
 def _deny(uid: str, err: _Denied) -> Outcome:
     reason = "Forbidden" if err.code == 403 else "BadRequest"
     status = Status(code=err.code, message=err.message, reason=reason)
-    return Outcome(AdmissionResponse(uid=uid, allowed=False, status=status), err.reason)
+    return Outcome(response=AdmissionResponse(uid=uid, allowed=False, status=status), reason=err.reason)
 
 
 def _target(request: AdmissionRequest) -> tuple[KindInfo, dict[str, Any]] | None:
@@ -192,7 +192,7 @@ def _recorded(obj: Mapping[str, Any] | None) -> bool:
     return isinstance(obj, dict) and placement.PLACEMENT_ANNOTATION in _strings(_meta(obj), "annotations")
 
 
-def _check_placement_kept(info: KindInfo, old: Mapping[str, Any], new: ev.Placement) -> None:
+def _check_placement_kept(info: KindInfo, old: Mapping[str, Any], *, new: ev.Placement) -> None:
     # The webhook holds no state, so it cannot tell whether the dispatcher already acted on the
     # recorded placement: once recorded, the placement is what the dispatch decisions used.
     old_placement = _placement(old)
@@ -221,13 +221,13 @@ def mutate(request: AdmissionRequest, settings: Settings) -> Outcome:
     info, obj = target
     try:
         if request.operation == "UPDATE":
-            return _mutate_update(request, info, obj)
-        return _mutate_create(request, info, obj)
+            return _mutate_update(request, info, obj=obj)
+        return _mutate_create(request, info, obj=obj)
     except _Denied as err:
         return _deny(request.uid, err)
 
 
-def _mutate_create(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any]) -> Outcome:
+def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any]) -> Outcome:
     _, canonical = _placement_canonical(obj)
     try:
         _pod_sets(info, obj)
@@ -239,7 +239,7 @@ def _mutate_create(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any
     return _allow(request.uid, "allowed", ops=ops)
 
 
-def _mutate_update(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any]) -> Outcome:
+def _mutate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any]) -> Outcome:
     if not _recorded(request.old_object):
         return _allow(
             request.uid,
@@ -248,7 +248,7 @@ def _mutate_update(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any
         )
     spec, canonical = _placement_canonical(obj)
     assert request.old_object is not None
-    _check_placement_kept(info, request.old_object, spec)
+    _check_placement_kept(info, request.old_object, new=spec)
     return _allow(request.uid, "allowed", ops=_annotation_ops(obj, canonical))
 
 
@@ -264,15 +264,15 @@ def validate(request: AdmissionRequest, settings: Settings) -> Outcome:
     info, obj = target
     try:
         if request.operation == "DELETE":
-            return _validate_delete(request, info, obj)
+            return _validate_delete(request, info, old=obj)
         if request.operation == "UPDATE":
-            return _validate_update(request, info, obj, settings)
-        return _validate_create(request, info, obj, settings)
+            return _validate_update(request, info, obj=obj, settings=settings)
+        return _validate_create(request, info, obj=obj, settings=settings)
     except _Denied as err:
         return _deny(request.uid, err)
 
 
-def job_ref(info: KindInfo, obj: Mapping[str, Any], request: AdmissionRequest) -> ev.JobRef:
+def job_ref(info: KindInfo, obj: Mapping[str, Any], *, request: AdmissionRequest) -> ev.JobRef:
     meta = _meta(obj)
     name = meta.get("name") or request.name
     namespace = meta.get("namespace") or request.namespace
@@ -290,7 +290,7 @@ def _msg_id(request: AdmissionRequest, ref: ev.JobRef) -> str:
     return request.uid or f"{ref.namespace}/{ref.name}/{ref.uid}"
 
 
-def _validate_create(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any], settings: Settings) -> Outcome:
+def _validate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any], settings: Settings) -> Outcome:
     spec = _placement(obj)
     try:
         specs, sets = _pod_sets(info, obj)
@@ -307,7 +307,7 @@ def _validate_create(request: AdmissionRequest, info: KindInfo, obj: dict[str, A
         )
     if request.dry_run:
         return _allow(request.uid, "allowed")
-    ref = job_ref(info, obj, request)
+    ref = job_ref(info, obj, request=request)
     warnings: list[str] = []
     group = podsets.pod_group_name(obj) if info.kind == "Pod" else ""
     msg_id = _msg_id(request, ref)
@@ -331,16 +331,16 @@ def _validate_create(request: AdmissionRequest, info: KindInfo, obj: dict[str, A
         manifest=_manifest(obj),
     )
     outcome = _allow(request.uid, "allowed")
-    return Outcome(outcome.response, outcome.reason, [Record(event, msg_id)])
+    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, msg_id)])
 
 
-def _validate_update(request: AdmissionRequest, info: KindInfo, obj: dict[str, Any], settings: Settings) -> Outcome:
+def _validate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any], settings: Settings) -> Outcome:
     old = request.old_object
     if not _recorded(old):
         return _allow(request.uid, "not-recorded")
     assert old is not None
     spec = _placement(obj)
-    _check_placement_kept(info, old, spec)
+    _check_placement_kept(info, old, new=spec)
     try:
         specs, sets = _pod_sets(info, obj)
     except podsets.NotDispatchable:
@@ -357,7 +357,7 @@ def _validate_update(request: AdmissionRequest, info: KindInfo, obj: dict[str, A
         return _allow(request.uid, "allowed")
     if request.dry_run:
         return _allow(request.uid, "allowed")
-    ref = job_ref(info, obj, request)
+    ref = job_ref(info, obj, request=request)
     event = ev.JobUpdated(
         job=ref,
         pod_sets=sets,
@@ -367,12 +367,12 @@ def _validate_update(request: AdmissionRequest, info: KindInfo, obj: dict[str, A
         manifest=_manifest(obj),
     )
     outcome = _allow(request.uid, "allowed")
-    return Outcome(outcome.response, outcome.reason, [Record(event, _msg_id(request, ref))])
+    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, _msg_id(request, ref))])
 
 
-def _validate_delete(request: AdmissionRequest, info: KindInfo, old: dict[str, Any]) -> Outcome:
+def _validate_delete(request: AdmissionRequest, info: KindInfo, *, old: dict[str, Any]) -> Outcome:
     if request.dry_run or not _recorded(old):
         return _allow(request.uid, "ignored")
-    ref = job_ref(info, old, request)
+    ref = job_ref(info, old, request=request)
     outcome = _allow(request.uid, "allowed")
-    return Outcome(outcome.response, outcome.reason, [Record(ev.JobDeleted(job=ref), _msg_id(request, ref))])
+    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(ev.JobDeleted(job=ref), _msg_id(request, ref))])

@@ -22,7 +22,7 @@ def pointer(path: Sequence[str]) -> str:
     return "".join("/" + escape(p) for p in path)
 
 
-def set_value(obj: dict[str, Any], path: Sequence[str], value: Any) -> list[Op]:
+def set_value(obj: dict[str, Any], path: Sequence[str], *, value: Any) -> list[Op]:
     """Ops that make ``obj[path] == value``, creating missing parents as one nested ``add``."""
     node: Any = obj
     for depth, key in enumerate(path[:-1]):

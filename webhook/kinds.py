@@ -20,7 +20,7 @@ POD_SCHEDULING_GATE = "kdispatch.io/dispatch"
 HoldStyle = Literal["suspend", "inactive", "gate"]
 
 
-class KindInfo(Struct, frozen=True):
+class KindInfo(Struct, frozen=True, kw_only=True):
     group: str
     version: str
     kind: str
@@ -37,64 +37,69 @@ class KindInfo(Struct, frozen=True):
 
 _RUN_POLICY_SUSPEND = ("spec", "runPolicy", "suspend")
 _RUN_POLICY_MANAGED_BY = ("spec", "runPolicy", "managedBy")
-_KUBEFLOW_V1 = ("kubeflow.org/training-operator",)
 
 
-def _kubeflow_v1(kind: str) -> KindInfo:
+def _kubeflow(kind: str, *, version: str = "v1", controller: str = "kubeflow.org/training-operator") -> KindInfo:
     return KindInfo(
-        "kubeflow.org",
-        "v1",
-        kind,
-        kind.lower() + "s",
+        group="kubeflow.org",
+        version=version,
+        kind=kind,
+        plural=kind.lower() + "s",
         suspend_path=_RUN_POLICY_SUSPEND,
         managed_by_path=_RUN_POLICY_MANAGED_BY,
-        default_controllers=_KUBEFLOW_V1,
+        default_controllers=(controller,),
+    )
+
+
+def _workload(version: str) -> KindInfo:
+    return KindInfo(
+        group="kueue.x-k8s.io",
+        version=version,
+        kind="Workload",
+        plural="workloads",
+        hold="inactive",
+        suspend_path=("spec", "active"),
+        managed_by_path=None,
     )
 
 
 SUPPORTED_KINDS: tuple[KindInfo, ...] = (
-    KindInfo("batch", "v1", "Job", "jobs", default_controllers=("kubernetes.io/job-controller",)),
+    KindInfo(group="batch", version="v1", kind="Job", plural="jobs", default_controllers=("kubernetes.io/job-controller",)),
     KindInfo(
-        "jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", default_controllers=("jobset.sigs.k8s.io/jobset-controller",)
+        group="jobset.x-k8s.io",
+        version="v1alpha2",
+        kind="JobSet",
+        plural="jobsets",
+        default_controllers=("jobset.sigs.k8s.io/jobset-controller",),
     ),
-    KindInfo("ray.io", "v1", "RayJob", "rayjobs", default_controllers=("ray.io/kuberay-operator",)),
-    KindInfo("ray.io", "v1", "RayCluster", "rayclusters", default_controllers=("ray.io/kuberay-operator",)),
-    _kubeflow_v1("PyTorchJob"),
-    _kubeflow_v1("TFJob"),
-    _kubeflow_v1("XGBoostJob"),
-    _kubeflow_v1("PaddleJob"),
-    _kubeflow_v1("JAXJob"),
-    _kubeflow_v1("MPIJob"),
+    KindInfo(group="ray.io", version="v1", kind="RayJob", plural="rayjobs", default_controllers=("ray.io/kuberay-operator",)),
     KindInfo(
-        "kubeflow.org",
-        "v2beta1",
-        "MPIJob",
-        "mpijobs",
-        suspend_path=_RUN_POLICY_SUSPEND,
-        managed_by_path=_RUN_POLICY_MANAGED_BY,
-        default_controllers=("kubeflow.org/mpi-operator",),
+        group="ray.io", version="v1", kind="RayCluster", plural="rayclusters", default_controllers=("ray.io/kuberay-operator",)
     ),
+    _kubeflow("PyTorchJob"),
+    _kubeflow("TFJob"),
+    _kubeflow("XGBoostJob"),
+    _kubeflow("PaddleJob"),
+    _kubeflow("JAXJob"),
+    _kubeflow("MPIJob"),
+    _kubeflow("MPIJob", version="v2beta1", controller="kubeflow.org/mpi-operator"),
     KindInfo(
-        "trainer.kubeflow.org",
-        "v1alpha1",
-        "TrainJob",
-        "trainjobs",
+        group="trainer.kubeflow.org",
+        version="v1alpha1",
+        kind="TrainJob",
+        plural="trainjobs",
         default_controllers=("trainer.kubeflow.org/trainjob-controller",),
     ),
     KindInfo(
-        "workload.codeflare.dev",
-        "v1beta2",
-        "AppWrapper",
-        "appwrappers",
+        group="workload.codeflare.dev",
+        version="v1beta2",
+        kind="AppWrapper",
+        plural="appwrappers",
         default_controllers=("workload.codeflare.dev/appwrapper-controller",),
     ),
-    KindInfo("", "v1", "Pod", "pods", hold="gate", suspend_path=(), managed_by_path=None),
-    KindInfo(
-        "kueue.x-k8s.io", "v1beta1", "Workload", "workloads", hold="inactive", suspend_path=("spec", "active"), managed_by_path=None
-    ),
-    KindInfo(
-        "kueue.x-k8s.io", "v1beta2", "Workload", "workloads", hold="inactive", suspend_path=("spec", "active"), managed_by_path=None
-    ),
+    KindInfo(group="", version="v1", kind="Pod", plural="pods", hold="gate", suspend_path=(), managed_by_path=None),
+    _workload("v1beta1"),
+    _workload("v1beta2"),
 )
 
 _BY_GVK: dict[tuple[str, str, str], KindInfo] = {(k.group, k.version, k.kind): k for k in SUPPORTED_KINDS}

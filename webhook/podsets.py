@@ -34,7 +34,7 @@ class NotDispatchable(ValueError):
     """A supported kind in a form kdispatch cannot move to another cluster (allowed, left alone)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PodSetSpec:
     name: str
     count: int
@@ -48,7 +48,7 @@ class PodSetSpec:
 # ---- reading untrusted JSON ------------------------------------------------------------------
 
 
-def _obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+def _obj(parent: dict[str, Any], key: str, *, path: str) -> dict[str, Any]:
     value = parent.get(key)
     if value is None:
         return {}
@@ -57,7 +57,7 @@ def _obj(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
     return value
 
 
-def _list(parent: dict[str, Any], key: str, path: str) -> list[Any]:
+def _list(parent: dict[str, Any], key: str, *, path: str) -> list[Any]:
     value = parent.get(key)
     if value is None:
         return []
@@ -66,7 +66,7 @@ def _list(parent: dict[str, Any], key: str, path: str) -> list[Any]:
     return value
 
 
-def _int(parent: dict[str, Any], key: str, path: str, default: int | None) -> int | None:
+def _int(parent: dict[str, Any], key: str, *, path: str, default: int | None) -> int | None:
     value = parent.get(key)
     if value is None:
         return default
@@ -75,7 +75,7 @@ def _int(parent: dict[str, Any], key: str, path: str, default: int | None) -> in
     return value
 
 
-def _str(parent: dict[str, Any], key: str, path: str, default: str = "") -> str:
+def _str(parent: dict[str, Any], key: str, *, path: str, default: str = "") -> str:
     value = parent.get(key)
     if value is None:
         return default
@@ -92,7 +92,7 @@ def _items(values: list[Any], path: str) -> Iterable[tuple[dict[str, Any], str]]
 
 
 def _pod_spec(template: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
-    return _obj(template, "spec", path), f"{path}.spec"
+    return _obj(template, "spec", path=path), f"{path}.spec"
 
 
 # ---- the per-pod request rule ----------------------------------------------------------------
@@ -124,10 +124,10 @@ def _amounts(raw: dict[str, Any], path: str) -> Amounts:
 
 def _requests(holder: dict[str, Any], path: str) -> Amounts:
     """requests, with limits standing in for missing keys (Kueue's template adjustment)."""
-    resources = _obj(holder, "resources", path)
+    resources = _obj(holder, "resources", path=path)
     rpath = f"{path}.resources"
-    requests = _amounts(_obj(resources, "requests", rpath), f"{rpath}.requests")
-    for name, value in _amounts(_obj(resources, "limits", rpath), f"{rpath}.limits").items():
+    requests = _amounts(_obj(resources, "requests", path=rpath), f"{rpath}.requests")
+    for name, value in _amounts(_obj(resources, "limits", path=rpath), f"{rpath}.limits").items():
         requests.setdefault(name, value)
     return requests
 
@@ -136,14 +136,16 @@ def _pod_level_key(name: str) -> bool:
     return name in ("cpu", "memory") or name.startswith("hugepages-")
 
 
-def pod_requests(spec: dict[str, Any], *, path: str, sidecars: bool = True, pod_level: bool = True) -> Amounts:
+def pod_requests(
+    spec: dict[str, Any], *, path: str, sidecars: bool = True, pod_level: bool = True
+) -> Amounts:
     """component-helpers ``PodRequests`` after Kueue's adjustments, exact."""
     total: Amounts = {}
-    for c, cpath in _items(_list(spec, "containers", path), f"{path}.containers"):
+    for c, cpath in _items(_list(spec, "containers", path=path), f"{path}.containers"):
         total = _add(total, _requests(c, cpath))
     running_sidecars: Amounts = {}
     init_max: Amounts = {}
-    for ic, ipath in _items(_list(spec, "initContainers", path), f"{path}.initContainers"):
+    for ic, ipath in _items(_list(spec, "initContainers", path=path), f"{path}.initContainers"):
         req = _requests(ic, ipath)
         if sidecars and ic.get("restartPolicy") == "Always":
             total = _add(total, req)
@@ -157,7 +159,7 @@ def pod_requests(spec: dict[str, Any], *, path: str, sidecars: bool = True, pod_
         for name, value in _requests(spec, path).items():
             if _pod_level_key(name):
                 total[name] = value
-    return _add(total, _amounts(_obj(spec, "overhead", path), f"{path}.overhead"))
+    return _add(total, _amounts(_obj(spec, "overhead", path=path), f"{path}.overhead"))
 
 
 def to_integers(amounts: Amounts) -> ev.Resources:
@@ -175,8 +177,8 @@ def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _job_count(jspec: dict[str, Any], path: str) -> int:
-    parallelism = _int(jspec, "parallelism", path, 1)
-    completions = _int(jspec, "completions", path, None)
+    parallelism = _int(jspec, "parallelism", path=path, default=1)
+    completions = _int(jspec, "completions", path=path, default=None)
     assert parallelism is not None
     return min(parallelism, completions) if completions is not None else parallelism
 
@@ -192,32 +194,50 @@ def _min_parallelism(obj: dict[str, Any]) -> int | None:
 
 
 def _batch_job(obj: dict[str, Any]) -> list[PodSetSpec]:
-    spec = _obj(obj, "spec", "$")
-    template = _obj(spec, "template", "$.spec")
+    spec = _obj(obj, "spec", path="$")
+    template = _obj(spec, "template", path="$.spec")
     pspec, ppath = _pod_spec(template, "$.spec.template")
-    return [PodSetSpec("main", _job_count(spec, "$.spec"), pspec, ppath, min_count=_min_parallelism(obj))]
+    return [
+        PodSetSpec(
+            name="main",
+            count=_job_count(spec, "$.spec"),
+            spec=pspec,
+            path=ppath,
+            min_count=_min_parallelism(obj),
+        )
+    ]
 
 
 def _jobset_sets(spec: dict[str, Any], path: str) -> list[PodSetSpec]:
     out = []
-    for rj, rpath in _items(_list(spec, "replicatedJobs", path), f"{path}.replicatedJobs"):
-        replicas = _int(rj, "replicas", rpath, 1)
-        jtemplate = _obj(rj, "template", rpath)
-        jspec = _obj(jtemplate, "spec", f"{rpath}.template")
+    for rj, rpath in _items(_list(spec, "replicatedJobs", path=path), f"{path}.replicatedJobs"):
+        replicas = _int(rj, "replicas", path=rpath, default=1)
+        jtemplate = _obj(rj, "template", path=rpath)
+        jspec = _obj(jtemplate, "spec", path=f"{rpath}.template")
         jpath = f"{rpath}.template.spec"
-        parallelism = _int(jspec, "parallelism", jpath, 1)
-        completions = _int(jspec, "completions", jpath, parallelism)
+        parallelism = _int(jspec, "parallelism", path=jpath, default=1)
+        completions = _int(jspec, "completions", path=jpath, default=parallelism)
         assert replicas is not None and parallelism is not None and completions is not None
-        pspec, ppath = _pod_spec(_obj(jspec, "template", jpath), f"{jpath}.template")
-        out.append(PodSetSpec(_str(rj, "name", rpath), replicas * min(parallelism, completions), pspec, ppath))
+        pspec, ppath = _pod_spec(_obj(jspec, "template", path=jpath), f"{jpath}.template")
+        out.append(
+            PodSetSpec(
+                name=_str(rj, "name", path=rpath),
+                count=replicas * min(parallelism, completions),
+                spec=pspec,
+                path=ppath,
+            )
+        )
     return out
 
 
 def _jobset(obj: dict[str, Any]) -> list[PodSetSpec]:
-    return _jobset_sets(_obj(obj, "spec", "$"), "$.spec")
+    return _jobset_sets(_obj(obj, "spec", path="$"), "$.spec")
 
 
-_RAY_AUTOSCALER = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
+_RAY_AUTOSCALER = {
+    "requests": {"cpu": "500m", "memory": "512Mi"},
+    "limits": {"cpu": "500m", "memory": "512Mi"},
+}
 _RAY_SUBMITTER = {
     "name": "ray-job-submitter",
     "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
@@ -233,36 +253,47 @@ def _with_container(pspec: dict[str, Any], container: dict[str, Any]) -> dict[st
 def _ray_cluster_sets(
     rspec: dict[str, Any], path: str, *, ft_annotation: bool, head_extra: dict[str, Any] | None
 ) -> list[PodSetSpec]:
-    head = _obj(rspec, "headGroupSpec", path)
-    hspec, hpath = _pod_spec(_obj(head, "template", f"{path}.headGroupSpec"), f"{path}.headGroupSpec.template")
+    head = _obj(rspec, "headGroupSpec", path=path)
+    hspec, hpath = _pod_spec(
+        _obj(head, "template", path=f"{path}.headGroupSpec"), f"{path}.headGroupSpec.template"
+    )
     if rspec.get("enableInTreeAutoscaling") is True:
-        options = _obj(rspec, "autoscalerOptions", path)
-        resources = options.get("resources") if isinstance(options.get("resources"), dict) else _RAY_AUTOSCALER
+        options = _obj(rspec, "autoscalerOptions", path=path)
+        resources = (
+            options.get("resources") if isinstance(options.get("resources"), dict) else _RAY_AUTOSCALER
+        )
         hspec = _with_container(hspec, {"name": "autoscaler", "resources": resources})
     if ft_annotation or rspec.get("gcsFaultToleranceOptions") is not None:
         hspec = _with_gcs_minimum(hspec, hpath)
     if head_extra is not None:
         hspec = _with_container(hspec, head_extra)
-    out = [PodSetSpec("head", 1, hspec, hpath)]
-    for wg, wpath in _items(_list(rspec, "workerGroupSpecs", path), f"{path}.workerGroupSpecs"):
+    out = [PodSetSpec(name="head", count=1, spec=hspec, path=hpath)]
+    for wg, wpath in _items(_list(rspec, "workerGroupSpecs", path=path), f"{path}.workerGroupSpecs"):
         # The CRD defaults replicas to 0 before any webhook runs; a missing value means 0 here too.
-        replicas = _int(wg, "replicas", wpath, 0)
-        hosts = _int(wg, "numOfHosts", wpath, 1)
+        replicas = _int(wg, "replicas", path=wpath, default=0)
+        hosts = _int(wg, "numOfHosts", path=wpath, default=1)
         assert replicas is not None and hosts is not None
-        wspec, wspath = _pod_spec(_obj(wg, "template", wpath), f"{wpath}.template")
-        out.append(PodSetSpec(_str(wg, "groupName", wpath), replicas * max(hosts, 1), wspec, wspath))
+        wspec, wspath = _pod_spec(_obj(wg, "template", path=wpath), f"{wpath}.template")
+        out.append(
+            PodSetSpec(
+                name=_str(wg, "groupName", path=wpath),
+                count=replicas * max(hosts, 1),
+                spec=wspec,
+                path=wspath,
+            )
+        )
     return out
 
 
 def _with_gcs_minimum(hspec: dict[str, Any], path: str) -> dict[str, Any]:
-    containers = _list(hspec, "containers", path)
+    containers = _list(hspec, "containers", path=path)
     if not containers or not isinstance(containers[0], dict):
         return hspec
     first = containers[0]
     requests = _requests(first, f"{path}.containers[0]")
     raised = _max(requests, _amounts(_GCS_FT_MIN, "$"))
     requests_out = {k: _fraction_quantity(v) for k, v in raised.items()}
-    resources = {**_obj(first, "resources", f"{path}.containers[0]"), "requests": requests_out}
+    resources = {**_obj(first, "resources", path=f"{path}.containers[0]"), "requests": requests_out}
     return {**hspec, "containers": [{**first, "resources": resources}, *containers[1:]]}
 
 
@@ -276,20 +307,23 @@ def _fraction_quantity(value: Fraction) -> str:
 
 def _raycluster(obj: dict[str, Any]) -> list[PodSetSpec]:
     ft = _annotations(obj).get("ray.io/ft-enabled") == "true"
-    return _ray_cluster_sets(_obj(obj, "spec", "$"), "$.spec", ft_annotation=ft, head_extra=None)
+    return _ray_cluster_sets(_obj(obj, "spec", path="$"), "$.spec", ft_annotation=ft, head_extra=None)
 
 
 def _rayjob(obj: dict[str, Any]) -> list[PodSetSpec]:
-    spec = _obj(obj, "spec", "$")
+    spec = _obj(obj, "spec", path="$")
     if spec.get("rayClusterSpec") is None:
         raise NotDispatchable(
             "this RayJob has no spec.rayClusterSpec (it runs on an existing RayCluster through "
             "spec.clusterSelector), so kdispatch cannot dispatch it to another cluster; it was left alone"
         )
-    mode = _str(spec, "submissionMode", "$.spec", "K8sJobMode")
-    rspec = _obj(spec, "rayClusterSpec", "$.spec")
+    mode = _str(spec, "submissionMode", path="$.spec", default="K8sJobMode")
+    rspec = _obj(spec, "rayClusterSpec", path="$.spec")
     sets = _ray_cluster_sets(
-        rspec, "$.spec.rayClusterSpec", ft_annotation=False, head_extra=_RAY_SUBMITTER if mode == "SidecarMode" else None
+        rspec,
+        "$.spec.rayClusterSpec",
+        ft_annotation=False,
+        head_extra=_RAY_SUBMITTER if mode == "SidecarMode" else None,
     )
     if mode == "K8sJobMode":
         submitter = spec.get("submitterPodTemplate")
@@ -297,7 +331,7 @@ def _rayjob(obj: dict[str, Any]) -> list[PodSetSpec]:
             sspec, spath = _pod_spec(submitter, "$.spec.submitterPodTemplate")
         else:
             sspec, spath = {"containers": [_RAY_SUBMITTER]}, "$.spec.submitterPodTemplate"
-        sets.append(PodSetSpec("submitter", 1, sspec, spath))
+        sets.append(PodSetSpec(name="submitter", count=1, spec=sspec, path=spath))
     return sets
 
 
@@ -311,9 +345,9 @@ _KUBEFLOW: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _kubeflow_sets(kind: str, spec: dict[str, Any], path: str) -> list[PodSetSpec]:
+def _kubeflow_sets(kind: str, spec: dict[str, Any], *, path: str) -> list[PodSetSpec]:
     field_name, order = _KUBEFLOW[kind]
-    replicas = _obj(spec, field_name, path)
+    replicas = _obj(spec, field_name, path=path)
     by_lower = {str(k).lower(): k for k in replicas}
     out = []
     for role in order:
@@ -324,29 +358,29 @@ def _kubeflow_sets(kind: str, spec: dict[str, Any], path: str) -> list[PodSetSpe
         rs = replicas[key]
         if not isinstance(rs, dict):
             raise PodSetError(f"expected an object, found {type(rs).__name__}", path=rpath)
-        count = _int(rs, "replicas", rpath, 1)
+        count = _int(rs, "replicas", path=rpath, default=1)
         assert count is not None
-        pspec, ppath = _pod_spec(_obj(rs, "template", rpath), f"{rpath}.template")
-        out.append(PodSetSpec(role, count, pspec, ppath))
+        pspec, ppath = _pod_spec(_obj(rs, "template", path=rpath), f"{rpath}.template")
+        out.append(PodSetSpec(name=role, count=count, spec=pspec, path=ppath))
     return out
 
 
 def _kubeflow(obj: dict[str, Any]) -> list[PodSetSpec]:
-    return _kubeflow_sets(str(obj.get("kind")), _obj(obj, "spec", "$"), "$.spec")
+    return _kubeflow_sets(str(obj.get("kind")), _obj(obj, "spec", path="$"), path="$.spec")
 
 
 def _trainjob(obj: dict[str, Any]) -> list[PodSetSpec]:
     # The runtime's other replicated jobs (initializers) need API reads; only the trainer nodes
     # are counted. See docs/webhook.md.
-    trainer = _obj(_obj(obj, "spec", "$"), "trainer", "$.spec")
-    nodes = _int(trainer, "numNodes", "$.spec.trainer", 1)
+    trainer = _obj(_obj(obj, "spec", path="$"), "trainer", path="$.spec")
+    nodes = _int(trainer, "numNodes", path="$.spec.trainer", default=1)
     assert nodes is not None
-    node = {"name": "node", "resources": _obj(trainer, "resourcesPerNode", "$.spec.trainer")}
-    return [PodSetSpec("node", nodes, {"containers": [node]}, "$.spec.trainer")]
+    node = {"name": "node", "resources": _obj(trainer, "resourcesPerNode", path="$.spec.trainer")}
+    return [PodSetSpec(name="node", count=nodes, spec={"containers": [node]}, path="$.spec.trainer")]
 
 
 def _pod(obj: dict[str, Any]) -> list[PodSetSpec]:
-    spec = _obj(obj, "spec", "$")
+    spec = _obj(obj, "spec", path="$")
     count = 1
     total = _annotations(obj).get(POD_GROUP_TOTAL)
     if pod_group_name(obj) and total is not None:
@@ -354,7 +388,7 @@ def _pod(obj: dict[str, Any]) -> list[PodSetSpec]:
         if not isinstance(total, str) or not total.isascii() or not total.isdigit() or int(total) < 1:
             raise PodSetError(f"expected a positive integer, found {total!r}", path=path)
         count = int(total)
-    return [PodSetSpec("main", count, spec, "$.spec")]
+    return [PodSetSpec(name="main", count=count, spec=spec, path="$.spec")]
 
 
 def pod_group_name(obj: dict[str, Any]) -> str:
@@ -370,15 +404,23 @@ def pod_group_name(obj: dict[str, Any]) -> str:
 
 def _workload(obj: dict[str, Any]) -> list[PodSetSpec]:
     out = []
-    for ps, path in _items(_list(_obj(obj, "spec", "$"), "podSets", "$.spec"), "$.spec.podSets"):
-        count = _int(ps, "count", path, 1)
+    for ps, path in _items(_list(_obj(obj, "spec", path="$"), "podSets", path="$.spec"), "$.spec.podSets"):
+        count = _int(ps, "count", path=path, default=1)
         assert count is not None
-        pspec, ppath = _pod_spec(_obj(ps, "template", path), f"{path}.template")
-        out.append(PodSetSpec(_str(ps, "name", path, "main"), count, pspec, ppath, min_count=_int(ps, "minCount", path, None)))
+        pspec, ppath = _pod_spec(_obj(ps, "template", path=path), f"{path}.template")
+        out.append(
+            PodSetSpec(
+                name=_str(ps, "name", path=path, default="main"),
+                count=count,
+                spec=pspec,
+                path=ppath,
+                min_count=_int(ps, "minCount", path=path, default=None),
+            )
+        )
     return out
 
 
-def _resolve(component: dict[str, Any], dotted: str, path: str) -> dict[str, Any]:
+def _resolve(component: dict[str, Any], dotted: str, *, path: str) -> dict[str, Any]:
     """An AppWrapper ``podSets[].path`` such as ``template.spec.replicatedJobs[0].template``."""
     node: Any = component
     here = path
@@ -400,32 +442,37 @@ def _resolve(component: dict[str, Any], dotted: str, path: str) -> dict[str, Any
 
 def _appwrapper_inferred(template: dict[str, Any], path: str) -> list[tuple[int, dict[str, Any], str]]:
     kind = template.get("kind")
-    spec = _obj(template, "spec", path)
+    spec = _obj(template, "spec", path=path)
     spath = f"{path}.spec"
     if kind == "Job":
-        pspec, ppath = _pod_spec(_obj(spec, "template", spath), f"{spath}.template")
+        pspec, ppath = _pod_spec(_obj(spec, "template", path=spath), f"{spath}.template")
         return [(_job_count(spec, spath), pspec, ppath)]
     if kind == "JobSet":
         return [(s.count, s.spec, s.path) for s in _jobset_sets(spec, spath)]
     if kind in ("PyTorchJob",):
-        return [(s.count, s.spec, s.path) for s in _kubeflow_sets(kind, spec, spath)]
+        return [(s.count, s.spec, s.path) for s in _kubeflow_sets(kind, spec, path=spath)]
     if kind in ("RayCluster", "RayJob"):
-        rspec = spec if kind == "RayCluster" else _obj(spec, "rayClusterSpec", spath)
+        rspec = spec if kind == "RayCluster" else _obj(spec, "rayClusterSpec", path=spath)
         rpath = spath if kind == "RayCluster" else f"{spath}.rayClusterSpec"
-        head, hpath = _pod_spec(_obj(_obj(rspec, "headGroupSpec", rpath), "template", f"{rpath}.headGroupSpec"), f"{rpath}.headGroupSpec.template")
+        head, hpath = _pod_spec(
+            _obj(_obj(rspec, "headGroupSpec", path=rpath), "template", path=f"{rpath}.headGroupSpec"),
+            f"{rpath}.headGroupSpec.template",
+        )
         out = [(1, head, hpath)]
-        for wg, wpath in _items(_list(rspec, "workerGroupSpecs", rpath), f"{rpath}.workerGroupSpecs"):
-            replicas = _int(wg, "replicas", wpath, 1)  # AppWrapper reads replicas only (no numOfHosts)
+        for wg, wpath in _items(_list(rspec, "workerGroupSpecs", path=rpath), f"{rpath}.workerGroupSpecs"):
+            replicas = _int(
+                wg, "replicas", path=wpath, default=1
+            )  # AppWrapper reads replicas only (no numOfHosts)
             assert replicas is not None
-            wspec, wspath = _pod_spec(_obj(wg, "template", wpath), f"{wpath}.template")
+            wspec, wspath = _pod_spec(_obj(wg, "template", path=wpath), f"{wpath}.template")
             out.append((replicas, wspec, wspath))
         return out
     if kind == "Pod":
         return [(1, spec, spath)]
     if kind in ("Deployment", "StatefulSet"):
-        replicas = _int(spec, "replicas", spath, 1)
+        replicas = _int(spec, "replicas", path=spath, default=1)
         assert replicas is not None
-        pspec, ppath = _pod_spec(_obj(spec, "template", spath), f"{spath}.template")
+        pspec, ppath = _pod_spec(_obj(spec, "template", path=spath), f"{spath}.template")
         return [(replicas, pspec, ppath)]
     return []
 
@@ -435,21 +482,32 @@ def _appwrapper(obj: dict[str, Any]) -> list[PodSetSpec]:
     assert isinstance(meta, dict)
     base = str(meta.get("name") or meta.get("generateName") or "appwrapper")
     out: list[PodSetSpec] = []
-    for comp, cpath in _items(_list(_obj(obj, "spec", "$"), "components", "$.spec"), "$.spec.components"):
-        declared = _list(comp, "podSets", cpath)
+    for comp, cpath in _items(
+        _list(_obj(obj, "spec", path="$"), "components", path="$.spec"), "$.spec.components"
+    ):
+        declared = _list(comp, "podSets", path=cpath)
         if declared:
             found = []
             for ps, ppath in _items(declared, f"{cpath}.podSets"):
-                replicas = _int(ps, "replicas", ppath, 1)
+                replicas = _int(ps, "replicas", path=ppath, default=1)
                 assert replicas is not None
-                template = _resolve(comp, _str(ps, "path", ppath), f"{ppath}.path")
-                pspec, spath = _pod_spec(template, f"{cpath}.{_str(ps, 'path', ppath)}")
+                template = _resolve(comp, _str(ps, "path", path=ppath), path=f"{ppath}.path")
+                pspec, spath = _pod_spec(template, f"{cpath}.{_str(ps, 'path', path=ppath)}")
                 found.append((replicas, pspec, spath))
         else:
-            found = _appwrapper_inferred(_obj(comp, "template", cpath), f"{cpath}.template")
+            found = _appwrapper_inferred(_obj(comp, "template", path=cpath), f"{cpath}.template")
         for count, pspec, spath in found:
             # AppWrapper rebuilds templates without restartPolicy or pod-level resources.
-            out.append(PodSetSpec(f"{base}-{len(out)}", count, pspec, spath, sidecars=False, pod_level=False))
+            out.append(
+                PodSetSpec(
+                    name=f"{base}-{len(out)}",
+                    count=count,
+                    spec=pspec,
+                    path=spath,
+                    sidecars=False,
+                    pod_level=False,
+                )
+            )
     return out
 
 
@@ -479,5 +537,7 @@ def to_pod_sets(specs: Iterable[PodSetSpec]) -> list[ev.PodSet]:
     out = []
     for s in specs:
         requests = pod_requests(s.spec, path=s.path, sidecars=s.sidecars, pod_level=s.pod_level)
-        out.append(ev.PodSet(name=s.name, count=s.count, requests=to_integers(requests), min_count=s.min_count))
+        out.append(
+            ev.PodSet(name=s.name, count=s.count, requests=to_integers(requests), min_count=s.min_count)
+        )
     return out

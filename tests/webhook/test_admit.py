@@ -258,6 +258,6 @@ def test_update_of_a_job_kdispatch_never_admitted_is_left_alone() -> None:
 def test_delete_is_recorded() -> None:
     old = _admitted(_job())
     [record] = admit.validate(_request(None, operation="DELETE", old=old, uid="rev-d"), SETTINGS).records
-    assert record == admit.Record(ev.JobDeleted(job=admit.job_ref(kinds.SUPPORTED_KINDS[0], old, _request(old))), "rev-d")
+    assert record == admit.Record(ev.JobDeleted(job=admit.job_ref(kinds.SUPPORTED_KINDS[0], old, request=_request(old))), "rev-d")
     assert not admit.validate(_request(None, operation="DELETE", old=old, dry_run=True), SETTINGS).records
     assert admit.mutate(_request(None, operation="DELETE", old=old), SETTINGS).allowed
