@@ -13,7 +13,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 
-N = 3000
+N = 1000  # at least this many inbox entries, published while the sequencers come and go
 ROOT_DIR = Path(__file__).resolve().parents[2]
 
 
@@ -24,6 +24,15 @@ def start(nats_url: str, root: str, leader: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
+
+
+async def resumed_line(proc: subprocess.Popen[bytes]) -> str:
+    assert proc.stdout is not None
+    while True:
+        line = (await asyncio.to_thread(proc.stdout.readline)).decode()
+        assert line, "the sequencer process exited before resuming"
+        if line.startswith("resumed "):
+            return line.strip()
 
 
 async def wait_for_log(jslog: JetStreamLog, at_least: int, proc: subprocess.Popen[bytes]) -> int:
@@ -41,25 +50,39 @@ async def test_kill_9_mid_stream_then_restart_copies_every_inbox_entry_once(
 ) -> None:
     root = jslog.names.root
 
+    published = 0
+    stop_producing = asyncio.Event()
+
     async def produce() -> None:
-        for i in range(N):
-            await jslog.inbox.publish(ev.ClusterHeartbeat(cluster=f"c{i}"), msg_id=f"hb-{i}")
+        nonlocal published
+        while not stop_producing.is_set():
+            await jslog.inbox.publish(ev.ClusterHeartbeat(cluster=f"c{published}"), msg_id=f"hb-{published}")
+            published += 1
+            if published % 20 == 0:
+                await asyncio.sleep(0.005)  # keep the inbox growing during every round
 
     producer = asyncio.create_task(produce())
     procs: list[subprocess.Popen[bytes]] = []
+    resumed: list[str] = []  # what each process said when it started
     after_kill: list[int] = []  # the log's last seq once each killed process was gone
     try:
-        for round_, kill_at in enumerate((300, 1200, 2400)):
+        for round_ in range(3):
             procs.append(start(nats_url, root, f"leader-{round_}"))
-            await wait_for_log(jslog, kill_at, procs[-1])
+            resumed.append(await resumed_line(procs[-1]))
+            await wait_for_log(jslog, await jslog.reader.last_seq() + 300, procs[-1])
             procs[-1].send_signal(signal.SIGKILL)
             procs[-1].wait()
             after_kill.append(await jslog.reader.last_seq())
-        await producer
         procs.append(start(nats_url, root, "leader-final"))
+        resumed.append(await resumed_line(procs[-1]))
+        await wait_for_log(jslog, await jslog.reader.last_seq() + 100, procs[-1])
+        while published < N:
+            await asyncio.sleep(0.05)
+        stop_producing.set()
+        await producer
         for _ in range(600):
             entries = [e async for batch in jslog.reader.read() for e in batch]
-            if max((e.inbox_seq or 0 for e in entries), default=0) == N:
+            if max((e.inbox_seq or 0 for e in entries), default=0) == published:
                 break
             await asyncio.sleep(0.05)
     finally:
@@ -70,19 +93,18 @@ async def test_kill_9_mid_stream_then_restart_copies_every_inbox_entry_once(
                 proc.wait(timeout=10)
 
     copied = [e for e in entries if e.inbox_seq is not None]
-    assert [e.inbox_seq for e in copied] == list(range(1, N + 1))
-    assert [e.event for e in copied] == [ev.ClusterHeartbeat(cluster=f"c{i}") for i in range(N)]
+    assert [e.inbox_seq for e in copied] == list(range(1, published + 1))
+    assert [e.event for e in copied] == [ev.ClusterHeartbeat(cluster=f"c{i}") for i in range(published)]
     assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
-    assert {e.leader for e in entries} >= {"leader-0", "leader-final"}
+    assert {e.leader for e in entries} == {"leader-0", "leader-1", "leader-2", "leader-final"}
     # Each restart resumed exactly where the killed one stopped: the last entry in the log, and
     # the last inbox entry copied up to it.
-    for proc, last_seq in zip(procs[1:], after_kill, strict=True):
-        out = proc.stdout.read().decode() if proc.stdout else ""
-        resumed = next(line for line in out.splitlines() if line.startswith("resumed "))
+    assert resumed[0] == "resumed 0 0"
+    for line, last_seq in zip(resumed[1:], after_kill, strict=True):
         last_inbox = max(e.inbox_seq or 0 for e in entries[:last_seq])
-        assert resumed == f"resumed {last_seq} {last_inbox}"
+        assert line == f"resumed {last_seq} {last_inbox}"
     # The inbox itself still has each message once (de-duplicated by msg_id).
     info = await jslog.js.stream_info(jslog.names.inbox_stream)
-    assert info.state.messages == N
-    raw = await jslog.js.get_msg(jslog.names.inbox_stream, N)
-    assert codec.decode_event(raw.data) == ev.ClusterHeartbeat(cluster=f"c{N - 1}")
+    assert info.state.messages == published
+    raw = await jslog.js.get_msg(jslog.names.inbox_stream, published)
+    assert codec.decode_event(raw.data) == ev.ClusterHeartbeat(cluster=f"c{published - 1}")
