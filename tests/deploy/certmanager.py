@@ -10,7 +10,11 @@ from typing import Any
 import jsonschema
 
 _GO_DURATION = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
-_NAME = {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", "maxLength": 253}
+_NAME = {
+    "type": "string",
+    "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    "maxLength": 253,
+}
 _USAGES = [
     "signing", "digital signature", "content commitment", "key encipherment", "key agreement",
     "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any",

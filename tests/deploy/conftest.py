@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,8 @@ def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return found[0]
 
 
-def manifest_files() -> list[Path]:
+@functools.cache
+def manifest_files() -> tuple[Path, ...]:
     """Every YAML file under deploy/ that holds Kubernetes objects (not kustomizations, not our config)."""
     files = []
     for path in sorted(DEPLOY.rglob("*.yaml")):
@@ -47,7 +50,17 @@ def manifest_files() -> list[Path]:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         if docs and all(isinstance(d, dict) and "apiVersion" in d and "kind" in d for d in docs):
             files.append(path)
-    return files
+    return tuple(files)
+
+
+@pytest.fixture(scope="session")
+def shipped_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """deploy/nats as it would run, on loopback: three nats-servers from the shipped nats.conf.
+    Client URLs; stopped at the end of the session."""
+    from tests.deploy.natscluster import shipped_nats_cluster
+
+    with shipped_nats_cluster(tmp_path_factory.mktemp("shipped-nats")) as urls:
+        yield urls
 
 
 @pytest.fixture(params=KUSTOMIZATIONS)

@@ -75,7 +75,9 @@ def render(directory: str | Path) -> list[Obj]:
     spec: Obj = yaml.safe_load(find_kustomization(directory).read_text()) or {}
     unknown = set(spec) - SUPPORTED_FIELDS
     if unknown:
-        raise Unsupported(f"{directory}: kustomization fields not supported by this renderer: {sorted(unknown)}")
+        raise Unsupported(
+            f"{directory}: kustomization fields not supported by this renderer: {sorted(unknown)}"
+        )
     objects: list[Obj] = []
     for entry in spec.get("resources", []):
         path = directory / entry
@@ -150,7 +152,13 @@ def _generate(directory: Path, *, kind: str, generator: Obj, options: Obj) -> Ob
 def _go_json(value: Any) -> str:
     """json.Marshal's output: sorted keys, no spaces, HTML characters escaped."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for char, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(char, escaped)
     return text
 
@@ -161,9 +169,14 @@ def content_hash(obj: Obj) -> str:
     if obj["kind"] == "ConfigMap":
         fields: Obj = {"kind": "ConfigMap", "name": obj["metadata"]["name"], "data": obj.get("data", {})}
     else:
-        fields = {"kind": "Secret", "type": obj["type"], "name": obj["metadata"]["name"], "data": obj.get("data", {})}
+        fields = {
+            "kind": "Secret",
+            "type": obj["type"],
+            "name": obj["metadata"]["name"],
+            "data": obj.get("data", {}),
+        }
     digest = hashlib.sha256(_go_json(fields).encode()).hexdigest()[:10]
-    return digest.translate(str.maketrans({"0": "g", "1": "h", "3": "k", "a": "m", "e": "t"}))
+    return digest.translate(str.maketrans("013ae", "ghkmt"))
 
 
 def _pod_specs(obj: Obj) -> list[Obj]:
@@ -267,7 +280,9 @@ def _apply_patch(directory: Path, objects: list[Obj], patch: Obj) -> list[Obj]:
             obj.update(merged)
             patched = True
     if not patched:
-        raise ValueError(f"{directory}: strategic-merge patch for {body.get('kind')}/{body.get('metadata')} matches nothing")
+        raise ValueError(
+            f"{directory}: strategic-merge patch for {body.get('kind')}/{body.get('metadata')} matches nothing"
+        )
     return objects
 
 
@@ -300,17 +315,17 @@ def strategic_merge(base: Any, patch: Any, *, field: str = "") -> Any:
     if isinstance(base, list) and isinstance(patch, list) and field in MERGE_KEYS:
         key = MERGE_KEYS[field]
         if all(isinstance(item, dict) and key in item for item in base + patch):
-            out = copy.deepcopy(base)
+            items: list[Any] = copy.deepcopy(base)
             for item in patch:
-                index = next((i for i, old in enumerate(out) if old[key] == item[key]), None)
+                index = next((i for i, old in enumerate(items) if old[key] == item[key]), None)
                 if item.get("$patch") == "delete":
                     if index is not None:
-                        out.pop(index)
+                        items.pop(index)
                 elif index is None:
-                    out.append(copy.deepcopy(item))
+                    items.append(copy.deepcopy(item))
                 else:
-                    out[index] = strategic_merge(out[index], item)
-            return out
+                    items[index] = strategic_merge(items[index], item)
+            return items
     return copy.deepcopy(patch)
 
 

@@ -14,6 +14,7 @@ import yaml
 
 from reconciler.cli import build_parser
 from reconciler.config import Config, decode_config
+from reconciler.core import validate_policy
 from reconciler.shell.policy import policy_event
 from tests.deploy.conftest import DEPLOY, OVERLAYS, find, one, rendered
 
@@ -21,7 +22,11 @@ CONFIG_MOUNT = "/etc/kdispatch/config"
 
 
 def shipped_config_text(overlay: str = "overlays/cert-manager") -> str:
-    (configmap,) = [o for o in find(rendered(overlay), "ConfigMap") if o["metadata"]["name"].startswith("kdispatch-config-")]
+    (configmap,) = [
+        o
+        for o in find(rendered(overlay), "ConfigMap")
+        if o["metadata"]["name"].startswith("kdispatch-config-")
+    ]
     text: str = configmap["data"]["config.yaml"]
     return text
 
@@ -55,6 +60,7 @@ def test_configmap_config_decodes_and_every_key_counts(overlay: str) -> None:
     assert config.nats.replicas <= nats["spec"]["replicas"]
     policy = policy_event(config.policy)  # what the leader records as PolicyLoaded
     assert [p.name for p in policy.profiles] == ["default"]
+    assert validate_policy(policy) == [], "every plugin and strategy in the profiles exists"
 
 
 def test_ignored_keys_are_found() -> None:
@@ -100,14 +106,28 @@ def _serve(config: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("edit", "path", "words"),
     [
-        (lambda c: c["policy"]["profiles"][0].update(roundTimout="30s"), "$.policy.profiles[0]", "roundTimout"),
+        (
+            lambda c: c["policy"]["profiles"][0].update(roundTimout="30s"),
+            "$.policy.profiles[0]",
+            "roundTimout",
+        ),
         (lambda c: c["nats"].update(replicas="three"), "$.nats.replicas", "Expected `int`"),
-        (lambda c: c["clusters"][0]["kubeconfig"].update(secretRef={"key": "k"}), "$.clusters[0].kubeconfig.secretRef", "name"),
-        (lambda c: c["policy"].update(workerLostTimeout="a minute"), "$.policy.workerLostTimeout", "not a duration"),
+        (
+            lambda c: c["clusters"][0]["kubeconfig"].update(secretRef={"key": "k"}),
+            "$.clusters[0].kubeconfig.secretRef",
+            "name",
+        ),
+        (
+            lambda c: c["policy"].update(workerLostTimeout="a minute"),
+            "$.policy.workerLostTimeout",
+            "not a duration",
+        ),
     ],
     ids=["typo", "type", "missing", "duration"],
 )
-def test_invalid_config_stops_serve_with_the_field_path(tmp_path: Path, edit: Any, path: str, words: str) -> None:
+def test_invalid_config_stops_serve_with_the_field_path(
+    tmp_path: Path, edit: Any, path: str, words: str
+) -> None:
     config = yaml.safe_load(shipped_config_text())
     edit(config)
     bad = tmp_path / "config.yaml"

@@ -90,9 +90,14 @@ def build_context(dest: Path) -> Path:
     patterns = [
         line.strip() for line in IGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")
     ]
-    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
     untracked = [
-        str(p.relative_to(REPO)) for top in ("eventlog", "webhook", "reconciler") for p in (REPO / top).rglob("*") if p.is_file()
+        str(p.relative_to(REPO))
+        for top in ("eventlog", "webhook", "reconciler")
+        for p in (REPO / top).rglob("*")
+        if p.is_file()
     ]
     for rel in sorted(set(tracked) | set(untracked)):
         if not _ignored(rel, patterns) and (REPO / rel).is_file():
@@ -129,7 +134,18 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 shutil.copy2(origin, src / target)
     wheels = root / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(src)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(wheels),
+            str(src),
+        ],
         check=True,
         timeout=240,
         capture_output=True,

@@ -17,13 +17,21 @@ from reconciler.shell.clusters.rbac import API_CALLS
 from tests.deploy.conftest import OVERLAYS, find, one, rendered
 
 Grant = tuple[str, str, str]  # (api group, resource or non-resource URL, verb)
-SUBJECTS = {"manager": ("kdispatch-system", "kdispatch-reconciler"), "worker": ("kdispatch-system", "kdispatch-worker")}
+SUBJECTS = {
+    "manager": ("kdispatch-system", "kdispatch-reconciler"),
+    "worker": ("kdispatch-system", "kdispatch-worker"),
+}
 
 
 def expand(rules: list[dict[str, Any]]) -> set[Grant]:
     grants: set[Grant] = set()
     for rule in rules:
-        for value in [*rule.get("apiGroups", []), *rule.get("resources", []), *rule["verbs"], *rule.get("nonResourceURLs", [])]:
+        for value in [
+            *rule.get("apiGroups", []),
+            *rule.get("resources", []),
+            *rule["verbs"],
+            *rule.get("nonResourceURLs", []),
+        ]:
             assert "*" not in value, f"wildcard in {rule}"
         for verb in rule["verbs"]:
             for url in rule.get("nonResourceURLs", []):
@@ -34,12 +42,17 @@ def expand(rules: list[dict[str, Any]]) -> set[Grant]:
     return grants
 
 
-def bound_rules(objects: list[dict[str, Any]], namespace: str, account: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def bound_rules(
+    objects: list[dict[str, Any]], namespace: str, account: str
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(binding, role) pairs whose subjects include the service account."""
     found = []
     for binding in find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding"):
         subjects = binding.get("subjects", [])
-        if not any(s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) == (namespace, account) for s in subjects):
+        if not any(
+            s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) == (namespace, account)
+            for s in subjects
+        ):
             continue
         assert len(subjects) == 1, f"{binding['metadata']['name']} binds only our account"
         ref = binding["roleRef"]
@@ -86,7 +99,9 @@ def test_worker_rbac_is_exactly_the_worker_api_calls() -> None:
 def test_manager_reads_only_the_kubeconfig_secrets_the_config_names(overlay: str) -> None:
     objects = rendered(overlay)
     _, names = granted(objects, "manager")
-    (configmap,) = [o for o in find(objects, "ConfigMap") if o["metadata"]["name"].startswith("kdispatch-config-")]
+    (configmap,) = [
+        o for o in find(objects, "ConfigMap") if o["metadata"]["name"].startswith("kdispatch-config-")
+    ]
     config = decode_config(yaml.safe_load(configmap["data"]["config.yaml"]))
     refs = [c.kubeconfig.secret_ref for c in config.clusters if c.kubeconfig and c.kubeconfig.secret_ref]
     assert refs, "the shipped config registers a worker through a Secret"
@@ -97,7 +112,9 @@ def test_manager_reads_only_the_kubeconfig_secrets_the_config_names(overlay: str
     # Secrets are never granted cluster-wide.
     for binding, role in bound_rules(objects, *SUBJECTS["manager"]):
         if role["kind"] == "ClusterRole":
-            assert not any("secrets" in rule.get("resources", []) for rule in role["rules"]), binding["metadata"]["name"]
+            assert not any("secrets" in rule.get("resources", []) for rule in role["rules"]), binding[
+                "metadata"
+            ]["name"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -115,7 +132,10 @@ def test_worker_token_secret_belongs_to_the_worker_account() -> None:
     token = one(objects, "Secret", "kdispatch-worker-token")
     assert token["type"] == "kubernetes.io/service-account-token"
     assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == "kdispatch-worker"
-    assert one(objects, "ServiceAccount", "kdispatch-worker")["metadata"]["namespace"] == token["metadata"]["namespace"]
+    assert (
+        one(objects, "ServiceAccount", "kdispatch-worker")["metadata"]["namespace"]
+        == token["metadata"]["namespace"]
+    )
 
 
 def test_expansion_sees_an_extra_verb() -> None:

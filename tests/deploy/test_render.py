@@ -62,7 +62,9 @@ def test_overlay_references_resolve(overlay: str) -> None:
 def test_generated_config_rolls_the_deployments(overlay: str) -> None:
     """The config ConfigMap's name carries a content hash, so a config change restarts the pods."""
     objects = rendered(overlay)
-    (config,) = [o for o in find(objects, "ConfigMap") if o["metadata"]["name"].startswith("kdispatch-config-")]
+    (config,) = [
+        o for o in find(objects, "ConfigMap") if o["metadata"]["name"].startswith("kdispatch-config-")
+    ]
     for name in ("kdispatch-webhook", "kdispatch-reconciler"):
         (deployment,) = find(objects, "Deployment", name)
         volumes = deployment["spec"]["template"]["spec"]["volumes"]
@@ -83,10 +85,17 @@ def test_renderer_refuses_what_it_does_not_implement(tmp_path: Path) -> None:
 
 
 def test_json6902_and_strategic_merge() -> None:
-    obj = {"metadata": {"name": "x", "annotations": {"a": "1"}}, "webhooks": [{"name": "w", "x": 1}, {"name": "v"}]}
-    kustomize.json6902(obj, [{"op": "add", "path": "/webhooks/0/clientConfig", "value": {"caBundle": "Q0E="}}])
+    obj: dict[str, Any] = {
+        "metadata": {"name": "x", "annotations": {"a": "1"}},
+        "webhooks": [{"name": "w", "x": 1}, {"name": "v"}],
+    }
+    kustomize.json6902(
+        obj, [{"op": "add", "path": "/webhooks/0/clientConfig", "value": {"caBundle": "Q0E="}}]
+    )
     assert obj["webhooks"][0]["clientConfig"] == {"caBundle": "Q0E="}
-    merged = kustomize.strategic_merge(obj, {"metadata": {"annotations": {"b": "2"}}, "webhooks": [{"name": "v", "y": 2}]})
+    merged = kustomize.strategic_merge(
+        obj, {"metadata": {"annotations": {"b": "2"}}, "webhooks": [{"name": "v", "y": 2}]}
+    )
     assert merged["metadata"]["annotations"] == {"a": "1", "b": "2"}
     assert merged["webhooks"][1] == {"name": "v", "y": 2}
     assert merged["webhooks"][0]["x"] == 1
@@ -105,10 +114,16 @@ def _normalized(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str, str]
     return {kustomize.identity(o): o for o in json.loads(text)}
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: cross-check with kustomize not run")
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl not installed: cross-check with kustomize not run"
+)
 def test_renderer_agrees_with_kubectl_kustomize(kustomization: str) -> None:
     out = subprocess.run(
-        ["kubectl", "kustomize", str(DEPLOY / kustomization)], capture_output=True, text=True, check=True, timeout=60
+        ["kubectl", "kustomize", str(DEPLOY / kustomization)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     theirs = _normalized([o for o in yaml.safe_load_all(out) if o])
     ours = _normalized(rendered(kustomization))

@@ -69,7 +69,9 @@ def test_strict_validation_catches_a_misspelt_field() -> None:
     """The check can fail: a field the API server would drop without a word is an error here."""
     deployment = copy.deepcopy(one(rendered("overlays/cert-manager"), "Deployment", "kdispatch-webhook"))
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    container["securityContext"]["readOnlyRootFileSystem"] = container["securityContext"].pop("readOnlyRootFilesystem")
+    container["securityContext"]["readOnlyRootFileSystem"] = container["securityContext"].pop(
+        "readOnlyRootFilesystem"
+    )
     with pytest.raises(kubernetes_validate.ValidationError, match="readOnlyRootFileSystem"):
         validate(deployment, NEWEST)
 

@@ -73,7 +73,7 @@ def test_resources_images_and_probes(kustomization: str, ref: str) -> None:
         resources = container.get("resources", {})
         for section in ("requests", "limits"):
             assert {"cpu", "memory"} <= set(resources.get(section, {})), f"{where}: {section}"
-        name, tag, digest = kustomize.split_image(container["image"])
+        _name, tag, digest = kustomize.split_image(container["image"])
         if kustomization in OVERLAYS or kustomization == "nats":
             assert (tag and tag != "latest") or digest, f"{where}: image {container['image']} is not pinned"
         assert "readinessProbe" in container and "livenessProbe" in container, where
@@ -90,7 +90,11 @@ def test_webhook_probes_are_the_health_endpoints() -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_replicas_and_disruption_budgets(overlay: str) -> None:
     objects = rendered(overlay)
-    expected = {("Deployment", "kdispatch-webhook"): 2, ("Deployment", "kdispatch-reconciler"): 2, ("StatefulSet", "nats"): 3}
+    expected = {
+        ("Deployment", "kdispatch-webhook"): 2,
+        ("Deployment", "kdispatch-reconciler"): 2,
+        ("StatefulSet", "nats"): 3,
+    }
     for (kind, name), replicas in expected.items():
         (obj,) = find(objects, kind, name)
         assert obj["spec"]["replicas"] == replicas
@@ -123,7 +127,11 @@ def test_network_policies_deny_by_default_and_allow_only_the_paths_used(overlay:
     (client_rule,) = [r for r in policies["nats"]["ingress"] if r["ports"][0]["port"] == 4222]
     (selector,) = client_rule["from"]
     assert selector["podSelector"]["matchExpressions"] == [
-        {"key": "app.kubernetes.io/name", "operator": "In", "values": ["kdispatch-webhook", "kdispatch-reconciler"]}
+        {
+            "key": "app.kubernetes.io/name",
+            "operator": "In",
+            "values": ["kdispatch-webhook", "kdispatch-reconciler"],
+        }
     ]
     reconciler_egress = {p["port"] for r in policies["kdispatch-reconciler"]["egress"] for p in r["ports"]}
     assert reconciler_egress == {4222, 443, 6443}

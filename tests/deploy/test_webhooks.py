@@ -80,7 +80,10 @@ def test_entry_settings_and_service(overlay: str) -> None:
             assert entry["admissionReviewVersions"] == ["v1"]
             assert 1 <= entry["timeoutSeconds"] <= 5, "small: a slow webhook stalls every submission"
             ref = entry["clientConfig"]["service"]
-            assert (ref["name"], ref["namespace"]) == (service["metadata"]["name"], service["metadata"]["namespace"])
+            assert (ref["name"], ref["namespace"]) == (
+                service["metadata"]["name"],
+                service["metadata"]["namespace"],
+            )
             assert ref["path"] == path
             (svc_port,) = [p for p in service["spec"]["ports"] if p["port"] == ref["port"]]
             assert ports[svc_port["targetPort"]] == 9443
@@ -94,7 +97,9 @@ def test_entry_settings_and_service(overlay: str) -> None:
     assert all(re.fullmatch(r"[a-z]+\.[a-z]+\.kdispatch\.io", n) for n in names)
 
 
-def _job(*, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def _job(
+    *, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "train", "namespace": "team-a"}
     if labels is not None:
         meta["labels"] = labels
@@ -153,10 +158,16 @@ def test_the_api_server_calls_the_webhook_exactly_for_objects_that_opt_in(
 def test_opt_in_examples() -> None:
     assert _called("MutatingWebhookConfiguration", "CREATE", _job(labels={QUEUE_LABEL: "gpu"}), ENABLED_NS)
     assert _called(
-        "MutatingWebhookConfiguration", "CREATE", _job(annotations={"kdispatch.io/profile": "topk"}), ENABLED_NS
+        "MutatingWebhookConfiguration",
+        "CREATE",
+        _job(annotations={"kdispatch.io/profile": "topk"}),
+        ENABLED_NS,
     )
     assert _called(
-        "ValidatingWebhookConfiguration", "DELETE", _job(annotations={"kdispatch.io/placement": "{}"}), ENABLED_NS
+        "ValidatingWebhookConfiguration",
+        "DELETE",
+        _job(annotations={"kdispatch.io/placement": "{}"}),
+        ENABLED_NS,
     )
     assert not _called("MutatingWebhookConfiguration", "CREATE", _job(labels={"app": "x"}), ENABLED_NS)
 
@@ -165,7 +176,9 @@ def test_cert_manager_injects_the_ca_of_the_serving_certificate() -> None:
     objects = rendered("overlays/cert-manager")
     deployment = one(objects, "Deployment", "kdispatch-webhook")
     service = one(objects, "Service", "kdispatch-webhook")
-    mounted = {v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v}
+    mounted = {
+        v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v
+    }
     for config in configs("overlays/cert-manager"):
         source = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
         namespace, name = source.split("/")
@@ -177,7 +190,11 @@ def test_cert_manager_injects_the_ca_of_the_serving_certificate() -> None:
         assert "server auth" in certificate["spec"]["usages"]
         # The chain resolves: serving cert <- CA Issuer <- CA certificate <- self-signed Issuer.
         issuer = one(objects, "Issuer", certificate["spec"]["issuerRef"]["name"])
-        ca = [c for c in find(objects, "Certificate") if c["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]]
+        ca = [
+            c
+            for c in find(objects, "Certificate")
+            if c["spec"]["secretName"] == issuer["spec"]["ca"]["secretName"]
+        ]
         assert len(ca) == 1 and ca[0]["spec"]["isCA"] is True
         assert "selfSigned" in one(objects, "Issuer", ca[0]["spec"]["issuerRef"]["name"])["spec"]
         assert all("caBundle" not in e["clientConfig"] for e in config["webhooks"])
@@ -188,8 +205,13 @@ def _documented_patches() -> dict[str, list[dict[str, Any]]]:
     a heredoc writes each patch file, then ``kubectl patch ... --patch-file`` applies it."""
     text = (REPO / "docs" / "deploy.md").read_text()
     files = dict(re.findall(r"cat > (\S+) <<EOF\n(.*?)\nEOF\n", text, re.S))
-    applied = re.findall(r"kubectl patch (mutating|validating)webhookconfiguration kdispatch --type=json --patch-file=(\S+)", text)
-    assert {kind for kind, _ in applied} == {"mutating", "validating"}, "docs/deploy.md lost the caBundle patch step"
+    applied = re.findall(
+        r"kubectl patch (mutating|validating)webhookconfiguration kdispatch --type=json --patch-file=(\S+)",
+        text,
+    )
+    assert {kind for kind, _ in applied} == {"mutating", "validating"}, (
+        "docs/deploy.md lost the caBundle patch step"
+    )
     return {f"{kind.capitalize()}WebhookConfiguration": json.loads(files[path]) for kind, path in applied}
 
 
@@ -200,4 +222,6 @@ def test_documented_ca_bundle_patch_covers_every_entry_of_the_self_signed_overla
         assert "annotations" not in config["metadata"], "no cert-manager in this overlay"
         ops = json.loads(json.dumps(patch).replace("${CA_BUNDLE}", bundle))
         kustomize.json6902(config, ops)
-        assert [e["clientConfig"].get("caBundle") for e in config["webhooks"]] == [bundle] * len(config["webhooks"])
+        assert [e["clientConfig"].get("caBundle") for e in config["webhooks"]] == [bundle] * len(
+            config["webhooks"]
+        )

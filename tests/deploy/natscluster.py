@@ -1,0 +1,122 @@
+"""The NATS overlay as it would run on this machine: three nats-servers started from the shipped
+nats.conf, with only addresses and paths moved (loopback ports, a temp dir), each waited for on
+the StatefulSet's own probe paths."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from eventlog.embedded import find_binary, free_port
+from tests.deploy.conftest import find, one, rendered
+
+OVERLAY = "overlays/cert-manager"
+
+
+def statefulset() -> dict[str, Any]:
+    return one(rendered(OVERLAY), "StatefulSet", "nats")
+
+
+def nats_conf() -> str:
+    (configmap,) = [
+        o for o in find(rendered(OVERLAY), "ConfigMap") if o["metadata"]["name"].startswith("nats-config-")
+    ]
+    text: str = configmap["data"]["nats.conf"]
+    return text
+
+
+def container() -> dict[str, Any]:
+    (container,) = statefulset()["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def container_ports() -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in container()["ports"]}
+
+
+def container_mounts() -> dict[str, str]:
+    return {m["name"]: m["mountPath"] for m in container()["volumeMounts"]}
+
+
+def local_conf(conf: str, *, node: int, client: int, monitor: int, clusters: list[int], root: Path) -> str:
+    """The shipped conf with addresses and paths moved: loopback ports, temp dirs."""
+    ports, mounts = container_ports(), container_mounts()
+    service = statefulset()["spec"]["serviceName"]
+    swaps = {
+        f"listen: 0.0.0.0:{ports['client']}": f"listen: 127.0.0.1:{client}",
+        f"http_port: {ports['monitor']}": f"http: 127.0.0.1:{monitor}",
+        f"store_dir: {mounts['data']}": f"store_dir: {root / 'data'}",
+        f"pid_file: {mounts['pid']}/nats.pid": f"pid_file: {root / 'nats.pid'}",
+        f"listen: 0.0.0.0:{ports['cluster']}": f"listen: 127.0.0.1:{clusters[node]}",
+    }
+    for i, port in enumerate(clusters):
+        swaps[f"nats://nats-{i}.{service}:{ports['cluster']}"] = f"nats://127.0.0.1:{port}"
+    for old, new in swaps.items():
+        assert old in conf, old
+        conf = conf.replace(old, new)
+    return conf
+
+
+def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except Exception as err:  # not up yet
+            last = err
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer 200 within {timeout_s}s: {last}")
+
+
+@contextlib.contextmanager
+def shipped_nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
+    """Three nats-servers from the shipped conf, for as long as the context lasts; yields their
+    client URLs."""
+    replicas = statefulset()["spec"]["replicas"]
+    clients = [free_port() for _ in range(replicas)]
+    monitors = [free_port() for _ in range(replicas)]
+    clusters = [free_port() for _ in range(replicas)]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for node in range(replicas):
+            root = tmp_path / f"nats-{node}"
+            root.mkdir()
+            conf = root / "nats.conf"
+            conf.write_text(
+                local_conf(
+                    nats_conf(),
+                    node=node,
+                    client=clients[node],
+                    monitor=monitors[node],
+                    clusters=clusters,
+                    root=root,
+                )
+            )
+            env = {**os.environ, "SERVER_NAME": f"nats-{node}"}
+            log = (root / "server.log").open("wb")
+            procs.append(
+                subprocess.Popen([str(find_binary()), "--config", str(conf)], env=env, stdout=log, stderr=log)
+            )
+        probes = {
+            name: container()[name]["httpGet"]["path"]
+            for name in ("startupProbe", "readinessProbe", "livenessProbe")
+        }
+        for node, proc in enumerate(procs):
+            for path in probes.values():
+                wait_http(f"http://127.0.0.1:{monitors[node]}{path}", timeout_s=60, proc=proc)
+        yield [f"nats://127.0.0.1:{port}" for port in clients]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=30)
