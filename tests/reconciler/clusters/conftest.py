@@ -38,6 +38,7 @@ class ApiServer:
     async def kill(self) -> None:
         if self.server is not None:
             server, self.server = self.server, None
+            self.emulator.drop_watches()  # else the shutdown waits for the streams to time out
             await server.__aexit__(None, None, None)
 
     def api(self, *, role: Any, cluster: str, timeout_s: float = 2.0) -> KubeApi:
@@ -71,9 +72,9 @@ async def api_servers() -> AsyncIterator[Callable[..., Any]]:
 
     yield make
     for srv in made:
-        await srv.kill()
-        for c in srv.clients:
+        for c in srv.clients:  # first: open watches would hold the server's shutdown
             await c.close()
+        await srv.kill()
         await srv.emulator.__aexit__(None, None, None)
 
 

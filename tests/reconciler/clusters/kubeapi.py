@@ -74,7 +74,7 @@ class _Watcher:
         self.key = key
         self.namespace = namespace
         self.selector = selector
-        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()  # None: connection dropped
 
     def wants(self, key: Key, obj: dict[str, Any]) -> bool:
         meta = obj.get("metadata") or {}
@@ -128,6 +128,11 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         return self._patch(
             (group, version, plural), namespace, name, {"status": status}, subresource="status"
         )
+
+    def drop_watches(self) -> None:
+        """End every open watch stream, as a crashing server drops its connections."""
+        for w in self._watchers:
+            w.queue.put_nowait(None)
 
     def compact(self) -> None:
         """Forget the event history: a watch from an older resourceVersion now gets 410 Gone."""
@@ -289,6 +294,8 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
                 try:
                     event = await asyncio.wait_for(watcher.queue.get(), wait)
                 except TimeoutError:
+                    return
+                if event is None:
                     return
                 yield event
         finally:

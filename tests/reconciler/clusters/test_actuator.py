@@ -1,0 +1,180 @@
+"""The actuator on a real JetStream log, with hand-written decisions (as a leader would append them).
+
+Simulated clusters check what gets applied where; an emulated Kubernetes worker checks that two
+actuators over the same log never create a copy twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from eventlog import events as ev
+from eventlog.jetstream import JetStreamLog
+from eventlog.store import InboxItem
+from reconciler.shell.actuator import Actuator
+from reconciler.shell.clusters.base import Worker
+from reconciler.shell.clusters.kube import KubeWorker
+from reconciler.shell.clusters.reporter import InboxReporter
+from reconciler.shell.clusters.sim import SimCluster
+from reconciler.sim import CopyState, SimWorker
+from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
+
+GPU = "nvidia.com/gpu"
+
+
+def job(n: int) -> ev.JobRef:
+    return ev.JobRef(namespace="team-a", name=f"job-{n}", uid=f"uid-{n}")
+
+
+def submitted(n: int) -> ev.JobSubmitted:
+    return ev.JobSubmitted(
+        job=job(n),
+        pod_sets=[ev.PodSet(name="main", count=1, requests={GPU: 1})],
+        runtime_ms=600_000,
+        manifest=batch_job(f"job-{n}", uid=f"uid-{n}"),
+    )
+
+
+class Leader:
+    """Appends inputs and decision batches the way the sequencer loop does."""
+
+    def __init__(self, jlog: JetStreamLog) -> None:
+        self.seq = jlog.sequencer("test-leader")
+
+    async def inputs(self, *events: ev.InputEvent) -> None:
+        await self.seq.resume()
+        await self.seq.append_inputs([InboxItem(inbox_seq=None, event=e) for e in events], at_ms=_now())
+
+    async def decide(self, *decisions: ev.DecisionEvent) -> None:
+        await self.seq.resume()
+        await self.seq.append_decisions(list(decisions), at_ms=_now())
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def sim(name: str) -> SimCluster:
+    return SimCluster(SimWorker(name, {GPU: 8}), heartbeat_interval_s=0.2)
+
+
+@pytest.fixture
+async def actuators(jslog: JetStreamLog) -> AsyncIterator[Callable[..., Any]]:
+    running: list[tuple[asyncio.Event, list[asyncio.Task[None]]]] = []
+
+    async def start(workers: dict[str, Worker], **kw: Any) -> Actuator:
+        act = Actuator(jslog.reader, workers, poll_interval_s=0.01, **kw)
+        stop = asyncio.Event()
+        reporter = InboxReporter(jslog.inbox)
+        tasks = [asyncio.create_task(act.run(stop))]
+        tasks += [asyncio.create_task(w.run(reporter, stop)) for w in workers.values()]
+        running.append((stop, tasks))
+        await asyncio.wait_for(act.caught_up.wait(), 10)
+        return act
+
+    yield start
+    for stop, tasks in running:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+
+def states(cluster: SimCluster) -> dict[tuple[str, int], CopyState]:
+    return {(c.job.name, c.attempt): c.state for c in cluster.model.copies()}
+
+
+async def test_nominated_creates_withdrawn_deletes_evict_evicts(
+    jslog: JetStreamLog, actuators: Callable[..., Any]
+) -> None:
+    east, west = sim("east"), sim("west")
+    act = await actuators({"east": east, "west": west})
+    leader = Leader(jslog)
+    await leader.inputs(submitted(1), submitted(2))
+    await leader.decide(ev.Nominated(job=job(1), clusters=["east", "west"], attempt=1))
+    await eventually(
+        lambda: ("job-1", 1) in states(east) and ("job-1", 1) in states(west), what="copies on both"
+    )
+    await leader.decide(
+        ev.Placed(job=job(1), cluster="east", attempt=1),
+        ev.Withdrawn(job=job(1), cluster="west", attempt=1, reason="LostRace"),
+    )
+    await eventually(lambda: not states(west), what="west copy withdrawn")
+    assert states(east) == {("job-1", 1): CopyState.ADMITTED}
+    await leader.decide(ev.Nominated(job=job(2), clusters=["west"], attempt=1))
+    await eventually(
+        lambda: states(west).get(("job-2", 1)) is CopyState.ADMITTED, what="job-2 admitted on west"
+    )
+    await leader.decide(ev.Evict(job=job(2), cluster="west", attempt=1, reason="Preempted"))
+    await eventually(lambda: states(west).get(("job-2", 1)) is CopyState.EVICTED, what="job-2 evicted")
+    await leader.decide(ev.CleanUp(job=job(2), cluster="west", attempt=1))
+    await eventually(lambda: not states(west), what="job-2 cleaned up")
+    await eventually(act.settled, what="actuator settled")
+
+
+async def test_requests_to_a_silent_cluster_are_retried_until_it_answers(
+    jslog: JetStreamLog, actuators: Callable[..., Any]
+) -> None:
+    east = sim("east")
+    east.silence(None)
+    await actuators({"east": east})
+    leader = Leader(jslog)
+    await leader.inputs(submitted(1))
+    await leader.decide(ev.Nominated(job=job(1), clusters=["east"], attempt=1))
+    await asyncio.sleep(0.3)
+    assert states(east) == {}  # the request was lost: nothing there yet
+    east.recover()
+    await eventually(
+        lambda: states(east).get(("job-1", 1)) is CopyState.ADMITTED,
+        timeout_s=15,
+        what="created after recovery",
+    )
+
+
+async def test_a_restarted_actuator_reapplies_what_is_missing_and_collects_garbage(
+    jslog: JetStreamLog, actuators: Callable[..., Any]
+) -> None:
+    east = sim("east")
+    leader = Leader(jslog)
+    await leader.inputs(submitted(1), submitted(2), submitted(3))
+    await leader.decide(
+        ev.Nominated(job=job(1), clusters=["east"], attempt=1),
+        ev.Nominated(job=job(2), clusters=["east"], attempt=2),
+    )
+    await leader.decide(ev.Withdrawn(job=job(2), cluster="east", attempt=2))
+    # what an earlier life left on the cluster: a copy withdrawn since, and an older attempt
+    now = _now()
+    east.model.create(job(2), 2, [], 0, None, now - 120_000)
+    east.model.create(job(3), 1, [], 0, None, now - 120_000)
+    await leader.decide(ev.Nominated(job=job(3), clusters=["east"], attempt=2))
+    act = await actuators({"east": east}, gc_interval_s=3600, gc_grace_s=60)
+    await eventually(lambda: ("job-1", 1) in states(east) and ("job-3", 2) in states(east), what="re-applied")
+    removed = await act.collect_garbage()
+    assert removed == 2
+    assert set(states(east)) == {("job-1", 1), ("job-3", 2)}
+
+
+async def test_two_actuators_on_one_log_create_each_kubernetes_copy_once(
+    jslog: JetStreamLog, actuators: Callable[..., Any], api_servers: Callable[..., Any]
+) -> None:
+    server: ApiServer = await api_servers("w1")
+
+    def worker() -> KubeWorker:
+        return KubeWorker("w1", server.api(role="worker", cluster="w1"), manager_id="mgr", kueue=True)
+
+    leader = Leader(jslog)
+    n = 12
+    await leader.inputs(*(submitted(i) for i in range(n)))
+    await actuators({"w1": worker()})
+    await actuators({"w1": worker()})
+    await leader.decide(*(ev.Nominated(job=job(i), clusters=["w1"], attempt=1) for i in range(n)))
+    emu = server.emulator
+    await eventually(lambda: len(emu.objects("batch", "v1", "jobs")) == n, what="all copies")
+    await asyncio.sleep(0.3)
+    added = [h for h in emu._history if h[2] == "ADDED" and h[1][2] == "jobs"]
+    assert len(added) == n  # each copy created exactly once, though both actuators applied it
+    await leader.decide(*(ev.Withdrawn(job=job(i), cluster="w1", attempt=1) for i in range(n)))
+    await eventually(lambda: not emu.objects("batch", "v1", "jobs"), what="all copies withdrawn")
