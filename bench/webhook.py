@@ -44,7 +44,7 @@ SERVER_CORE, CLIENT_CORE = 0, 1
 # ---- the baseline server (run as: bench/webhook.py --bare-server PORT CERT KEY) ----------------
 
 
-def bare_server(port: int, cert: str, key: str) -> None:
+def bare_server(*, port: int, cert: str, key: str) -> None:
     import msgspec
     from aiohttp import web
 
@@ -71,7 +71,7 @@ def bare_server(port: int, cert: str, key: str) -> None:
 # ---- the fixed-rate client (run as: bench/webhook.py --rate-client URL BODY_FILE CA RATE SECONDS) -
 
 
-def rate_client(url: str, body_file: str, ca: str, rate: float, seconds: float) -> None:
+def rate_client(*, url: str, body_file: str, ca: str, rate: float, seconds: float) -> None:
     import aiohttp
 
     template = Path(body_file).read_text()
@@ -155,7 +155,7 @@ def _pinned(core: int, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes
     return subprocess.Popen(["taskset", "-c", str(core), *argv], **kwargs)
 
 
-def _wait_ready(url: str, ca: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_ready(*, url: str, ca: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     import http.client
 
     host, port = url.removeprefix("https://").split(":")
@@ -174,7 +174,7 @@ def _wait_ready(url: str, ca: str, proc: subprocess.Popen[bytes], log: Path) -> 
     raise SystemExit(f"{url} not ready: {log.read_text()[-2000:]}")
 
 
-def _wrk(url: str, body: Path, seconds: float, workdir: Path) -> dict[str, float]:
+def _wrk(*, url: str, body: Path, seconds: float, workdir: Path) -> dict[str, float]:
     script = workdir / "wrk.lua"
     script.write_text(WRK_SCRIPT % uuid.uuid4().hex[:8])
     out = subprocess.run(
@@ -189,7 +189,7 @@ def _wrk(url: str, body: Path, seconds: float, workdir: Path) -> dict[str, float
     return {"rps": rps, "non2xx": float(non2xx.group(1)) if non2xx else 0.0, "socket_errors": 1.0 if errors else 0.0}
 
 
-def _rate(url: str, body: Path, ca: str, rate: float, seconds: float) -> dict[str, Any]:
+def _rate(*, url: str, body: Path, ca: str, rate: float, seconds: float) -> dict[str, Any]:
     out = subprocess.run(
         ["taskset", "-c", str(CLIENT_CORE), sys.executable, __file__, "--rate-client", url, str(body), ca, str(rate), str(seconds)],
         capture_output=True,
@@ -200,7 +200,7 @@ def _rate(url: str, body: Path, ca: str, rate: float, seconds: float) -> dict[st
     return result
 
 
-def _metric(url: str, ca: str, name: str, **labels: str) -> float:
+def _metric(*, url: str, ca: str, name: str, **labels: str) -> float:
     import http.client
 
     host, port = url.removeprefix("https://").split(":")
@@ -243,7 +243,7 @@ def drive(args: argparse.Namespace) -> None:
             deadline = time.monotonic() + 60
             while not Path(ca).exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
-            _wait_ready(hook_url, ca, procs[0], hook_log)
+            _wait_ready(url=hook_url, ca=ca, proc=procs[0], log=hook_log)
             tls = workdir / "data" / "webhook-tls"
             bare_log = workdir / "bare.log"
             with bare_log.open("wb") as out:
@@ -256,7 +256,7 @@ def drive(args: argparse.Namespace) -> None:
                     )
                 )
             bare_url = f"https://127.0.0.1:{bare_port}"
-            _wait_ready(bare_url, ca, procs[1], bare_log)
+            _wait_ready(url=bare_url, ca=ca, proc=procs[1], log=bare_log)
 
             import numpy as np
 
@@ -272,8 +272,8 @@ def drive(args: argparse.Namespace) -> None:
             # on all of them alike; requests/s is the median over rounds, latencies are pooled.
             for r in range(args.rounds):
                 for label, (url, body) in targets.items():
-                    sat = _wrk(url, body, args.duration, workdir)
-                    fixed = _rate(url, body, ca, args.rate, args.duration)
+                    sat = _wrk(url=url, body=body, seconds=args.duration, workdir=workdir)
+                    fixed = _rate(url=url, body=body, ca=ca, rate=args.rate, seconds=args.duration)
                     rps[label].append(sat["rps"])
                     lat[label].extend(fixed["latencies_ms"])
                     errors[label] += sat["non2xx"] + fixed["errors"]
@@ -294,8 +294,8 @@ def drive(args: argparse.Namespace) -> None:
                     f"errors {errors[label]:.0f}",
                     flush=True,
                 )
-            published = _metric(hook_url, ca, "kdispatch_webhook_published_total")
-            failures = _metric(hook_url, ca, "kdispatch_webhook_publish_failures_total")
+            published = _metric(url=hook_url, ca=ca, name="kdispatch_webhook_published_total")
+            failures = _metric(url=hook_url, ca=ca, name="kdispatch_webhook_publish_failures_total")
             print(f"publishes acknowledged by JetStream: {published:.0f}, not acknowledged: {failures:.0f}")
             base = summary["bare"]["rps"]
             for label in ("mutate", "validate"):
@@ -319,10 +319,10 @@ def drive(args: argparse.Namespace) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--bare-server":
-        bare_server(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        bare_server(port=int(sys.argv[2]), cert=sys.argv[3], key=sys.argv[4])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--rate-client":
-        rate_client(sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6]))
+        rate_client(url=sys.argv[2], body_file=sys.argv[3], ca=sys.argv[4], rate=float(sys.argv[5]), seconds=float(sys.argv[6]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement (default 10)")

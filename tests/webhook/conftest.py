@@ -39,7 +39,7 @@ class Webhook:
     def connection(self) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ssl_context(), timeout=30)
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, *, body: bytes | None = None) -> tuple[int, bytes]:
         conn = self.connection()
         try:
             conn.request(method, path, body=body, headers={"Content-Type": "application/json"})

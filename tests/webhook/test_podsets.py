@@ -12,13 +12,13 @@ from webhook import kinds, podsets
 GI, MI = 2**30, 2**20
 
 
-def _sets(api_version: str, kind: str, obj: dict[str, Any]) -> list[PodSet]:
+def _sets(api_version: str, kind: str, *, obj: dict[str, Any]) -> list[PodSet]:
     info = kinds.lookup_api_version(api_version, kind)
     assert info is not None
     return podsets.pod_sets(info, {"apiVersion": api_version, "kind": kind, **obj})
 
 
-def _c(name: str, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def _c(name: str, *, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     if requests is not None:
         resources["requests"] = requests
@@ -36,15 +36,15 @@ def test_job_count_is_min_of_parallelism_and_completions_and_limits_fill_request
             "template": {
                 "spec": {
                     "containers": [
-                        _c("a", {"cpu": "500m", "memory": "1Gi"}),
-                        _c("b", {"cpu": "250m"}, {"cpu": "1"}),  # requests win over limits
-                        _c("c", None, {"memory": "512Mi"}),  # limits stand in for missing requests
+                        _c("a", requests={"cpu": "500m", "memory": "1Gi"}),
+                        _c("b", requests={"cpu": "250m"}, limits={"cpu": "1"}),  # requests win over limits
+                        _c("c", requests=None, limits={"memory": "512Mi"}),  # limits stand in for missing requests
                     ]
                 }
             },
         },
     }
-    assert _sets("batch/v1", "Job", job) == [
+    assert _sets("batch/v1", "Job", obj=job) == [
         PodSet(name="main", count=2, requests={"cpu": 750, "memory": GI + 512 * MI}, min_count=1)
     ]
 
@@ -54,8 +54,8 @@ def test_job_count_is_min_of_parallelism_and_completions_and_limits_fill_request
     [({}, 1), ({"completions": 5}, 1), ({"parallelism": 4}, 4), ({"parallelism": 0, "completions": 3}, 0)],
 )
 def test_job_count_defaults(spec: dict[str, Any], count: int) -> None:
-    job = {"spec": {**spec, "template": {"spec": {"containers": [_c("a", {"cpu": 1})]}}}}
-    assert _sets("batch/v1", "Job", job)[0].count == count
+    job = {"spec": {**spec, "template": {"spec": {"containers": [_c("a", requests={"cpu": 1})]}}}}
+    assert _sets("batch/v1", "Job", obj=job)[0].count == count
 
 
 def test_jobset_one_set_per_replicated_job() -> None:
@@ -67,13 +67,13 @@ def test_jobset_one_set_per_replicated_job() -> None:
                 "spec": {
                     "parallelism": parallelism,
                     "completions": completions,
-                    "template": {"spec": {"containers": [_c("m", requests)]}},
+                    "template": {"spec": {"containers": [_c("m", requests=requests)]}},
                 }
             },
         }
 
     js = {"spec": {"replicatedJobs": [rj("leader", 1, 1, 1, {"cpu": 1}), rj("workers", 2, 4, 4, {"cpu": 2, "nvidia.com/gpu": 1})]}}
-    assert _sets("jobset.x-k8s.io/v1alpha2", "JobSet", js) == [
+    assert _sets("jobset.x-k8s.io/v1alpha2", "JobSet", obj=js) == [
         PodSet(name="leader", count=1, requests={"cpu": 1000}),
         PodSet(name="workers", count=8, requests={"cpu": 2000, "nvidia.com/gpu": 1}),
     ]
@@ -81,10 +81,10 @@ def test_jobset_one_set_per_replicated_job() -> None:
 
 def _ray_cluster_spec(**extra: Any) -> dict[str, Any]:
     return {
-        "headGroupSpec": {"template": {"spec": {"containers": [_c("head", {"cpu": "1", "memory": "2Gi"})]}}},
+        "headGroupSpec": {"template": {"spec": {"containers": [_c("head", requests={"cpu": "1", "memory": "2Gi"})]}}},
         "workerGroupSpecs": [
-            {"groupName": "small", "replicas": 2, "numOfHosts": 2, "template": {"spec": {"containers": [_c("w", {"cpu": 1})]}}},
-            {"groupName": "unset", "template": {"spec": {"containers": [_c("w", {"cpu": 1})]}}},
+            {"groupName": "small", "replicas": 2, "numOfHosts": 2, "template": {"spec": {"containers": [_c("w", requests={"cpu": 1})]}}},
+            {"groupName": "unset", "template": {"spec": {"containers": [_c("w", requests={"cpu": 1})]}}},
         ],
         **extra,
     }
@@ -92,7 +92,7 @@ def _ray_cluster_spec(**extra: Any) -> dict[str, Any]:
 
 def test_rayjob_with_the_default_submitter() -> None:
     rayjob = {"spec": {"entrypoint": "python x.py", "rayClusterSpec": _ray_cluster_spec()}}
-    assert _sets("ray.io/v1", "RayJob", rayjob) == [
+    assert _sets("ray.io/v1", "RayJob", obj=rayjob) == [
         PodSet(name="head", count=1, requests={"cpu": 1000, "memory": 2 * GI}),
         PodSet(name="small", count=4, requests={"cpu": 1000}),  # replicas x numOfHosts
         PodSet(name="unset", count=0, requests={"cpu": 1000}),  # the CRD defaults replicas to 0
@@ -102,7 +102,7 @@ def test_rayjob_with_the_default_submitter() -> None:
 
 def test_rayjob_sidecar_mode_puts_the_submitter_in_the_head() -> None:
     rayjob = {"spec": {"submissionMode": "SidecarMode", "rayClusterSpec": _ray_cluster_spec()}}
-    sets = _sets("ray.io/v1", "RayJob", rayjob)
+    sets = _sets("ray.io/v1", "RayJob", obj=rayjob)
     assert [s.name for s in sets] == ["head", "small", "unset"]
     assert sets[0].requests == {"cpu": 1500, "memory": 2 * GI + 200 * MI}
 
@@ -112,39 +112,39 @@ def test_raycluster_autoscaler_and_gcs_fault_tolerance() -> None:
         "metadata": {"annotations": {"ray.io/ft-enabled": "true"}},
         "spec": {
             "enableInTreeAutoscaling": True,
-            "headGroupSpec": {"template": {"spec": {"containers": [_c("head", {"cpu": "100m", "memory": "1Gi"})]}}},
+            "headGroupSpec": {"template": {"spec": {"containers": [_c("head", requests={"cpu": "100m", "memory": "1Gi"})]}}},
         },
     }
     # head: max(100m, 200m) + autoscaler 500m; memory max(1Gi, 256Mi) + 512Mi
-    assert _sets("ray.io/v1", "RayCluster", rc) == [PodSet(name="head", count=1, requests={"cpu": 700, "memory": GI + 512 * MI})]
+    assert _sets("ray.io/v1", "RayCluster", obj=rc) == [PodSet(name="head", count=1, requests={"cpu": 700, "memory": GI + 512 * MI})]
 
 
 def test_rayjob_on_an_existing_cluster_is_not_dispatchable() -> None:
     with pytest.raises(podsets.NotDispatchable):
-        _sets("ray.io/v1", "RayJob", {"spec": {"clusterSelector": {"ray.io/cluster": "c"}}})
+        _sets("ray.io/v1", "RayJob", obj={"spec": {"clusterSelector": {"ray.io/cluster": "c"}}})
 
 
 def test_pytorchjob_sets_in_the_fixed_order() -> None:
     pj = {
         "spec": {
             "pytorchReplicaSpecs": {
-                "Worker": {"replicas": 3, "template": {"spec": {"containers": [_c("pytorch", {"cpu": 4})]}}},
-                "Master": {"template": {"spec": {"containers": [_c("pytorch", {"cpu": 2})]}}},
+                "Worker": {"replicas": 3, "template": {"spec": {"containers": [_c("pytorch", requests={"cpu": 4})]}}},
+                "Master": {"template": {"spec": {"containers": [_c("pytorch", requests={"cpu": 2})]}}},
             }
         }
     }
-    assert _sets("kubeflow.org/v1", "PyTorchJob", pj) == [
+    assert _sets("kubeflow.org/v1", "PyTorchJob", obj=pj) == [
         PodSet(name="master", count=1, requests={"cpu": 2000}),
         PodSet(name="worker", count=3, requests={"cpu": 4000}),
     ]
 
 
 SIDECAR_POD = {
-    "containers": [_c("main", {"cpu": "1", "memory": "1Gi"})],
+    "containers": [_c("main", requests={"cpu": "1", "memory": "1Gi"})],
     "initContainers": [
-        _c("init1", {"cpu": "2", "memory": "100Mi"}),
-        _c("sidecar", {"cpu": "500m", "memory": "200Mi"}, restartPolicy="Always"),
-        _c("init2", {"cpu": "1", "memory": "2Gi"}),
+        _c("init1", requests={"cpu": "2", "memory": "100Mi"}),
+        _c("sidecar", requests={"cpu": "500m", "memory": "200Mi"}, restartPolicy="Always"),
+        _c("init2", requests={"cpu": "1", "memory": "2Gi"}),
     ],
 }
 
@@ -152,7 +152,7 @@ SIDECAR_POD = {
 def test_sidecars_add_and_init_containers_max() -> None:
     # containers + sidecar = 1.5 cpu, 1Gi+200Mi; init1 alone = 2 cpu; init2 + running sidecar =
     # 1.5 cpu, 2Gi+200Mi. Per key max: cpu 2, memory 2Gi+200Mi.
-    assert _sets("v1", "Pod", {"metadata": {"name": "p"}, "spec": SIDECAR_POD}) == [
+    assert _sets("v1", "Pod", obj={"metadata": {"name": "p"}, "spec": SIDECAR_POD}) == [
         PodSet(name="main", count=1, requests={"cpu": 2000, "memory": 2 * GI + 200 * MI})
     ]
 
@@ -170,47 +170,47 @@ def test_appwrapper_drops_restart_policy_so_sidecars_are_plain_init_containers()
         },
     }
     # Without sidecars: containers 1 cpu / 1Gi; inits max 2 cpu / 2Gi.
-    assert _sets("workload.codeflare.dev/v1beta2", "AppWrapper", aw) == [
+    assert _sets("workload.codeflare.dev/v1beta2", "AppWrapper", obj=aw) == [
         PodSet(name="aw-0", count=2, requests={"cpu": 2000, "memory": 2 * GI})
     ]
 
 
 def test_overhead_is_added() -> None:
-    pod = {"spec": {"containers": [_c("main", {"cpu": "1", "memory": "1Gi"})], "overhead": {"cpu": "250m", "memory": "120Mi"}}}
-    assert _sets("v1", "Pod", pod)[0].requests == {"cpu": 1250, "memory": GI + 120 * MI}
+    pod = {"spec": {"containers": [_c("main", requests={"cpu": "1", "memory": "1Gi"})], "overhead": {"cpu": "250m", "memory": "120Mi"}}}
+    assert _sets("v1", "Pod", obj=pod)[0].requests == {"cpu": 1250, "memory": GI + 120 * MI}
 
 
 def test_pod_level_resources_override_cpu_and_memory_only() -> None:
     pod = {
         "spec": {
             "resources": {"requests": {"cpu": "4"}, "limits": {"memory": "8Gi"}},
-            "containers": [_c("main", {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"})],
+            "containers": [_c("main", requests={"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"})],
         }
     }
-    assert _sets("v1", "Pod", pod)[0].requests == {"cpu": 4000, "memory": 8 * GI, "nvidia.com/gpu": 1}
+    assert _sets("v1", "Pod", obj=pod)[0].requests == {"cpu": 4000, "memory": 8 * GI, "nvidia.com/gpu": 1}
 
 
 def test_sub_milli_amounts_are_summed_before_rounding() -> None:
-    pod = {"spec": {"containers": [_c("a", {"cpu": "500u"}), _c("b", {"cpu": "500u"})]}}
-    assert _sets("v1", "Pod", pod)[0].requests == {"cpu": 1}
+    pod = {"spec": {"containers": [_c("a", requests={"cpu": "500u"}), _c("b", requests={"cpu": "500u"})]}}
+    assert _sets("v1", "Pod", obj=pod)[0].requests == {"cpu": 1}
 
 
 def test_workload_pod_sets() -> None:
-    wl = {"spec": {"podSets": [{"name": "a", "count": 3, "minCount": 2, "template": {"spec": {"containers": [_c("m", {"cpu": 1})]}}}]}}
-    assert _sets("kueue.x-k8s.io/v1beta1", "Workload", wl) == [PodSet(name="a", count=3, requests={"cpu": 1000}, min_count=2)]
+    wl = {"spec": {"podSets": [{"name": "a", "count": 3, "minCount": 2, "template": {"spec": {"containers": [_c("m", requests={"cpu": 1})]}}}]}}
+    assert _sets("kueue.x-k8s.io/v1beta1", "Workload", obj=wl) == [PodSet(name="a", count=3, requests={"cpu": 1000}, min_count=2)]
 
 
 def test_trainjob_counts_trainer_nodes() -> None:
     tj = {"spec": {"trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}}}
-    assert _sets("trainer.kubeflow.org/v1alpha1", "TrainJob", tj) == [PodSet(name="node", count=2, requests={"nvidia.com/gpu": 1})]
+    assert _sets("trainer.kubeflow.org/v1alpha1", "TrainJob", obj=tj) == [PodSet(name="node", count=2, requests={"nvidia.com/gpu": 1})]
 
 
 def test_plain_pod_group_counts_the_whole_group() -> None:
     pod = {
         "metadata": {"labels": {"kueue.x-k8s.io/pod-group-name": "g"}, "annotations": {"kueue.x-k8s.io/pod-group-total-count": "4"}},
-        "spec": {"containers": [_c("m", {"cpu": 1})]},
+        "spec": {"containers": [_c("m", requests={"cpu": 1})]},
     }
-    assert _sets("v1", "Pod", pod) == [PodSet(name="main", count=4, requests={"cpu": 1000})]
+    assert _sets("v1", "Pod", obj=pod) == [PodSet(name="main", count=4, requests={"cpu": 1000})]
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,7 @@ def test_plain_pod_group_counts_the_whole_group() -> None:
         (
             "batch/v1",
             "Job",
-            {"spec": {"template": {"spec": {"containers": [_c("a", {"cpu": "1x"})]}}}},
+            {"spec": {"template": {"spec": {"containers": [_c("a", requests={"cpu": "1x"})]}}}},
             "$.spec.template.spec.containers[0].resources.requests.cpu",
             "not a quantity",
         ),
@@ -242,6 +242,6 @@ def test_plain_pod_group_counts_the_whole_group() -> None:
 )
 def test_errors_name_the_path(api_version: str, kind: str, obj: dict[str, Any], path: str, fragment: str) -> None:
     with pytest.raises(podsets.PodSetError) as err:
-        _sets(api_version, kind, obj)
+        _sets(api_version, kind, obj=obj)
     assert err.value.path == path
     assert fragment in err.value.message

@@ -42,7 +42,7 @@ def _job(name: str, **annotations: str) -> dict[str, Any]:
     }
 
 
-async def _post(hook: Webhook, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+async def _post(hook: Webhook, path: str, *, body: bytes) -> tuple[int, dict[str, Any]]:
     async with (
         aiohttp.ClientSession(timeout=APISERVER_TIMEOUT) as session,
         session.post(hook.url + path, data=body, ssl=hook.ssl_context()) as response,
@@ -52,18 +52,18 @@ async def _post(hook: Webhook, path: str, body: bytes) -> tuple[int, dict[str, A
 
 async def _admit(hook: Webhook, obj: dict[str, Any], *, uid: str, object_uid: str, dry_run: bool = False) -> dict[str, Any]:
     """What the API server does: /mutate, apply the patch, fill name and uid, /validate."""
-    status, answer = await _post(hook, "/mutate", review(obj, uid=f"m-{uid}", dry_run=dry_run))
+    status, answer = await _post(hook, "/mutate", body=review(obj, uid=f"m-{uid}", dry_run=dry_run))
     assert status == 200 and answer["response"]["allowed"], answer
     patched = jsonpatch.apply(obj, json.loads(base64.b64decode(answer["response"]["patch"])))
     patched["metadata"]["uid"] = object_uid
-    status, answer = await _post(hook, "/validate", review(patched, uid=uid, dry_run=dry_run))
+    status, answer = await _post(hook, "/validate", body=review(patched, uid=uid, dry_run=dry_run))
     assert status == 200, answer
     assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
     assert answer["response"]["uid"] == uid and answer["response"]["allowed"], answer
     return patched
 
 
-async def _inbox(nats_url: str, root: str, subject: str) -> list[tuple[ev.Event, str]]:
+async def _inbox(nats_url: str, root: str, *, subject: str) -> list[tuple[ev.Event, str]]:
     """(event, Nats-Msg-Id) of every inbox message on ``subject``."""
     nc = await nats.connect(nats_url)
     try:
@@ -100,7 +100,7 @@ async def test_a_submission_is_recorded_exactly_once(webhook: Webhook, nats_url:
     obj = _job(name, **{"kdispatch.io/cluster-names": "east", "kdispatch.io/simulated-runtime": "30s"})
     await _admit(webhook, obj, uid="rev-a1", object_uid="obj-a1")
     await _admit(webhook, obj, uid="rev-a1", object_uid="obj-a1")  # the apiserver retrying the same review
-    records = await _inbox(nats_url, webhook.root, f"{webhook.root}.in.job.submitted.team-a.{name}")
+    records = await _inbox(nats_url, webhook.root, subject=f"{webhook.root}.in.job.submitted.team-a.{name}")
     assert len(records) == 1
     event, msg_id = records[0]
     assert msg_id == "rev-a1"
@@ -115,7 +115,7 @@ async def test_a_submission_is_recorded_exactly_once(webhook: Webhook, nats_url:
 async def test_dry_run_records_nothing(webhook: Webhook, nats_url: str) -> None:
     name = f"dry-{uuid.uuid4().hex[:6]}"
     await _admit(webhook, _job(name), uid="rev-d1", object_uid="obj-d1", dry_run=True)
-    assert await _inbox(nats_url, webhook.root, f"{webhook.root}.in.job.*.team-a.{name}") == []
+    assert await _inbox(nats_url, webhook.root, subject=f"{webhook.root}.in.job.*.team-a.{name}") == []
 
 
 async def test_update_and_delete_are_recorded(webhook: Webhook, nats_url: str) -> None:
@@ -123,19 +123,19 @@ async def test_update_and_delete_are_recorded(webhook: Webhook, nats_url: str) -
     stored = await _admit(webhook, _job(name), uid="rev-u0", object_uid="obj-u")
     grown = json.loads(json.dumps(stored))
     grown["spec"]["parallelism"] = 6
-    status, answer = await _post(webhook, "/validate", review(grown, uid="rev-u1", operation="UPDATE", old=stored))
+    status, answer = await _post(webhook, "/validate", body=review(grown, uid="rev-u1", operation="UPDATE", old=stored))
     assert status == 200 and answer["response"]["allowed"]
-    status, answer = await _post(webhook, "/validate", review(None, uid="rev-u2", operation="DELETE", old=grown))
+    status, answer = await _post(webhook, "/validate", body=review(None, uid="rev-u2", operation="DELETE", old=grown))
     assert status == 200 and answer["response"]["allowed"]
-    [(updated, uid1)] = await _inbox(nats_url, webhook.root, f"{webhook.root}.in.job.updated.team-a.{name}")
-    [(deleted, uid2)] = await _inbox(nats_url, webhook.root, f"{webhook.root}.in.job.deleted.team-a.{name}")
+    [(updated, uid1)] = await _inbox(nats_url, webhook.root, subject=f"{webhook.root}.in.job.updated.team-a.{name}")
+    [(deleted, uid2)] = await _inbox(nats_url, webhook.root, subject=f"{webhook.root}.in.job.deleted.team-a.{name}")
     assert isinstance(updated, ev.JobUpdated) and updated.pod_sets[0].count == 6 and uid1 == "rev-u1"
     assert isinstance(deleted, ev.JobDeleted) and deleted.job.uid == "obj-u" and uid2 == "rev-u2"
 
 
 async def test_denials_explain_and_are_counted(webhook: Webhook) -> None:
     obj = _job("bad", **{"kdispatch.io/cluster-affinity": '{"required": [{"matchExpressions": [{"key": "zone", "operator": "in", "values": ["a"]}]}]}'})
-    status, answer = await _post(webhook, "/mutate", review(obj, uid="rev-x"))
+    status, answer = await _post(webhook, "/mutate", body=review(obj, uid="rev-x"))
     assert status == 200
     response = answer["response"]
     assert response["uid"] == "rev-x" and response["allowed"] is False
@@ -160,7 +160,7 @@ async def test_denials_explain_and_are_counted(webhook: Webhook) -> None:
     ids=["empty", "null", "no-request", "broken-sample", "deep", "oversized"],
 )
 def test_malformed_bodies_get_4xx_with_a_reason(webhook: Webhook, body: bytes, status: int, fragment: str) -> None:
-    got, text = webhook.request("POST", "/validate", body)
+    got, text = webhook.request("POST", "/validate", body=body)
     assert got == status
     assert fragment in text.decode(errors="replace")
 
@@ -177,7 +177,7 @@ def test_a_body_that_never_arrives_gets_408(webhook: Webhook) -> None:
 def test_health_readiness_and_metrics(webhook: Webhook) -> None:
     assert webhook.request("GET", "/healthz") == (200, b"ok\n")
     assert webhook.request("GET", "/readyz") == (200, b"ok\n")
-    webhook.request("POST", "/mutate", review(_job("m1"), uid="rev-m1"))
+    webhook.request("POST", "/mutate", body=review(_job("m1"), uid="rev-m1"))
     status, text = webhook.request("GET", "/metrics")
     body = text.decode()
     assert status == 200
@@ -233,7 +233,7 @@ def _reviews(draw: st.DrawFn) -> bytes:
 @given(body=st.binary(max_size=300) | _json.map(lambda v: json.dumps(v).encode()) | _reviews())
 def test_nothing_a_client_sends_gives_a_500(webhook: Webhook, body: bytes) -> None:
     for path in ("/mutate", "/validate"):
-        _check_answer(*webhook.request("POST", path, body))
+        _check_answer(*webhook.request("POST", path, body=body))
 
 
 async def test_the_config_file_gives_nats_data_dir_and_priority_values(nats_url: str, tmp_path: Path) -> None:
@@ -247,7 +247,7 @@ async def test_the_config_file_gives_nats_data_dir_and_priority_values(nats_url:
         obj = _job("prio")
         obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
         await _admit(hook, obj, uid="rev-c1", object_uid="obj-c1")
-        [(event, _)] = await _inbox(nats_url, root, f"{root}.in.job.submitted.team-a.prio")
+        [(event, _)] = await _inbox(nats_url, root, subject=f"{root}.in.job.submitted.team-a.prio")
         assert isinstance(event, ev.JobSubmitted)
         assert (event.priority_class, event.priority) == ("high", 7)
     finally:
@@ -276,7 +276,7 @@ async def test_nats_stalled_the_review_is_answered_at_the_bound_and_shutdown_fin
         assert server.pid is not None
         os.kill(server.pid, signal.SIGSTOP)  # connected, but no acks
         try:
-            status, answer = await _post(hook, "/validate", review({**stored, "metadata": {**stored["metadata"], "name": "second"}}, uid="rev-s1"))
+            status, answer = await _post(hook, "/validate", body=review({**stored, "metadata": {**stored["metadata"], "name": "second"}}, uid="rev-s1"))
             assert status == 200 and answer["response"] == {"uid": "rev-s1", "allowed": True}
             text = hook.request("GET", "/metrics")[1].decode()
             assert _metric(text, "kdispatch_webhook_publish_failures_total", reason="timeout") == 1
