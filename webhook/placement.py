@@ -71,9 +71,15 @@ class PlacementIssue(msgspec.Struct, frozen=True, kw_only=True):
         return f"{text}; did you mean {self.hint}?" if self.hint else text
 
 
+MAX_REPORTED = 20  # a denial message stays readable (and small) whatever the object holds
+
+
 class PlacementError(ValueError):
     def __init__(self, issues: list[PlacementIssue]) -> None:
-        super().__init__("\n".join(i.message() for i in issues))
+        lines = [i.message() for i in issues[:MAX_REPORTED]]
+        if len(issues) > MAX_REPORTED:
+            lines.append(f"... and {len(issues) - MAX_REPORTED} more problems")
+        super().__init__("\n".join(lines))
         self.issues = issues
 
 
@@ -216,6 +222,8 @@ def _json(r: _Reader, text: str, *, path: str) -> Any:
         return _json_decoder.decode(text)
     except msgspec.DecodeError as err:
         raise r.fail(path, text, accepted=f"JSON ({err})") from None
+    except RecursionError:
+        raise r.fail(path, text, accepted="JSON nested less deeply") from None
 
 
 _EXPRESSION_KEYS = {"key": "key", "operator": "operator", "values": "values"}

@@ -128,6 +128,13 @@ def decode_review(body: bytes) -> tuple[str, AdmissionRequest]:
     if not body.strip():
         raise ReviewError("empty body: expected an AdmissionReview (admission.k8s.io/v1)")
     try:
+        return _decode(body)
+    except RecursionError:
+        raise ReviewError("JSON nested too deeply") from None
+
+
+def _decode(body: bytes) -> tuple[str, AdmissionRequest]:
+    try:
         envelope = _envelope_decoder.decode(body)
     except msgspec.MsgspecError as err:
         if isinstance(err, msgspec.ValidationError):

@@ -97,7 +97,7 @@ class WebhookServer:
                     return _error(400, f"not an AdmissionReview: {err}")
                 outcome = decide(review, self.settings)
                 if outcome.records:
-                    await self._publish(outcome.records, review)
+                    await self._publish(outcome.records)
                 if outcome.allowed:
                     allowed.inc()
                 else:
@@ -122,7 +122,7 @@ class WebhookServer:
 
         return handle
 
-    async def _publish(self, records: list[admit.Record], review: AdmissionRequest) -> None:
+    async def _publish(self, records: list[admit.Record]) -> None:
         inbox = self.inbox()
         for record in records:
             event = record.event

@@ -138,6 +138,13 @@ def test_documented_responses_match_our_response_type(path: Path) -> None:
         (b"null", "expected a JSON object"),
         (b"[1,2]", "expected a JSON object"),
         (b"{", "not JSON"),
+        (
+            b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"kind":{"kind":"Job"},"operation":"CREATE","object":{"a":'
+            + b"[" * 100_000
+            + b"]" * 100_000
+            + b"}}}",
+            "nested too deeply",
+        ),
         (b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v2","request":{}}', "$.apiVersion"),
         (b'{"kind":"Pod","apiVersion":"v1"}', "$.kind"),
         (b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"operation":"CREATE"}}', "kind"),

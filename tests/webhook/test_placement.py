@@ -127,6 +127,19 @@ def test_every_problem_is_reported_at_once() -> None:
     assert [i.path for i in err.value.issues] == ["$.required[0].matchExpressions[0].operator", "$"]
 
 
+def test_hostile_values_give_a_short_denial() -> None:
+    annotations = {
+        PLACEMENT_ANNOTATION: "[" * 100_000 + "]" * 100_000,
+        TOLERATIONS: json.dumps([{"key": "a", "effect": "X"}] * 5000),
+    }
+    with pytest.raises(PlacementError) as err:
+        parse(annotations)
+    assert len(err.value.issues) == 5001
+    lines = str(err.value).splitlines()
+    assert lines[0].endswith("accepted: JSON nested less deeply")
+    assert len(lines) == placement.MAX_REPORTED + 1 and lines[-1] == "... and 4981 more problems"
+
+
 def test_kep_long_names_and_short_names_normalize_alike() -> None:
     long = {
         "requiredDuringSchedulingIgnoredDuringExecution": {
