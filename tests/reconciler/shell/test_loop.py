@@ -149,3 +149,33 @@ async def test_snapshots_are_taken_and_a_new_term_starts_from_them(jslog: JetStr
     assert last == full.last_seq and policy is not None
     assert codec.encode(core.summary(rebuilt)) == codec.encode(core.summary(full.state))
     assert codec.encode(core.summary(rebuilt)) == codec.encode(core.summary(loop.state))
+
+
+async def test_a_tick_is_appended_when_a_timer_is_due_and_not_before(jslog: JetStreamLog) -> None:
+    # A 300 ms round timeout: the copy is never admitted, so the round must move on — which only a
+    # Tick can make happen, since nothing else arrives in the inbox.
+    policy = msgspec.structs.replace(
+        POLICY, profiles=[msgspec.structs.replace(POLICY.profiles[0], round_timeout_ms=300)]
+    )
+    loop = LeaderLoop(jslog, LoopSettings(leader_id="A", policy=policy, idle_wait_s=0.02))
+    stop = asyncio.Event()
+    term = asyncio.create_task(loop.run_term(stop=stop))
+    await wait_ready(loop, timeout_s=20)
+    await publish_clusters(jslog)
+    await jslog.inbox.publish(submission(0), msg_id="s0")
+    entries = await wait_for(jslog, lambda es: len(decisions_of(es, ev.Nominated)) >= 2)
+    stop.set()
+    await term
+    first, second = (e.event for e in decisions_of(entries, ev.Nominated)[:2])
+    assert isinstance(first, ev.Nominated) and isinstance(second, ev.Nominated)
+    assert first.deadline_ms is not None
+    ticks = [e for e in entries if isinstance(e.event, ev.Tick)]
+    # The first Tick is sequenced once the round's deadline has passed, never earlier, and it
+    # came from the sequencer itself (no inbox entry).
+    assert ticks and ticks[0].inbox_seq is None and ticks[0].at_ms >= first.deadline_ms
+    assert all(t.at_ms >= first.deadline_ms for t in ticks)
+    after_tick = entries[entries.index(ticks[0]) + 1 :]
+    assert any(isinstance(e.event, ev.Withdrawn | ev.Nominated) for e in after_tick)
+    assert second.round == first.round + 1 or second.attempt == first.attempt + 1
+    result = await replay(jslog.reader, verify=True)
+    assert result.mismatch is None
