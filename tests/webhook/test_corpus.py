@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from eventlog.events import PodSet
 from webhook import admit, jsonpatch, kinds, placement, podsets
 from webhook.review import ReviewError, decode_any_review, decode_review, encode_response
 
@@ -92,6 +93,37 @@ def test_every_supported_manifest_is_admitted_held_and_normalized(name: str, doc
     _, again = decode_review(_review(patched))
     second = admit.mutate(again, admit.Settings())
     assert second.allowed and second.response.patch is None  # a normalized object needs no patch
+
+
+MI, GI = 2**20, 2**30
+HAND_CHECKED = {
+    # parallelism 3, completions 3; one container: cpu "1", memory "200Mi"
+    "kueue/jobs/sample-job.yaml#0": [PodSet(name="main", count=3, requests={"cpu": 1000, "memory": 200 * MI})],
+    # workers: replicas 1 x min(1, 1), cpu 1; driver: replicas defaults to 1, cpu 2
+    "kueue/jobs/sample-jobset.yaml#0": [
+        PodSet(name="workers", count=1, requests={"cpu": 1000, "memory": 200 * MI}),
+        PodSet(name="driver", count=1, requests={"cpu": 2000, "memory": 200 * MI}),
+    ],
+    # head: requests 1 / 2Gi (limits 5Gi ignored); small-group: 1 x 200m; default submitter 500m / 200Mi
+    "kuberay/ray-job.sample.yaml#0": [
+        PodSet(name="head", count=1, requests={"cpu": 1000, "memory": 2 * GI}),
+        PodSet(name="small-group", count=1, requests={"cpu": 200}),
+        PodSet(name="submitter", count=1, requests={"cpu": 500, "memory": 200 * MI}),
+    ],
+    # Master and Worker, one replica each, cpu 1 / 200Mi
+    "kueue/jobs/sample-pytorchjob.yaml#0": [
+        PodSet(name="master", count=1, requests={"cpu": 1000, "memory": 200 * MI}),
+        PodSet(name="worker", count=1, requests={"cpu": 1000, "memory": 200 * MI}),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND_CHECKED))
+def test_pod_sets_of_real_manifests_checked_by_hand(name: str) -> None:
+    doc = dict(DOCUMENTS)[name]
+    info = kinds.lookup_api_version(doc["apiVersion"], doc["kind"])
+    assert info is not None
+    assert podsets.pod_sets(info, doc) == HAND_CHECKED[name]
 
 
 REQUEST_SAMPLES = sorted(p for p in (CORPUS / "admissionreview").glob("*.json") if not p.name.startswith("k8sdocs-response"))

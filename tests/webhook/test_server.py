@@ -254,6 +254,19 @@ async def test_the_config_file_gives_nats_data_dir_and_priority_values(nats_url:
         assert hook.stop() == 0
 
 
+async def test_without_nats_url_the_embedded_server_is_started_and_stopped(tmp_path: Path) -> None:
+    hook = start_webhook(nats_url=None, root="whemb", data_dir=tmp_path)  # ready: NATS answers
+    try:
+        stored = await _admit(hook, _job("embedded"), uid="rev-e1", object_uid="obj-e1")
+        assert stored["spec"]["suspend"] is True
+        text = hook.request("GET", "/metrics")[1].decode()
+        assert _metric(text, "kdispatch_webhook_published_total", type="JobSubmitted") == 1
+    finally:
+        assert hook.stop() == 0
+    log = hook.log.read_text()
+    assert '"embedded": true' in log and "nats_server_stopped" in log
+
+
 async def test_nats_unreachable_the_review_is_still_answered(tmp_path: Path) -> None:
     dead = f"nats://127.0.0.1:{free_port()}"
     hook = start_webhook(nats_url=dead, root="whdead", data_dir=tmp_path, wait_ready=False)
