@@ -232,7 +232,7 @@ def drive(args: argparse.Namespace) -> None:
                 procs.append(
                     _pinned(
                         SERVER_CORE,
-                        [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(hook_port), "--nats", nats.url, "--data-dir", str(workdir / "data"), "--log-level", "warning", "--root", "bench"],
+                        [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(hook_port), "--nats", nats.url, "--data-dir", str(workdir / "data"), "--root", "bench"],
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         cwd=ROOT,

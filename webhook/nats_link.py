@@ -10,6 +10,7 @@ from pathlib import Path
 import structlog
 
 from eventlog.jetstream import JetStreamLog, TlsFiles, connect
+from webhook.batcher import BatchingInbox
 from webhook.server import Inbox
 
 log = structlog.get_logger("webhook.nats")
@@ -37,6 +38,7 @@ class NatsLink:
         self.retry_s = retry_s
         self.ping_timeout_s = ping_timeout_s
         self.log: JetStreamLog | None = None
+        self._batching: BatchingInbox | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -59,6 +61,7 @@ class NatsLink:
                     replicas=self.replicas,
                     name="kdispatch-webhook",
                 )
+                self._batching = BatchingInbox(self.log)
                 log.info("nats_connected", url=self.log.url, root=self.root)
                 return
             except asyncio.CancelledError:
@@ -70,9 +73,9 @@ class NatsLink:
                 await asyncio.sleep(self.retry_s)
 
     def inbox(self) -> Inbox | None:
-        if self.log is None or not self.log.nc.is_connected:
+        if self.log is None or self._batching is None or not self.log.nc.is_connected:
             return None
-        return self.log.inbox
+        return self._batching
 
     async def ready(self) -> bool:
         if self.log is None or not self.log.nc.is_connected:

@@ -143,7 +143,7 @@ class WebhookServer:
                 log.warning("publish_failed", error=f"{type(err).__name__}: {err}", **fields)
             else:
                 self.metrics.published.labels(type(event).__name__).inc()
-                log.info("published", inbox_seq=seq, **fields)
+                log.debug("published", inbox_seq=seq, **fields)  # the inbox itself is the record
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
