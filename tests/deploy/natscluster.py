@@ -115,6 +115,10 @@ def shipped_nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
         for node, proc in enumerate(procs):
             for path in probes.values():
                 wait_http(f"http://127.0.0.1:{monitors[node]}{path}", timeout_s=60, proc=proc)
+        # The probes pass before the JetStream cluster has a meta leader; the plain /healthz
+        # waits for that too (in Kubernetes, a client that comes too early restarts and retries).
+        for node, proc in enumerate(procs):
+            wait_http(f"http://127.0.0.1:{monitors[node]}/healthz", timeout_s=60, proc=proc)
         yield [f"nats://127.0.0.1:{port}" for port in clients]
     finally:
         for proc in procs:

@@ -111,7 +111,10 @@ def test_serve_runs_on_the_shipped_nats_cluster_with_the_shipped_config(
     serve = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
         # The Deployment's probe path, on the Deployment's metrics port argument.
-        wait_http(f"http://127.0.0.1:{metrics_port}/healthz", timeout_s=60, proc=serve)
+        try:
+            wait_http(f"http://127.0.0.1:{metrics_port}/healthz", timeout_s=60, proc=serve)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{(tmp_path / 'serve.log').read_text()[-3000:]}") from None
         policy, log_replicas, inbox_replicas = asyncio.run(_wait_policy(shipped_nats[1], root, timeout_s=60))
         raw = yaml.safe_load(config.read_text())
         assert (log_replicas, inbox_replicas) == (3, 3)
