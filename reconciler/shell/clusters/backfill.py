@@ -21,6 +21,7 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 RUNTIME_ANNOTATION = "kdispatch.io/simulated-runtime"
+MANAGED_BY = "kueue.x-k8s.io/multikueue"  # held by kdispatch, not suspended by the user
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
@@ -127,7 +128,8 @@ def submission_of(obj: dict[str, Any]) -> ev.JobSubmitted:
         priority_class=priority_class,
         placement=placement,
         queue=labels.get(QUEUE_LABEL),
-        suspended=bool((obj.get("spec") or {}).get("suspend")),
+        suspended=bool((obj.get("spec") or {}).get("suspend"))
+        and (obj.get("spec") or {}).get("managedBy") != MANAGED_BY,
         runtime_ms=_runtime_ms(annotations),
         manifest=obj,
         source="watch",

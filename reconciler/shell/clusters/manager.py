@@ -30,16 +30,26 @@ from reconciler.shell.logging import get_logger
 
 log = get_logger("reconciler.clusters.manager")
 
+MANAGED_BY = "kueue.x-k8s.io/multikueue"  # what the webhook sets to hold a job (see KINDS.md)
+
 
 def _has_placement(obj: dict[str, Any]) -> bool:
     return PLACEMENT_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
 
 
-def _suspended(kind: Kind, obj: dict[str, Any]) -> bool:
+def _get(obj: dict[str, Any], path: tuple[str, ...] | None) -> Any:
     node: Any = obj
-    for key in kind.suspend_path or ():
+    for key in path or ():
         node = node.get(key) if isinstance(node, dict) else None
-    return bool(node)
+    return node
+
+
+def _suspended(kind: Kind, obj: dict[str, Any]) -> bool:
+    """Did the *user* suspend it? A job kdispatch holds (managedBy MultiKueue, suspended by the
+    webhook) is not suspended in that sense, as the webhook records it (``suspended=False``)."""
+    if kind.managed_by_path is not None and _get(obj, kind.managed_by_path) == MANAGED_BY:
+        return False
+    return bool(_get(obj, kind.suspend_path))
 
 
 class ManagerWatcher:

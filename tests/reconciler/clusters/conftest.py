@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import kmock
 import pytest
+from aiohttp.test_utils import RawTestServer
 from kubernetes_asyncio import client
 
 from eventlog import events as ev
@@ -22,7 +22,7 @@ class ApiServer:
     brought back on the same port with the same objects."""
 
     emulator: KubeApiEmulator
-    server: kmock.Server | None = None
+    server: RawTestServer | None = None
     port: int = 0
     clients: list[client.ApiClient] = field(default_factory=list)
 
@@ -31,15 +31,18 @@ class ApiServer:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
-        self.server = kmock.Server(self.emulator, port=self.port or None)
-        await self.server.__aenter__()
+        # aiohttp's test server directly (what kmock.Server wraps): kmock.Server also patches
+        # aiohttp's resolver per server, which breaks when servers stop out of order.
+        self.server = RawTestServer(self.emulator, host="127.0.0.1", port=self.port or None)
+        await self.server.start_server()
+        assert self.server.port is not None
         self.port = self.server.port
 
     async def kill(self) -> None:
         if self.server is not None:
             server, self.server = self.server, None
             self.emulator.drop_watches()  # else the shutdown waits for the streams to time out
-            await server.__aexit__(None, None, None)
+            await server.close()
 
     def api(self, *, role: Any, cluster: str, timeout_s: float = 2.0) -> KubeApi:
         api_client = client.ApiClient(client.Configuration(host=self.url))

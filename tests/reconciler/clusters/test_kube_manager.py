@@ -51,7 +51,8 @@ async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
     emu.put(*JOBS, plain)
     observed = await eventually(lambda: recorder.of(ev.JobObserved), what="JobObserved")
     assert {o.job.name for o in observed} == {"train"}
-    assert observed[0].job.uid == uid and observed[0].suspended
+    assert observed[0].job.uid == uid
+    assert not observed[0].suspended  # held by kdispatch (managedBy MultiKueue), not by the user
     # our own writes (annotation, status) are not spec changes: no JobUpdated for them
     emu.patch_status(*JOBS, "team-a", "train", {"active": 1})
     # a spec change is

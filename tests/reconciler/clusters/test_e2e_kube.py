@@ -1,0 +1,306 @@
+"""End to end on emulated Kubernetes clusters: one manager, three Kueue workers, a real nats-server,
+the real sequencer loop and core, and ``ClusterSet`` built from a config file with kubeconfigs.
+
+A submitted Job goes: JobSubmitted (as the webhook records it) -> log -> Nominated -> a copy on the
+chosen worker -> the test admits and finishes it the way Kueue would -> Placed, status synced back
+onto the manager Job -> Finished -> the copy cleaned up. Then a worker dies: Lost after the
+timeout, the job re-placed elsewhere; the worker comes back with its stale copy: withdrawn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eventlog import events as ev
+from eventlog.jetstream import JetStreamLog
+from reconciler.config import decode_config
+from reconciler.shell.clusters.setup import ClusterSet
+from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
+from reconciler.shell.policy import policy_event
+from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
+
+JOBS = ("batch", "v1", "jobs")
+WL = ("kueue.x-k8s.io", "v1beta1", "workloads")
+CQ = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
+WORKERS = ("w1", "w2", "w3")
+
+
+def kubeconfig(path: Path, server: ApiServer, name: str) -> str:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": name, "cluster": {"server": server.url}}],
+                "users": [{"name": name, "user": {"token": f"secret-token-of-{name}"}}],
+                "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+                "current-context": name,
+            }
+        )
+    )
+    return str(path)
+
+
+def quota(server: ApiServer, gpus: int) -> None:
+    server.emulator.put(
+        *CQ,
+        {
+            "metadata": {"name": "cq"},
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "flavors": [
+                            {
+                                "name": "default",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "64"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": gpus},
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            },
+        },
+    )
+
+
+def kueue_admits(server: ApiServer, name: str) -> None:
+    """What Kueue on the worker does for an admitted job: a Workload, Admitted, unsuspend."""
+    emu = server.emulator
+    copy = emu.get(*JOBS, "team-a", name)
+    assert copy is not None
+    wl = f"job-{name}-{copy['metadata']['labels']['kdispatch.io/attempt']}"
+    emu.put(
+        *WL,
+        {
+            "metadata": {
+                "name": wl,
+                "namespace": "team-a",
+                "ownerReferences": [{"kind": "Job", "name": name, "uid": copy["metadata"]["uid"]}],
+            }
+        },
+    )
+    emu.patch_status(
+        *WL,
+        "team-a",
+        wl,
+        {"conditions": [{"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}]},
+    )
+    emu._patch(JOBS, "team-a", name, {"spec": {"suspend": False}}, subresource=None)
+    emu.patch_status(*JOBS, "team-a", name, {"active": 1, "startTime": "2026-01-01T00:00:00Z"})
+
+
+def where(servers: dict[str, ApiServer], name: str) -> dict[str, int]:
+    """cluster -> attempt of the copies of ``name`` present on the workers."""
+    out = {}
+    for cluster, srv in servers.items():
+        copy = srv.emulator.get(*JOBS, "team-a", name)
+        if copy is not None:
+            out[cluster] = int(copy["metadata"]["labels"]["kdispatch.io/attempt"])
+    return out
+
+
+async def log_entries(jlog: JetStreamLog) -> list[ev.LogEntry]:
+    out: list[ev.LogEntry] = []
+    async for chunk in jlog.reader.read():
+        out.extend(chunk)
+    return out
+
+
+def decisions(entries: list[ev.LogEntry], kind: type[Any], name: str) -> list[Any]:
+    return [
+        e.event
+        for e in entries
+        if isinstance(e.event, kind) and getattr(e.event, "job", None) and e.event.job.name == name
+    ]
+
+
+async def explained(world: World, waiting: Any) -> Any:
+    """Await ``waiting``; if it fails, print the log (heartbeats left out) to show why."""
+    try:
+        return await waiting
+    except AssertionError:
+        for e in await log_entries(world.jlog):
+            if not isinstance(e.event, ev.ClusterHeartbeat):
+                print("log", e.seq, str(e.event)[:300])
+        raise
+
+
+class World:
+    def __init__(self, jlog: JetStreamLog, manager: ApiServer, workers: dict[str, ApiServer]) -> None:
+        self.jlog = jlog
+        self.manager = manager
+        self.workers = workers
+
+    async def submit(self, name: str, *, gpus: int = 1) -> ev.JobRef:
+        """The job lands on the manager and the webhook records it (publish as the webhook does)."""
+        obj = self.manager.emulator.put(*JOBS, batch_job(name, gpus=gpus))
+        ref = ev.JobRef(namespace="team-a", name=name, uid=obj["metadata"]["uid"])
+        submitted = ev.JobSubmitted(
+            job=ref,
+            pod_sets=[ev.PodSet(name="main", count=1, requests={"cpu": 500, "nvidia.com/gpu": gpus})],
+            queue="user-queue",
+            manifest=obj,
+        )
+        await self.jlog.inbox.publish(submitted, msg_id=f"webhook/{ref.uid}")
+        return ref
+
+    async def placed(self, name: str, *, attempt: int) -> str:
+        async def check() -> str | None:
+            got = [
+                p for p in decisions(await log_entries(self.jlog), ev.Placed, name) if p.attempt == attempt
+            ]
+            return got[-1].cluster if got else None
+
+        return await _eventually_async(check, what=f"{name} placed (attempt {attempt})")
+
+
+async def _eventually_async(check: Any, *, timeout_s: float = 20.0, what: str) -> Any:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while True:
+        result = await check()
+        if result:
+            return result
+        if loop.time() > end:
+            raise AssertionError(f"{what} did not happen within {timeout_s}s")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def world(jslog: JetStreamLog, api_servers: Any, tmp_path: Path) -> AsyncIterator[World]:
+    manager: ApiServer = await api_servers("manager")
+    workers: dict[str, ApiServer] = {}
+    for i, name in enumerate(WORKERS):
+        workers[name] = await api_servers(name, kueue=True)
+        quota(workers[name], 8 - i)  # w1 has the most room: the capacity score prefers it
+    config = decode_config(
+        {
+            "manager": {
+                "id": "mgr-e2e",
+                "kubeconfig": {"path": kubeconfig(tmp_path / "manager.yaml", manager, "manager")},
+                "resync": "2s",
+                "gcInterval": "1s",
+            },
+            "policy": {
+                "workerLostTimeout": "1500ms",
+                "requeueBackoff": "100ms",
+                "profiles": [
+                    {
+                        "name": "default",
+                        "filters": [
+                            "ClusterHealth",
+                            "ClusterSelector",
+                            "ClusterFeasibility",
+                            "ClusterHeadroom",
+                        ],
+                        "scores": ["CapacityScore"],
+                        "strategy": {"type": "TopK", "k": 1},
+                    }
+                ],
+            },
+            "clusters": [
+                {
+                    "name": name,
+                    "labels": {"zone": name},
+                    "kubeconfig": {"path": kubeconfig(tmp_path / f"{name}.yaml", srv, name)},
+                    "kueue": True,
+                    "heartbeatInterval": "200ms",
+                    "heartbeatTimeout": "300ms",
+                }
+                for name, srv in workers.items()
+            ],
+        }
+    )
+    loop = LeaderLoop(
+        jslog, LoopSettings(leader_id="e2e", policy=policy_event(config.policy), idle_wait_s=0.02)
+    )
+    stop = asyncio.Event()
+    term = asyncio.create_task(loop.run_term(stop=stop))
+    await wait_ready(loop, timeout_s=20)
+    clusters = await ClusterSet.from_config(config)
+    clusters.backfill_after_s = 1.0
+    running = asyncio.create_task(clusters.run(inbox=jslog.inbox, reader=jslog.reader, stop=stop))
+    try:
+        yield World(jslog, manager, workers)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(term, running, return_exceptions=True), 20)
+        await clusters.close()
+
+
+async def test_a_job_runs_on_a_worker_reports_back_and_is_cleaned_up(world: World) -> None:
+    ref = await world.submit("train")
+    copies = await explained(
+        world, eventually(lambda: where(world.workers, "train"), what="a copy on a worker")
+    )
+    assert copies == {"w1": 1}  # TopK k=1: the roomiest worker, and only there
+    copy = world.workers["w1"].emulator.get(*JOBS, "team-a", "train")
+    assert copy is not None and copy["spec"]["suspend"] is True and "managedBy" not in copy["spec"]
+    kueue_admits(world.workers["w1"], "train")
+    assert await world.placed("train", attempt=1) == "w1"
+    mgr = world.manager.emulator
+
+    def manager_job() -> dict[str, Any]:
+        obj = mgr.get(*JOBS, "team-a", "train")
+        assert obj is not None
+        return obj
+
+    await eventually(
+        lambda: manager_job()["metadata"]["annotations"].get("kdispatch.io/cluster") == "w1",
+        what="cluster annotation",
+    )
+    await eventually(
+        lambda: manager_job().get("status", {}).get("active") == 1, what="running status synced back"
+    )
+    complete = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
+    world.workers["w1"].emulator.patch_status(*JOBS, "team-a", "train", complete)
+    await eventually(
+        lambda: manager_job().get("status", {}).get("succeeded") == 1, what="final status synced back"
+    )
+    await eventually(lambda: not where(world.workers, "train"), what="copy cleaned up after finishing")
+    entries = await log_entries(world.jlog)
+    assert [f.succeeded for f in decisions(entries, ev.Finished, "train")] == [True]
+    assert manager_job()["spec"]["suspend"] is True  # the manager's own controller never runs it
+    assert ref.uid == manager_job()["metadata"]["uid"]
+
+
+async def test_a_lost_worker_is_replaced_and_its_stale_copy_withdrawn_when_it_returns(world: World) -> None:
+    await world.submit("sim-1")
+    await eventually(lambda: where(world.workers, "sim-1") == {"w1": 1}, what="copy on w1")
+    kueue_admits(world.workers["w1"], "sim-1")
+    assert await world.placed("sim-1", attempt=1) == "w1"
+    await world.workers["w1"].kill()
+    # Lost after the (short) worker-lost timeout, requeued, and placed again elsewhere
+    copies = await eventually(
+        lambda: {c: a for c, a in where(world.workers, "sim-1").items() if c != "w1"}, what="re-placed copy"
+    )
+    ((cluster, attempt),) = copies.items()
+    assert attempt == 2
+    kueue_admits(world.workers[cluster], "sim-1")
+    assert await world.placed("sim-1", attempt=2) == cluster
+    entries = await log_entries(world.jlog)
+    assert any(isinstance(e.event, ev.ClusterLost) and e.event.cluster == "w1" for e in entries)
+    # w1 comes back, still holding its copy of attempt 1: it is withdrawn, and only that one
+    assert world.workers["w1"].emulator.get(*JOBS, "team-a", "sim-1") is not None
+    await world.workers["w1"].start()
+    await eventually(lambda: where(world.workers, "sim-1") == {cluster: 2}, what="stale copy on w1 removed")
+
+
+async def test_a_job_the_webhook_missed_is_backfilled_from_the_manager_watch(world: World) -> None:
+    world.manager.emulator.put(*JOBS, batch_job("missed", gpus=2))  # never recorded by a webhook
+    copies = await explained(
+        world,
+        eventually(lambda: where(world.workers, "missed"), timeout_s=20, what="backfilled job dispatched"),
+    )
+    assert list(copies.values()) == [1]
+    entries = await log_entries(world.jlog)
+    subs = [e.event for e in entries if isinstance(e.event, ev.JobSubmitted) and e.event.job.name == "missed"]
+    assert [s.source for s in subs] == ["watch"]
