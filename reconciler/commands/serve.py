@@ -33,6 +33,8 @@ from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.metrics import ReconcilerMetrics, start_metrics_server
 from reconciler.shell.policy import policy_event
 
+SHUTDOWN_GRACE_S = 15.0
+
 HELP = "run the reconciler: leader election, sequencing, actuator, metrics (and the webhook)"
 
 
@@ -120,8 +122,12 @@ async def run_async(args: argparse.Namespace) -> int:
         return await _wait(tasks, stop, log)
     finally:
         stop.set()
-        for task in tasks:
-            if not task.done():
+        # Components wind down on ``stop`` (release the lease, terminate the webhook); only one
+        # that does not within the grace period is cancelled.
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+            for task in late:
+                log.warning("component_cancelled", component=task.get_name(), grace_s=SHUTDOWN_GRACE_S)
                 task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if runner is not None:

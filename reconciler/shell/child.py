@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import signal
 from collections.abc import Callable, Sequence
 
 from reconciler.shell.logging import get_logger
 
 log = get_logger("reconciler.child")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: SIGTERM the child if ``serve`` itself dies (even by SIGKILL), so none is orphaned."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Supervised:
@@ -37,11 +47,19 @@ class Supervised:
         self.starts = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Keep the child running until ``stop`` is set; then terminate it."""
+        """Keep the child running until ``stop`` is set (or this task is cancelled); then
+        terminate it. Never leaves the child behind."""
+        try:
+            await self._supervise(stop)
+        finally:
+            # Shielded: a cancelled supervisor must still reap its child.
+            await asyncio.shield(self.terminate())
+
+    async def _supervise(self, stop: asyncio.Event) -> None:
         backoff = 0.5
         bound = log.bind(child=self.name)
         while not stop.is_set():
-            self.proc = await asyncio.create_subprocess_exec(*self.argv)
+            self.proc = await asyncio.create_subprocess_exec(*self.argv, preexec_fn=_die_with_parent)
             self.starts += 1
             if self.starts > 1 and self.on_restart is not None:
                 self.on_restart()
@@ -53,7 +71,6 @@ class Supervised:
             stopper.cancel()
             if stop.is_set():
                 waiter.cancel()
-                await self.terminate()
                 return
             code = waiter.result()
             # A child that ran a while before dying gets restarted quickly; a crash loop backs off.
