@@ -5,6 +5,9 @@ Rules (see docs/schema-evolution in msgspec):
 - every event is frozen and carries ``v`` (schema version of that event type);
 - facts are named in the past tense (``JobSubmitted``), decisions as what was decided
   (``Nominated``, ``Placed``);
+- ``gc=False`` on every struct: events and log entries are plain trees (no reference cycles), so
+  the garbage collector need not track them; replay decodes millions and GC tracking halved its
+  speed (bench/log_replay.py);
 - quantities are integers: CPU in millicores, memory and everything else in units
   (``Quantity.Value()`` rounded up); time is integer milliseconds since the epoch.
 
@@ -27,7 +30,7 @@ Resources = dict[str, int]
 """Resource name -> integer amount (cpu in millicores, memory in bytes, GPUs in units)."""
 
 
-class JobRef(Struct, frozen=True, omit_defaults=True):
+class JobRef(Struct, frozen=True, omit_defaults=True, gc=False):
     """Which job on the manager cluster. ``uid`` is the manager object's uid."""
 
     namespace: str
@@ -41,7 +44,7 @@ class JobRef(Struct, frozen=True, omit_defaults=True):
         return f"{self.namespace}/{self.name}"
 
 
-class PodSet(Struct, frozen=True, omit_defaults=True):
+class PodSet(Struct, frozen=True, omit_defaults=True, gc=False):
     """One group of identical pods; the whole gang (all pod sets) lands on one cluster."""
 
     name: str
@@ -50,35 +53,35 @@ class PodSet(Struct, frozen=True, omit_defaults=True):
     min_count: int | None = None
 
 
-class MatchExpression(Struct, frozen=True, omit_defaults=True):
+class MatchExpression(Struct, frozen=True, omit_defaults=True, gc=False):
     key: str
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: list[str] = field(default_factory=list)
 
 
-class SelectorTerm(Struct, frozen=True, omit_defaults=True):
+class SelectorTerm(Struct, frozen=True, omit_defaults=True, gc=False):
     """An AND of match expressions."""
 
     match_expressions: list[MatchExpression] = field(default_factory=list)
 
 
-class WeightedTerm(Struct, frozen=True, omit_defaults=True):
+class WeightedTerm(Struct, frozen=True, omit_defaults=True, gc=False):
     weight: int  # 1..100
     term: SelectorTerm
 
 
-class ClusterAffinity(Struct, frozen=True, omit_defaults=True):
+class ClusterAffinity(Struct, frozen=True, omit_defaults=True, gc=False):
     required: list[SelectorTerm] = field(default_factory=list)  # OR of terms; empty = no constraint
     preferred: list[WeightedTerm] = field(default_factory=list)
 
 
-class Taint(Struct, frozen=True, omit_defaults=True):
+class Taint(Struct, frozen=True, omit_defaults=True, gc=False):
     key: str
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
     value: str = ""
 
 
-class Toleration(Struct, frozen=True, omit_defaults=True):
+class Toleration(Struct, frozen=True, omit_defaults=True, gc=False):
     key: str = ""  # empty key with Exists tolerates everything
     operator: Literal["Equal", "Exists"] = "Equal"
     value: str = ""
@@ -90,7 +93,7 @@ DispatchMode = Literal["MustBeAdmitted", "BestEffort"]
 PreemptionPolicy = Literal["PreemptLowerPriority", "Never"]
 
 
-class Placement(Struct, frozen=True, omit_defaults=True):
+class Placement(Struct, frozen=True, omit_defaults=True, gc=False):
     """The normalized placement spec (the ``kdispatch.io/placement`` annotation, defaults filled)."""
 
     cluster_selector: dict[str, str] = field(default_factory=dict)
@@ -103,24 +106,24 @@ class Placement(Struct, frozen=True, omit_defaults=True):
     preemption_policy: PreemptionPolicy = "PreemptLowerPriority"
 
 
-class FilterSpec(Struct, frozen=True, omit_defaults=True):
+class FilterSpec(Struct, frozen=True, omit_defaults=True, gc=False):
     name: str
     args: dict[str, Any] = field(default_factory=dict)
 
 
-class ScoreSpec(Struct, frozen=True, omit_defaults=True):
+class ScoreSpec(Struct, frozen=True, omit_defaults=True, gc=False):
     name: str
     weight: int = 1
     args: dict[str, Any] = field(default_factory=dict)
 
 
-class StrategySpec(Struct, frozen=True, omit_defaults=True):
+class StrategySpec(Struct, frozen=True, omit_defaults=True, gc=False):
     type: Literal["AllAtOnce", "Incremental", "TopK"] = "TopK"
     step_size: int = 1  # Incremental
     k: int = 1  # TopK
 
 
-class Profile(Struct, frozen=True, omit_defaults=True):
+class Profile(Struct, frozen=True, omit_defaults=True, gc=False):
     """A dispatch policy. Plugins are referred to by registered name."""
 
     name: str
@@ -136,7 +139,7 @@ class Profile(Struct, frozen=True, omit_defaults=True):
 # ----------------------------------------------------------------------------------------------
 
 
-class Event(Struct, frozen=True, tag_field="type", tag=True, kw_only=True):
+class Event(Struct, frozen=True, tag_field="type", tag=True, kw_only=True, gc=False):
     v: int = SCHEMA_VERSION
 
 
@@ -428,7 +431,7 @@ def is_decision(event: Event) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-class LogEntry(Struct, frozen=True, kw_only=True, omit_defaults=True):
+class LogEntry(Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One log record. The leader stamps every entry of one batch with the same ``at_ms``.
 
     ``seq`` is the log stream sequence (known before the append: the append is fenced on

@@ -1,0 +1,178 @@
+"""Replay of a log from NATS, decoded into LogEntry Structs, side by side with a bare drain of the
+same stream by nats-py's ordered consumer (no decoding); then replay of the same log from a JSONL
+export. All in this process, against one nats-server (file storage).
+
+    .venv/bin/python bench/log_replay.py [--events N] [--batch B]
+
+Floors (issue 2): >= 30,000 events/s and >= 0.7 x the bare drain; JSONL >= 200,000 events/s.
+The last line is the headline figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import structlog
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.log_append import event_mix  # noqa: E402
+from eventlog import codec, jsonl, subjects  # noqa: E402
+from eventlog import events as ev  # noqa: E402
+from eventlog.embedded import EmbeddedNats  # noqa: E402
+from eventlog.jetstream import JetStreamLog, connect  # noqa: E402
+from eventlog.jetstream.publish import Publisher  # noqa: E402
+from eventlog.jetstream.sequencer import INBOX_LAST_HEADER  # noqa: E402
+from nats.js.api import DeliverPolicy  # noqa: E402
+
+
+def log_entries(n: int) -> list[ev.LogEntry]:
+    """A log as the leader writes it: inputs, each followed now and then by a decision batch."""
+    out: list[ev.LogEntry] = []
+    inputs = event_mix(n)
+    inbox_seq = 0
+    for event in inputs:
+        if len(out) >= n:
+            break
+        inbox_seq += 1
+        out.append(
+            ev.LogEntry(
+                seq=len(out) + 1,
+                at_ms=1_700_000_000_000 + len(out),
+                event=event,
+                inbox_seq=inbox_seq,
+                leader="bench",
+            )
+        )
+        if isinstance(event, ev.JobSubmitted) and len(out) < n:
+            decision = ev.Nominated(
+                job=event.job, clusters=["cluster-1", "cluster-3"], attempt=1, deadline_ms=1
+            )
+            out.append(
+                ev.LogEntry(
+                    seq=len(out) + 1, at_ms=out[-1].at_ms, event=decision, batch=(0, 1), leader="bench"
+                )
+            )
+    return out
+
+
+async def write_log(jlog: JetStreamLog, entries: list[ev.LogEntry]) -> None:
+    """Bench set-up only: the entries exactly as the sequencer stores them, written fast."""
+    pub = Publisher(jlog.nc)
+    prefix = jlog.names.log_prefix
+    for start in range(0, len(entries), 5000):
+        chunk = entries[start : start + 5000]
+        batch = [
+            (
+                subjects.subject_for(e.event, prefix=prefix),
+                codec.encode(e),
+                {"Nats-Expected-Last-Sequence": str(e.seq - 1), INBOX_LAST_HEADER: str(e.inbox_seq or 0)},
+            )
+            for e in chunk
+        ]
+        acks = await pub.publish(batch, timeout_s=60)
+        assert all(a is not None and a.error is None for a in acks), "bench log write failed"
+
+
+async def bare_drain(jlog: JetStreamLog, n: int) -> float:
+    """nats-py's ordered consumer, counting messages, decoding nothing."""
+    done = asyncio.Event()
+    count = 0
+
+    async def on_msg(_msg: object) -> None:
+        nonlocal count
+        count += 1
+        if count >= n:
+            done.set()
+
+    t0 = time.perf_counter()
+    sub = await jlog.js.subscribe(
+        f"{jlog.names.log_prefix}.>", ordered_consumer=True, cb=on_msg, deliver_policy=DeliverPolicy.ALL
+    )
+    await done.wait()
+    elapsed = time.perf_counter() - t0
+    await sub.unsubscribe()
+    return n / elapsed
+
+
+async def replay(reader: object, n: int, *, batch: int) -> tuple[float, list[ev.LogEntry]]:
+    t0 = time.perf_counter()
+    count = 0
+    last: list[ev.LogEntry] = []
+    async for entries in reader.read(batch=batch):  # type: ignore[attr-defined]
+        count += len(entries)
+        last = entries
+    elapsed = time.perf_counter() - t0
+    assert count == n, f"replayed {count} of {n}"
+    return n / elapsed, last
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=1000, help="entries per batch yielded by read()")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of drain and replay")
+    args = parser.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+
+    entries = log_entries(args.events)
+    n = len(entries)
+    drains: list[float] = []
+    replays: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="kd-bench-") as tmp:
+        async with EmbeddedNats(data_dir=Path(tmp) / "nats") as server:
+            jlog = await connect(server.url, root="bench")
+            try:
+                t0 = time.perf_counter()
+                await write_log(jlog, entries)
+                print(f"wrote {n:,} log entries in {time.perf_counter() - t0:.1f}s (set-up, not measured)")
+                for _ in range(args.rounds):  # alternate, so machine load hits both alike
+                    drains.append(await bare_drain(jlog, n))
+                    rate, last = await replay(jlog.reader, n, batch=args.batch)
+                    replays.append(rate)
+                    assert last[-1] == entries[-1]
+                path = Path(tmp) / "log.jsonl"
+                t0 = time.perf_counter()
+                await jsonl.export(jlog.reader, path)
+                export_s = time.perf_counter() - t0
+            finally:
+                await jlog.close()
+        file_rates = []
+        for _ in range(args.rounds):
+            rate, last = await replay(jsonl.JsonlLog(path), n, batch=args.batch)
+            file_rates.append(rate)
+            assert last[-1] == entries[-1]
+
+    drain, ours, from_file = median(drains), median(replays), median(file_rates)
+    ratio = ours / drain
+    print(f"events                                  {n:>10,}  (batch {args.batch}, median of {args.rounds})")
+    print(
+        f"nats-py ordered consumer, bare drain    {drain:>10,.0f} events/s   (rounds: {', '.join(f'{r:,.0f}' for r in drains)})"
+    )
+    print(
+        f"kdispatch reader, decoded LogEntry      {ours:>10,.0f} events/s   (rounds: {', '.join(f'{r:,.0f}' for r in replays)})"
+    )
+    print(f"JSONL export                            {n / export_s:>10,.0f} events/s")
+    print(f"kdispatch JsonlLog, decoded LogEntry    {from_file:>10,.0f} events/s")
+    ok = ours >= 30_000 and ratio >= 0.7 and from_file >= 200_000
+    print(
+        f"floors: >= 30,000 events/s, ratio >= 0.7, JSONL >= 200,000 events/s: {'met' if ok else 'NOT met'}"
+    )
+    print(
+        f"log_replay: {ours:,.0f} events/s from NATS = {ratio:.2f} x bare ordered-consumer drain; "
+        f"{from_file:,.0f} events/s from JSONL"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
