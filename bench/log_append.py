@@ -25,13 +25,14 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eventlog import codec  # noqa: E402
-from eventlog import events as ev  # noqa: E402
-from eventlog.embedded import EmbeddedNats  # noqa: E402
-from eventlog.jetstream import JetStreamLog, connect  # noqa: E402
-from eventlog.jetstream.publish import Publisher  # noqa: E402
-from eventlog.store import InboxItem  # noqa: E402
-from nats.js.api import StorageType, StreamConfig  # noqa: E402
+from nats.js.api import StorageType, StreamConfig
+
+from eventlog import codec
+from eventlog import events as ev
+from eventlog.embedded import EmbeddedNats
+from eventlog.jetstream import JetStreamLog, connect
+from eventlog.jetstream.publish import Publisher
+from eventlog.store import InboxItem
 
 
 def event_mix(n: int) -> list[ev.InputEvent]:

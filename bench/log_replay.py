@@ -22,25 +22,24 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.log_append import event_mix  # noqa: E402
-from eventlog import codec, jsonl, subjects  # noqa: E402
-from eventlog import events as ev  # noqa: E402
-from eventlog.embedded import EmbeddedNats  # noqa: E402
-from eventlog.jetstream import JetStreamLog, connect  # noqa: E402
-from eventlog.jetstream.publish import Publisher  # noqa: E402
-from eventlog.jetstream.sequencer import INBOX_LAST_HEADER  # noqa: E402
-from nats.js.api import DeliverPolicy  # noqa: E402
+from nats.js.api import DeliverPolicy
+
+from bench.log_append import event_mix
+from eventlog import codec, jsonl, subjects
+from eventlog import events as ev
+from eventlog.embedded import EmbeddedNats
+from eventlog.jetstream import JetStreamLog, connect
+from eventlog.jetstream.publish import Publisher
+from eventlog.jetstream.sequencer import INBOX_LAST_HEADER
 
 
 def log_entries(n: int) -> list[ev.LogEntry]:
     """A log as the leader writes it: inputs, each followed now and then by a decision batch."""
     out: list[ev.LogEntry] = []
     inputs = event_mix(n)
-    inbox_seq = 0
-    for event in inputs:
+    for inbox_seq, event in enumerate(inputs, start=1):
         if len(out) >= n:
             break
-        inbox_seq += 1
         out.append(
             ev.LogEntry(
                 seq=len(out) + 1,
