@@ -23,12 +23,14 @@ import socket
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from reconciler.config import ConfigError, load_config
 from reconciler.shell import logging as klog
 from reconciler.shell.child import Supervised
 from reconciler.shell.leader import run_candidate
+from reconciler.shell.logsource import URL_FILE
 from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.metrics import ReconcilerMetrics, start_metrics_server
 from reconciler.shell.policy import policy_event
@@ -83,6 +85,9 @@ async def run_async(args: argparse.Namespace) -> int:
     except Exception as err:
         print(f"kdispatch serve: cannot open the log at {url or data_dir}: {err}", file=sys.stderr)
         return 1
+    url_file = Path(data_dir) / URL_FILE
+    if url is None:  # our embedded server: tell `kdispatch log/replay/explain` where it is
+        url_file.write_text(jlog.url + "\n")
     stop = asyncio.Event()
     _install_signal_handlers(stop, log)
     metrics = ReconcilerMetrics()
@@ -134,6 +139,8 @@ async def run_async(args: argparse.Namespace) -> int:
             await runner.cleanup()
         for close in closers:
             await close()
+        if url is None:
+            url_file.unlink(missing_ok=True)
         await jlog.close()
         log.info("stopped")
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from eventlog.codec import DecodeError
 from eventlog.store import LogReader, SnapshotStore
@@ -56,6 +59,8 @@ async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
     config = load_config(args.config) if getattr(args, "config", None) else None
     url = args.nats or (config.nats.url if config else None)
     data_dir = args.data_dir or (config.data_dir if config else ".kdispatch")
+    if url is None:
+        url = running_server(data_dir)
     kwargs: dict[str, Any] = {"data_dir": data_dir, "root": args.root, "name": "kdispatch-cli"}
     if config is not None:
         kwargs["replicas"] = config.nats.replicas
@@ -91,6 +96,29 @@ def friendly_errors(command: str) -> Callable[[RunAsync], RunAsync]:
         return wrapped
 
     return wrap
+
+
+URL_FILE = "nats.url"
+
+
+def running_server(data_dir: str | Path) -> str | None:
+    """The URL of the embedded nats-server a running ``kdispatch serve`` started on ``data_dir``.
+
+    Two servers cannot share one JetStream store, so while ``serve`` runs, the read-only
+    commands connect to its server instead of starting their own. A stale file (``serve`` was
+    killed) is ignored.
+    """
+    path = Path(data_dir) / URL_FILE
+    try:
+        url = path.read_text().strip()
+    except OSError:
+        return None
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 4222), timeout=0.5):
+            return url
+    except OSError:
+        return None
 
 
 def parse_until(text: str) -> tuple[int | None, int | None]:
