@@ -188,3 +188,45 @@ def test_invalid_config_stops_start_up_with_the_field_path(tmp_path: Path) -> No
     )
     assert proc.returncode == 2
     assert "invalid config" in proc.stderr and "roundTimeout" in proc.stderr
+
+
+async def test_commands_read_the_embedded_log_in_the_data_dir_during_and_after_serve(tmp_path: Path, config: Path) -> None:
+    data_dir = tmp_path / "data"
+    argv = [sys.executable, "-m", "reconciler", "serve", "--config", str(config), "--data-dir", str(data_dir)]
+    proc = subprocess.Popen(
+        [*argv, "--no-actuator", "--leader-id", "solo"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url_file = data_dir / "nats.url"
+
+    def kd(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "reconciler", *argv, "--data-dir", str(data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    try:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 30
+        while True:  # serve started its own nats-server on the data dir and recorded the policy
+            if url_file.exists():
+                during = await loop.run_in_executor(None, kd, "log")
+                if "PolicyLoaded" in during.stdout:
+                    break
+            assert proc.poll() is None and loop.time() < end, "serve did not start"
+            await asyncio.sleep(0.2)
+        assert during.stdout.split()[:1] == ["1"] and "solo" not in during.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert await _wait_exit(proc, 30) == 0
+        assert not url_file.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # serve is gone: the command starts the embedded server on the store itself.
+    after = await asyncio.get_running_loop().run_in_executor(None, kd, "replay", "--verify")
+    assert after.returncode == 0, after.stderr
+    assert "replayed 1 entries" in after.stdout
