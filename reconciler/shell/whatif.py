@@ -8,7 +8,8 @@ decisions is simulated instead, by one ``SimWorker`` per cluster (``reconciler.s
 
 - a job runs for the time it was observed running (admitted -> finished in the log); a job
   never seen finishing runs for its ``runtime_ms`` hint, or past the end of the log;
-- a cluster admits after the median admission latency observed on it (created -> admitted);
+- a cluster admits after the median latency observed on it from nomination to admission (the
+  actuator's creation and the worker's queueing together);
 - reported usage is the simulated worker's (our jobs as this policy placed them).
 
 The leader's pattern is kept: one input batch per virtual instant, fold, ``decide``, one
@@ -138,7 +139,7 @@ def _pct_s(sorted_ms: list[int], p: int) -> float | None:
 class Observed:
     inputs: list[ev.LogEntry] = field(default_factory=list)  # outside inputs, in log order
     runtime_ms: dict[str, int] = field(default_factory=dict)  # job uid -> admitted..finished
-    latency_ms: dict[str, list[int]] = field(default_factory=dict)  # cluster -> created..admitted
+    latency_ms: dict[str, list[int]] = field(default_factory=dict)  # cluster -> nominated..admitted
     silences: list[tuple[int, str, int | None]] = field(default_factory=list)  # (start, cluster, end)
     end_ms: int = 0
     recorded: Outcomes = field(default_factory=Outcomes)
@@ -146,7 +147,7 @@ class Observed:
 
 async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | None) -> Observed:
     seen = Observed()
-    created: dict[tuple[str, str, int], int] = {}
+    nominated: dict[tuple[str, str, int], int] = {}
     admitted: dict[tuple[str, int], int] = {}
     lost: dict[str, int] = {}
     async for chunk in reader.read(until_seq=until_seq, until_ms=until_ms):
@@ -157,12 +158,13 @@ async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | N
             if isinstance(e, OUTSIDE):
                 seen.inputs.append(entry)
             match e:
-                case ev.RemoteCreated(job=ref, cluster=c, attempt=a):
-                    created.setdefault((ref.uid, c, a), entry.at_ms)
+                case ev.Nominated(job=ref, clusters=clusters, attempt=a):
+                    for c in clusters:
+                        nominated.setdefault((ref.uid, c, a), entry.at_ms)
                 case ev.RemoteAdmitted(job=ref, cluster=c, attempt=a):
                     admitted[(ref.uid, a)] = entry.at_ms
-                    if (ref.uid, c, a) in created:
-                        seen.latency_ms.setdefault(c, []).append(entry.at_ms - created[(ref.uid, c, a)])
+                    if (ref.uid, c, a) in nominated:
+                        seen.latency_ms.setdefault(c, []).append(entry.at_ms - nominated[(ref.uid, c, a)])
                 case ev.RemoteFinished(job=ref, attempt=a) if (ref.uid, a) in admitted:
                     seen.runtime_ms[ref.uid] = entry.at_ms - admitted[(ref.uid, a)]
                 case ev.ClusterLost(cluster=c, last_seen_ms=last):
