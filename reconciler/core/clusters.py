@@ -50,13 +50,14 @@ class LabelColumn:
     ids: dict[str, int]
     numeric: npt.NDArray[np.float64]  # nan: absent or not an integer (Gt/Lt never match it)
 
-    def matching(self, values: list[str]) -> Mask:
+    def matching(self, values: list[str], slots: npt.NDArray[np.intp]) -> Mask:
         wanted = [self.ids[v] for v in values if v in self.ids]
         if not wanted:
-            return np.zeros(len(self.value_ids), dtype=np.bool_)
+            return np.zeros(len(slots), dtype=np.bool_)
+        ids = self.value_ids[slots]
         if len(wanted) == 1:
-            return np.asarray(self.value_ids == wanted[0])
-        return np.isin(self.value_ids, np.array(wanted, dtype=np.int32))
+            return np.asarray(ids == wanted[0])
+        return np.isin(ids, np.array(wanted, dtype=np.int32))
 
 
 class ClusterTable:
@@ -75,6 +76,7 @@ class ClusterTable:
         self.ready: Mask = np.zeros(0, dtype=np.bool_)
         self.present: Mask = np.zeros(0, dtype=np.bool_)
         self.last_seen: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.lost_timeout: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.name_rank: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.taints: list[Taint] = []
         self.taint_ids: list[str] = []
@@ -147,6 +149,10 @@ class ClusterTable:
         self.ready = np.array([rec.health == READY for rec in self.records], dtype=np.bool_)
         self.present = np.array([rec.health != REMOVED for rec in self.records], dtype=np.bool_)
         self.last_seen = np.array([rec.last_seen_ms for rec in self.records], dtype=np.int64)
+        # -1: the policy's workerLostTimeout applies
+        self.lost_timeout = np.array(
+            [rec.lost_timeout_ms if rec.lost_timeout_ms is not None else -1 for rec in self.records], dtype=np.int64
+        )
         order = sorted(range(n), key=lambda i: self.records[i].name)
         self.name_rank = np.empty(n, dtype=np.int64)
         self.name_rank[order] = np.arange(n, dtype=np.int64)
@@ -163,6 +169,10 @@ class ClusterTable:
                 self.taint_matrix[i, col[taint_id(t)]] = True
         self._labels = {}
         self._built_version = self.version
+        # Index every label key now: structural changes are rare, decisions are not.
+        keys = sorted({key for rec in self.records for key in rec.labels})
+        for key in keys:
+            self.label(key)
 
     def label(self, key: str) -> LabelColumn:
         column = self._labels.get(key)
@@ -186,6 +196,13 @@ class ClusterTable:
         self.build()
         used: npt.NDArray[np.int64] = np.maximum(self.reported, self.assumed)
         return self.capacity - used
+
+    def lost_deadlines(self, default_timeout_ms: int) -> npt.NDArray[np.int64]:
+        """Per cluster: the time it is declared lost without another heartbeat."""
+        self.build()
+        timeouts = np.where(self.lost_timeout >= 0, self.lost_timeout, default_timeout_ms)
+        deadlines: npt.NDArray[np.int64] = self.last_seen + timeouts
+        return deadlines
 
     def vector(self, amounts: Resources) -> Vec:
         return self.resources.vector(amounts)

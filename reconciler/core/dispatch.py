@@ -8,6 +8,8 @@ at the end of the pass, against the final capacity, and only when the summary ch
 
 from __future__ import annotations
 
+import numpy as np
+
 from eventlog import events as ev
 from reconciler.core import phases
 from reconciler.core.draft import Draft
@@ -17,7 +19,7 @@ from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
 from reconciler.core.preemption import select_victims
 from reconciler.core.scratch import Scratch
-from reconciler.core.strategies import choose, round_deadline
+from reconciler.core.strategies import round_deadline, width
 
 
 def order_key(s: Scratch, job: JobRecord) -> tuple[int, int, int, str]:
@@ -51,27 +53,40 @@ def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
         inp = s.cycle_input(job)
         evaluation = evaluate(profile, inp, spec_key=job.spec_key)
         table = s.state.clusters
-        ranked = [table.names[i] for i in evaluation.ranked]
         claim = s.claims.get(job.key)
-        if claim is not None and claim.cluster in ranked:
-            ranked.remove(claim.cluster)
-            ranked.insert(0, claim.cluster)
-            chosen = [claim.cluster]
-        else:
-            chosen = choose(profile.spec.strategy, placement=job.placement, ranked=ranked, tried=d.tried)
+        chosen = _choose(s, d, profile, evaluation, claim_cluster=claim.cluster if claim else None)
         if chosen:
             deadline = round_deadline(profile.spec.strategy, now_ms=s.now, timeout_ms=profile.spec.round_timeout_ms)
             d.nominate(s, clusters=chosen, deadline_ms=deadline)
             continue
-        if ranked or d.timed_out:  # every feasible cluster was tried this attempt: start over later
+        if len(evaluation.ranked) or d.timed_out:  # every feasible cluster was tried: start over later
             d.requeue(s, reason="AdmissionTimeout", cluster=None, backoff=True, message="no cluster admitted the job")
             continue
-        if claim is None and job.placement.preemption_policy == "PreemptLowerPriority" and _preempt(s, d, evaluation):
-            continue
-        if claim is None:
-            failed_specs.add(memo)
-            left.append(d)
+        if claim is not None:
+            continue  # waiting for its victims to leave
+        if job.placement.preemption_policy == "PreemptLowerPriority" and len(table):
+            full = evaluate(profile, inp, spec_key=job.spec_key, scores=False, full=True)
+            if _preempt(s, d, full):
+                continue
+        failed_specs.add(memo)
+        left.append(d)
     return left
+
+
+def _choose(
+    s: Scratch, d: Draft, profile: CompiledProfile, evaluation: Evaluation, *, claim_cluster: str | None
+) -> list[str]:
+    table = s.state.clusters
+    ranked = evaluation.ranked
+    if claim_cluster is not None:
+        slot = table.index.get(claim_cluster)
+        if slot is not None and bool((ranked == slot).any()):
+            return [claim_cluster]  # the capacity its victims freed is held there for it
+    if d.tried:
+        tried = np.array([table.index[c] for c in d.tried if c in table.index], dtype=np.intp)
+        ranked = ranked[~np.isin(ranked, tried)]
+    take = width(profile.spec.strategy, placement=d.job.placement, available=len(ranked))
+    return [table.names[int(i)] for i in ranked[:take]]
 
 
 def _preempt(s: Scratch, d: Draft, evaluation: Evaluation) -> bool:
@@ -119,7 +134,7 @@ def report_unschedulable(s: Scratch, drafts: list[Draft]) -> None:
             memo = (job.spec_key, job.priority, profile.name)
             counts = by_spec.get(memo) or {}
             if memo not in by_spec:
-                evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, scores=False)
+                evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, scores=False, full=True)
                 counts = rejection_summary(evaluation, present=table.present)
                 by_spec[memo] = counts
         if not d.requeued and job.phase == phases.UNSCHEDULABLE and job.unschedulable == counts:

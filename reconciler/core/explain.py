@@ -79,7 +79,7 @@ def explain(state: State, job_key: str) -> JobExplanation:
         return msgspec.structs.replace(base, summary=error)
     s = Scratch.start(state)
     table = state.clusters
-    evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key)
+    evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, full=True)
     rank = {int(slot): i for i, slot in enumerate(evaluation.ranked)}
     verdicts = []
     for slot in np.argsort(table.name_rank):

@@ -335,7 +335,7 @@ def _placed(state: State, e: ev.Placed) -> None:
         state.count(job, copy)
     state.set_phase(job, phases.PLACED)
     slot = state.clusters.index[e.cluster]
-    state.pool.add(job.key, cluster=slot, priority=job.priority, started_ms=state.now_ms, demand=job.demand)
+    state.pool.add(job.key, cluster=slot, priority=job.priority, started_ms=state.now_ms, demand=job.demand, seqno=job.submitted_seq)
 
 
 def _withdrawn(state: State, e: ev.Withdrawn | ev.CleanUp) -> None:

@@ -14,7 +14,6 @@ from eventlog import events as ev
 from reconciler.core import phases
 from reconciler.core.clusters import REMOVED, taint_id
 from reconciler.core.draft import Draft
-from reconciler.core.framework.cycle import run_filters
 from reconciler.core.framework.interface import CycleInput
 from reconciler.core.framework.tolerations import eviction_delay_ms
 from reconciler.core.jobs import JobRecord
@@ -28,16 +27,11 @@ def cluster_health(s: Scratch) -> tuple[list[str], list[str]]:
     table = state.clusters
     if len(table) == 0:
         return [], []
-    timeouts = np.array(
-        [r.lost_timeout_ms if r.lost_timeout_ms is not None else state.worker_lost_timeout_ms for r in table.records],
-        dtype=np.int64,
-    )
-    silent = table.ready & (s.now - table.last_seen >= timeouts)
+    silent = table.ready & (s.now >= table.lost_deadlines(state.worker_lost_timeout_ms))
     lost = sorted(table.names[i] for i in np.flatnonzero(silent))
+    down = np.flatnonzero(table.present & ~table.ready)
     recovered = sorted(
-        r.name
-        for r in table.records
-        if r.health == "Lost" and r.heard_while_lost
+        table.names[i] for i in down if table.records[i].health == "Lost" and table.records[i].heard_while_lost
     )
     for name in lost:
         slot = table.index[name]
@@ -234,9 +228,12 @@ def _no_longer_fits(state: State, job: JobRecord, slot: int) -> str:
         return ""
     table = state.clusters
     inp = CycleInput(job=job_view(state, job), clusters=table, free=table.free(), ready=table.ready, now_ms=state.now_ms)
-    for (name, plugin), (_, result) in zip(profile.filters, run_filters(profile, inp, spec_key=job.spec_key), strict=True):
-        if plugin.static and result.verdict[slot]:
-            return f"{name}: {result.reasons[int(result.verdict[slot]) - 1].message}"
+    here = np.array([slot], dtype=np.intp)
+    for name, plugin in profile.filters:
+        if plugin.static:
+            result = plugin.filter(inp, here)
+            if result.verdict[0]:
+                return f"{name}: {result.reasons[int(result.verdict[0]) - 1].message}"
     return ""
 
 

@@ -25,10 +25,14 @@ class RunningPool:
         self.cluster: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.priority: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.started: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.seqno: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # submission seq (tie-break)
         self.demand: npt.NDArray[np.int64] = np.zeros((0, 0), dtype=np.int64)
         self.keys: list[str] = []
+        self.names: npt.NDArray[np.str_] = np.zeros(0, dtype="<U16")  # keys as a column, for sorting
         self.row_of: dict[str, int] = {}
         self._free: list[int] = []
+        self.version = 0  # bumps when membership or priorities change
+        self._order: tuple[int, npt.NDArray[np.intp]] = (-1, np.zeros(0, dtype=np.intp))
         self._demands: list[Resources] = []
 
     def __len__(self) -> int:
@@ -49,11 +53,15 @@ class RunningPool:
         self.cluster = np.concatenate([self.cluster, np.zeros(extra, dtype=np.int64)])
         self.priority = np.concatenate([self.priority, np.zeros(extra, dtype=np.int64)])
         self.started = np.concatenate([self.started, np.zeros(extra, dtype=np.int64)])
+        self.seqno = np.concatenate([self.seqno, np.zeros(extra, dtype=np.int64)])
         self.demand = np.concatenate([self.demand, np.zeros((extra, cols), dtype=np.int64)])
         self.keys.extend([""] * extra)
+        self.names = np.concatenate([self.names, np.zeros(extra, dtype=self.names.dtype)])
         self._demands.extend([{}] * extra)
 
-    def add(self, key: str, *, cluster: int, priority: int, started_ms: int, demand: Resources) -> None:
+    def add(
+        self, key: str, *, cluster: int, priority: int, started_ms: int, demand: Resources, seqno: int = 0
+    ) -> None:
         self.remove(key)
         if self._free:
             row = self._free.pop()
@@ -66,16 +74,22 @@ class RunningPool:
         self.cluster[row] = cluster
         self.priority[row] = priority
         self.started[row] = started_ms
+        self.seqno[row] = seqno
         self.keys[row] = key
+        if len(key) > self.names.dtype.itemsize // 4:
+            self.names = self.names.astype(f"<U{max(len(key), 2 * (self.names.dtype.itemsize // 4))}")
+        self.names[row] = key
         self._demands[row] = demand
         self.demand[row] = self.resources.vector(demand)
         self.row_of[key] = row
+        self.version += 1
 
     def remove(self, key: str) -> None:
         row = self.row_of.pop(key, None)
         if row is not None:
             self.alive[row] = False
             self._free.append(row)
+            self.version += 1
 
     def set_evicting(self, key: str) -> None:
         row = self.row_of.get(key)
@@ -84,9 +98,21 @@ class RunningPool:
 
     def set_priority(self, key: str, priority: int) -> None:
         row = self.row_of.get(key)
-        if row is not None:
+        if row is not None and self.priority[row] != priority:
             self.priority[row] = priority
+            self.version += 1
 
     def matrix(self) -> npt.NDArray[np.int64]:
         self._ensure()
         return self.demand
+
+    def victim_order(self) -> npt.NDArray[np.intp]:
+        """Live rows by (cluster, priority, most recently started, submission order), cached
+        until the running set changes: preemption filters this instead of sorting each time."""
+        if self._order[0] != self.version:
+            rows = np.flatnonzero(self.alive[: self.size])
+            order = np.lexsort(
+                (self.seqno[rows], -self.started[rows], self.priority[rows], self.cluster[rows])
+            )
+            self._order = (self.version, rows[order])
+        return self._order[1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -106,6 +107,16 @@ class Scratch:
         )
 
 
+_key_encoder = msgspec.msgpack.Encoder()
+
+
+def static_key(job: JobRecord) -> bytes:
+    p = job.placement
+    return _key_encoder.encode(
+        (p.cluster_selector, p.cluster_affinity.required, p.cluster_tolerations, p.cluster_names, job.demand)
+    )
+
+
 def job_view(state: State, job: JobRecord) -> JobView:
     """Memoized per (table version, spec, priority): a pure function of the job and the table."""
     table = state.clusters
@@ -122,6 +133,7 @@ def job_view(state: State, job: JobRecord) -> JobView:
         demand=job.demand,
         demand_vec=table.vector(job.demand),
         missing=missing,
+        static_key=static_key(job),
     )
     if len(views) > 200_000:
         views.clear()

@@ -90,6 +90,7 @@ def load_state(raw: bytes) -> State:
                 priority=job.priority,
                 started_ms=job.placed_at_ms or 0,
                 demand=job.demand,
+                seqno=job.submitted_seq,
             )
             if job.evicting_for:
                 state.pool.set_evicting(job.key)

@@ -11,14 +11,20 @@ from __future__ import annotations
 from eventlog.events import Placement, StrategySpec
 
 
-def choose(strategy: StrategySpec, *, placement: Placement, ranked: list[str], tried: list[str]) -> list[str]:
-    fresh = [c for c in ranked if c not in tried] if tried else ranked
+def width(strategy: StrategySpec, *, placement: Placement, available: int) -> int:
+    """How many of the ranked, not-yet-tried clusters get a copy this round."""
     if strategy.type == "AllAtOnce":
-        return fresh
+        return available
     if strategy.type == "Incremental":
-        return fresh[: max(strategy.step_size, 1)]
+        return min(max(strategy.step_size, 1), available)
     k = placement.nominate if placement.nominate else strategy.k
-    return fresh[: max(k, 1)]
+    return min(max(k, 1), available)
+
+
+def choose(strategy: StrategySpec, *, placement: Placement, ranked: list[str], tried: list[str]) -> list[str]:
+    """The clusters for this round, from names ranked best first (used by tests and docs)."""
+    fresh = [c for c in ranked if c not in tried] if tried else ranked
+    return fresh[: width(strategy, placement=placement, available=len(fresh))]
 
 
 def round_deadline(strategy: StrategySpec, *, now_ms: int, timeout_ms: int) -> int | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from reconciler.core.state import State
 
 
@@ -16,17 +14,7 @@ def next_deadline(state: State) -> int | None:
     table = state.clusters
     if len(table):
         table.build()
-        ready = np.flatnonzero(table.ready)
-        if len(ready):
-            timeouts = np.array(
-                [
-                    table.records[i].lost_timeout_ms
-                    if table.records[i].lost_timeout_ms is not None
-                    else state.worker_lost_timeout_ms
-                    for i in ready
-                ],
-                dtype=np.int64,
-            )
-            lost_at = int((table.last_seen[ready] + timeouts).min())
+        if table.ready.any():
+            lost_at = int(table.lost_deadlines(state.worker_lost_timeout_ms)[table.ready].min())
             best = lost_at if best is None else min(best, lost_at)
     return best

@@ -1,97 +1,139 @@
-"""One scheduling cycle for one job: run every filter, score the survivors, rank them.
+"""One scheduling cycle for one job: filter, score, rank. Two ways to run the filters:
 
-The pipeline is fixed (kube-scheduler's): filter -> score -> normalize -> check range -> weight
--> sum; ties go to the cluster whose name sorts first. Every filter runs on every cluster (a few
-vectorised operations each) so that a cluster's complete verdict is known: the summary reports
-each rejected cluster under its first failing filter, and preemption needs to know which
-clusters fail *only* for lack of free capacity.
+- ``feasible`` (the hot path): the static filters' survivors come from a cache keyed by the job's
+  spec, and the dynamic filters (health, headroom) only look at those survivors. Enough to
+  dispatch.
+- ``evaluate`` with ``full=True``: every filter on every cluster, so each cluster's complete
+  verdict is known — the unschedulable summary reports a rejected cluster under its first
+  failing filter (profile order), preemption needs the clusters that fail *only* for lack of
+  free capacity, and explain shows everything.
+
+Scoring is kube-scheduler's fixed pipeline: score -> normalize -> check range -> weight -> sum;
+ties go to the cluster whose name sorts first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from reconciler.core.clusters import Mask
 from reconciler.core.framework.interface import MAX_SCORE, CycleInput, FilterResult, Scores, Slots
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.framework.status import Code
 
-_CACHE_LIMIT = 20_000
+_CACHE_LIMIT = 4_096
 
 
 @dataclass
 class Evaluation:
-    filters: list[tuple[str, FilterResult]]
-    passed: Mask
-    resolvable: Mask  # rejected, but only by filters whose code is UNSCHEDULABLE (preemption helps)
     ranked: Slots  # clusters that passed, best first
     totals: Scores  # aligned with ranked
     plugin_scores: list[tuple[str, int, Scores]]  # (plugin, weight, normalized) aligned with ranked
+    # Only for full evaluations: verdicts of every filter over every cluster.
+    filters: list[tuple[str, FilterResult]] = field(default_factory=list)
+    passed: Mask | None = None
+    resolvable: Mask | None = None  # rejected only by UNSCHEDULABLE codes (preemption helps)
 
 
-def run_filters(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> list[tuple[str, FilterResult]]:
-    table = inp.clusters
-    if profile.cache_version != table.version:
+def _fresh(profile: CompiledProfile, version: int) -> None:
+    if profile.cache_version != version or len(profile.cache) > _CACHE_LIMIT:
         profile.cache.clear()
-        profile.cache_version = table.version
-    elif len(profile.cache) > _CACHE_LIMIT:
-        profile.cache.clear()
-    out = []
-    for i, (name, plugin) in enumerate(profile.filters):
-        if plugin.static:
-            key = (spec_key, i)
-            result = profile.cache.get(key)
-            if result is None:
-                result = plugin.filter(inp)
-                profile.cache[key] = result
-        else:
-            result = plugin.filter(inp)
-        out.append((name, result))
-    return out
+        profile.static_ok.clear()
+        profile.cache_version = version
 
 
-def evaluate(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes, scores: bool = True) -> Evaluation:
+def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
+    """Clusters passing every filter, by cascading: each filter sees the previous survivors."""
     table = inp.clusters
-    n = len(table)
-    results = run_filters(profile, inp, spec_key=spec_key)
-    passed = table.present.copy()
-    hard = np.zeros(n, dtype=np.bool_)
-    for _, result in results:
-        if result.skipped:
-            continue
-        failing = result.verdict > 0
-        passed &= ~failing
-        if any(r.code != Code.UNSCHEDULABLE for r in result.reasons):
-            codes = np.array([0] + [int(r.code != Code.UNSCHEDULABLE) for r in result.reasons], dtype=np.bool_)
-            hard |= codes[result.verdict]
-    resolvable = table.present & ~passed & ~hard
-    candidates = np.flatnonzero(passed)
-    if not scores or len(candidates) == 0:
-        order = np.lexsort((table.name_rank[candidates],)) if len(candidates) else candidates
-        return Evaluation(results, passed, resolvable, candidates[order], np.zeros(len(candidates), np.int64), [])
+    _fresh(profile, table.version)
+    static_ok = profile.static_ok.get(inp.job.static_key)
+    if static_ok is None:
+        slots = np.flatnonzero(table.present)
+        for _, plugin in profile.filters:
+            if plugin.static and len(slots):
+                slots = slots[plugin.filter(inp, slots).passed()]
+        static_ok = np.zeros(len(table), dtype=np.bool_)
+        static_ok[slots] = True
+        profile.static_ok[inp.job.static_key] = static_ok
+    slots = np.flatnonzero(static_ok)
+    for _, plugin in profile.filters:
+        if not plugin.static and len(slots):
+            slots = slots[plugin.filter(inp, slots).passed()]
+    return slots
+
+
+def rank(profile: CompiledProfile, inp: CycleInput, candidates: Slots) -> Evaluation:
+    table = inp.clusters
+    if len(candidates) == 0:
+        return Evaluation(ranked=candidates, totals=np.zeros(0, dtype=np.int64), plugin_scores=[])
     totals = np.zeros(len(candidates), dtype=np.int64)
     per_plugin = []
     for name, weight, plugin in profile.scores:
         raw = plugin.score(inp, candidates)
-        norm = np.clip(plugin.normalize(raw), 0, MAX_SCORE).astype(np.int64)
+        norm = np.minimum(np.maximum(plugin.normalize(raw), 0), MAX_SCORE).astype(np.int64, copy=False)
         totals += norm * weight
         per_plugin.append((name, weight, norm))
+    if len(candidates) == 1:
+        return Evaluation(ranked=candidates, totals=totals, plugin_scores=per_plugin)
     order = np.lexsort((table.name_rank[candidates], -totals))
     return Evaluation(
-        filters=results,
-        passed=passed,
-        resolvable=resolvable,
         ranked=candidates[order],
         totals=totals[order],
         plugin_scores=[(name, w, s[order]) for name, w, s in per_plugin],
     )
 
 
+def evaluate(
+    profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes, scores: bool = True, full: bool = False
+) -> Evaluation:
+    if not full:
+        candidates = feasible(profile, inp, spec_key=spec_key)
+        if scores:
+            return rank(profile, inp, candidates)
+        order = np.argsort(inp.clusters.name_rank[candidates], kind="stable")
+        return Evaluation(ranked=candidates[order], totals=np.zeros(len(candidates), np.int64), plugin_scores=[])
+    table = inp.clusters
+    _fresh(profile, table.version)
+    n = len(table)
+    every = np.arange(n, dtype=np.intp)
+    results = []
+    for i, (name, plugin) in enumerate(profile.filters):
+        if plugin.static:
+            key = (inp.job.static_key, i)
+            result = profile.cache.get(key)
+            if result is None:
+                result = plugin.filter(inp, every)
+                profile.cache[key] = result
+        else:
+            result = plugin.filter(inp, every)
+        results.append((name, result))
+    passed = table.present.copy()
+    hard = np.zeros(n, dtype=np.bool_)
+    for _, result in results:
+        if result.skipped:
+            continue
+        passed &= result.verdict == 0
+        if any(r.code != Code.UNSCHEDULABLE for r in result.reasons):
+            codes = np.array([0] + [int(r.code != Code.UNSCHEDULABLE) for r in result.reasons], dtype=np.bool_)
+            hard |= codes[result.verdict]
+    resolvable = table.present & ~passed & ~hard
+    candidates = np.flatnonzero(passed)
+    if scores:
+        ranked = rank(profile, inp, candidates)
+    else:
+        order = np.argsort(table.name_rank[candidates], kind="stable")
+        ranked = Evaluation(ranked=candidates[order], totals=np.zeros(len(candidates), np.int64), plugin_scores=[])
+    ranked.filters, ranked.passed, ranked.resolvable = results, passed, resolvable
+    return ranked
+
+
 def rejection_summary(evaluation: Evaluation, *, present: Mask) -> dict[str, int]:
-    """Rejected clusters counted under their first failing filter's reason."""
-    undecided = present & ~evaluation.passed
+    """Rejected clusters counted under their first failing filter's reason (full evaluations)."""
+    assert evaluation.passed is not None, "rejection_summary needs a full evaluation"
+    undecided: npt.NDArray[np.bool_] = present & ~evaluation.passed
     counts: dict[str, int] = {}
     for _, result in evaluation.filters:
         if result.skipped or not undecided.any():

@@ -16,7 +16,7 @@ from msgspec import Struct
 
 from eventlog.events import Placement, Resources
 from reconciler.core.clusters import ClusterTable
-from reconciler.core.framework.status import Code, Reason
+from reconciler.core.framework.status import Reason
 from reconciler.core.resources import Vec
 
 Codes = npt.NDArray[np.int32]
@@ -37,6 +37,7 @@ class JobView:
     demand: Resources  # the whole gang, summed over pod sets
     demand_vec: Vec  # the same as a row over the table's resource columns
     missing: tuple[str, ...]  # demanded resources that no cluster has ever declared
+    static_key: bytes = b""  # what static filters depend on: selector, required terms, tolerations, pins, demand
 
 
 @dataclass
@@ -53,7 +54,8 @@ class CycleInput:
 
 @dataclass
 class FilterResult:
-    """Per cluster: 0 = passes, i > 0 = rejected for ``reasons[i - 1]``."""
+    """Per cluster of the ``slots`` the filter was asked about (same order): 0 = passes,
+    i > 0 = rejected for ``reasons[i - 1]``."""
 
     verdict: Codes
     reasons: list[Reason] = field(default_factory=list)
@@ -68,9 +70,8 @@ class FilterResult:
         verdict = np.where(ok, 0, 1).astype(np.int32)
         return FilterResult(verdict=verdict, reasons=[reason])
 
-    def code_of(self, slot: int) -> Code:
-        v = int(self.verdict[slot])
-        return Code.SUCCESS if v == 0 else self.reasons[v - 1].code
+    def passed(self) -> npt.NDArray[np.bool_]:
+        return np.asarray(self.verdict == 0)
 
 
 class Plugin:
@@ -85,10 +86,13 @@ class Plugin:
 
 class FilterPlugin(Plugin):
     # True when the verdict depends only on the job's spec and the clusters' labels, taints and
-    # capacity (not on usage): such results are cached per (spec, table version).
+    # capacity (not on usage or health): such verdicts are cached per (spec, table version).
     static: ClassVar[bool] = False
 
-    def filter(self, inp: CycleInput) -> FilterResult:
+    def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
+        """Verdicts for the clusters ``slots`` (indexes into the table), in that order. The
+        framework passes the survivors of earlier filters when it only needs the feasible set,
+        and every cluster when it explains."""
         raise NotImplementedError
 
 
@@ -112,3 +116,11 @@ def normalize_by_max(scores: Scores, *, reverse: bool = False) -> Scores:
         return out
     scaled = scores * MAX_SCORE // top
     return MAX_SCORE - scaled if reverse else scaled
+
+
+def first_failure(failing: npt.NDArray[np.bool_]) -> Codes:
+    """Rows x checks -> per row 0 if no check fails, else 1 + the index of the first failing one."""
+    verdict = np.zeros(failing.shape[0], dtype=np.int32)
+    for j in range(failing.shape[1] - 1, -1, -1):  # few checks, many rows: loop over checks
+        verdict[failing[:, j]] = j + 1
+    return verdict

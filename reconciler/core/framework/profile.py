@@ -47,6 +47,8 @@ class CompiledProfile:
     scores: list[tuple[str, int, ScorePlugin]]
     # Static filter verdicts per (job spec key, filter index), valid for one cluster-table version.
     cache: dict[tuple[bytes, int], FilterResult] = field(default_factory=dict)
+    # Per job spec key: which clusters pass every static filter (bool mask over the table).
+    static_ok: dict[bytes, Any] = field(default_factory=dict)
     cache_version: int = -1
 
     @property

@@ -6,44 +6,46 @@ import numpy as np
 
 from eventlog.events import MatchExpression, SelectorTerm
 from reconciler.core.clusters import ClusterTable, Mask
+from reconciler.core.framework.interface import Slots
 
 
-def expression_mask(table: ClusterTable, expr: MatchExpression) -> Mask:
+def expression_mask(table: ClusterTable, expr: MatchExpression, slots: Slots) -> Mask:
     column = table.label(expr.key)
     op = expr.operator
     if op == "In":
-        return column.matching(expr.values)
+        return column.matching(expr.values, slots)
     if op == "NotIn":  # as in Kubernetes: a cluster without the label matches NotIn
-        return ~column.matching(expr.values)
+        return ~column.matching(expr.values, slots)
     if op == "Exists":
-        return np.asarray(column.value_ids >= 0)
+        return np.asarray(column.value_ids[slots] >= 0)
     if op == "DoesNotExist":
-        return np.asarray(column.value_ids < 0)
+        return np.asarray(column.value_ids[slots] < 0)
     try:
         bound = int(expr.values[0]) if len(expr.values) == 1 else None
     except ValueError:
         bound = None
     if bound is None:  # Gt/Lt need exactly one integer; the webhook rejects others
-        return np.zeros(len(table), dtype=np.bool_)
+        return np.zeros(len(slots), dtype=np.bool_)
+    numeric = column.numeric[slots]
     with np.errstate(invalid="ignore"):
         if op == "Gt":
-            return np.asarray(column.numeric > bound)
-        return np.asarray(column.numeric < bound)
+            return np.asarray(numeric > bound)
+        return np.asarray(numeric < bound)
 
 
-def term_mask(table: ClusterTable, term: SelectorTerm) -> Mask:
+def term_mask(table: ClusterTable, term: SelectorTerm, slots: Slots) -> Mask:
     """An AND of expressions; an empty term matches nothing (as in Kubernetes node affinity)."""
     if not term.match_expressions:
-        return np.zeros(len(table), dtype=np.bool_)
-    mask = expression_mask(table, term.match_expressions[0])
+        return np.zeros(len(slots), dtype=np.bool_)
+    mask = expression_mask(table, term.match_expressions[0], slots)
     for expr in term.match_expressions[1:]:
-        mask = mask & expression_mask(table, expr)
+        mask = mask & expression_mask(table, expr, slots)
     return mask
 
 
-def terms_mask(table: ClusterTable, terms: list[SelectorTerm]) -> Mask:
+def terms_mask(table: ClusterTable, terms: list[SelectorTerm], slots: Slots) -> Mask:
     """An OR of terms."""
-    mask = np.zeros(len(table), dtype=np.bool_)
+    mask = np.zeros(len(slots), dtype=np.bool_)
     for term in terms:
-        mask |= term_mask(table, term)
+        mask |= term_mask(table, term, slots)
     return mask

@@ -38,8 +38,8 @@ def reason_free(resource: str) -> str:
     return f"insufficient free {resource}"
 
 
-def _fit(inp: CycleInput, available: npt.NDArray[np.int64], *, code: Code) -> FilterResult:
-    n = len(inp.clusters)
+def _fit(inp: CycleInput, slots: Slots, available: npt.NDArray[np.int64], *, code: Code) -> FilterResult:
+    n = len(slots)
     job = inp.job
     describe = reason_total if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else reason_free
     if job.missing:
@@ -49,10 +49,10 @@ def _fit(inp: CycleInput, available: npt.NDArray[np.int64], *, code: Code) -> Fi
     cols = np.flatnonzero(job.demand_vec > 0)
     if len(cols) == 0:
         return FilterResult.passing(n)
-    short = available[:, cols] < job.demand_vec[cols]
-    hit = short.any(axis=1)
-    first = np.argmax(short, axis=1)
-    verdict = np.where(hit, first + 1, 0).astype(np.int32)
+    verdict = np.zeros(n, dtype=np.int32)
+    for j in range(len(cols) - 1, -1, -1):  # a few resources, many clusters: loop over resources
+        col = cols[j]
+        verdict[available[slots, col] < job.demand_vec[col]] = j + 1
     names = inp.clusters.resources.names
     reasons = [Reason(code, describe(names[c])) for c in cols]
     return FilterResult(verdict=verdict, reasons=reasons)
@@ -63,16 +63,16 @@ class ClusterFeasibility(FilterPlugin):
     name = FEASIBILITY
     static = True
 
-    def filter(self, inp: CycleInput) -> FilterResult:
-        return _fit(inp, inp.clusters.capacity, code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+    def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
+        return _fit(inp, slots, inp.clusters.capacity, code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 
 
 @register
 class ClusterHeadroom(FilterPlugin):
     name = HEADROOM
 
-    def filter(self, inp: CycleInput) -> FilterResult:
-        return _fit(inp, inp.free, code=Code.UNSCHEDULABLE)
+    def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
+        return _fit(inp, slots, inp.free, code=Code.UNSCHEDULABLE)
 
 
 def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
@@ -84,10 +84,12 @@ def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
         cols = np.flatnonzero(cap.sum(axis=0) > 0)
     if len(cols) == 0:
         return np.full(len(candidates), MAX_SCORE, dtype=np.int64)
-    left = inp.free[np.ix_(candidates, cols)] - job.demand_vec[cols]
-    total = np.maximum(cap[:, cols], 1)
-    frac = np.clip(left * MAX_SCORE // total, 0, MAX_SCORE)
-    out: Scores = frac.sum(axis=1) // len(cols)
+    out: Scores = np.zeros(len(candidates), dtype=np.int64)
+    for col in cols:
+        left = inp.free[candidates, col] - job.demand_vec[col]
+        frac = left * MAX_SCORE // np.maximum(cap[:, col], 1)
+        out += np.minimum(np.maximum(frac, 0), MAX_SCORE)
+    out //= len(cols)
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult
+from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
 from reconciler.core.framework.registry import register
 from reconciler.core.framework.status import Code, Reason
 
@@ -16,6 +16,6 @@ REASON_NOT_READY = "cluster not ready (lost or removed)"
 class ClusterHealth(FilterPlugin):
     name = NAME
 
-    def filter(self, inp: CycleInput) -> FilterResult:
-        ok = np.asarray(inp.ready)
+    def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
+        ok = np.asarray(inp.ready[slots])
         return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_READY))

@@ -35,6 +35,6 @@ class LocalityScore(ScorePlugin):
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         total = np.zeros(len(candidates), dtype=np.int64)
         for key in sorted(self.preferred):
-            hit = inp.clusters.label(key).matching([self.preferred[key]])[candidates]
+            hit = inp.clusters.label(key).matching([self.preferred[key]], candidates)
             total += hit.astype(np.int64) * max(self.weights.get(key, 1), 0)
         return total

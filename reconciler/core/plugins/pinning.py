@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult
+from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
 from reconciler.core.framework.registry import register
 from reconciler.core.framework.status import Code, Reason
 
@@ -17,12 +17,10 @@ class ClusterPinning(FilterPlugin):
     name = NAME
     static = True
 
-    def filter(self, inp: CycleInput) -> FilterResult:
+    def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         names = inp.job.placement.cluster_names
-        n = len(inp.clusters)
         if not names:
-            return FilterResult.passing(n)
-        ok = np.zeros(n, dtype=np.bool_)
-        slots = [inp.clusters.index[c] for c in names if c in inp.clusters.index]
-        ok[slots] = True
+            return FilterResult.passing(len(slots))
+        pinned = [inp.clusters.index[c] for c in names if c in inp.clusters.index]
+        ok = np.isin(slots, np.array(pinned, dtype=np.intp))
         return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_PINNED))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult
+from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
 from reconciler.core.framework.registry import register
 from reconciler.core.framework.status import Code, Reason
 
@@ -20,16 +20,15 @@ class ClusterSelector(FilterPlugin):
     name = NAME
     static = True
 
-    def filter(self, inp: CycleInput) -> FilterResult:
+    def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         selector = inp.job.placement.cluster_selector
-        n = len(inp.clusters)
         if not selector:
-            return FilterResult.passing(n)
-        verdict = np.zeros(n, dtype=np.int32)
+            return FilterResult.passing(len(slots))
+        verdict = np.zeros(len(slots), dtype=np.int32)
         reasons = []
         for key in sorted(selector):
             value = selector[key]
-            ok = inp.clusters.label(key).matching([value])
+            ok = inp.clusters.label(key).matching([value], slots)
             reasons.append(Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason_label(key, value)))
             verdict[(verdict == 0) & ~ok] = len(reasons)
         return FilterResult(verdict=verdict, reasons=reasons)

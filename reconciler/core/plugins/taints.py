@@ -35,9 +35,9 @@ class ClusterTaints(FilterPlugin):
     name = NAME
     static = True
 
-    def filter(self, inp: CycleInput) -> FilterResult:
+    def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         table = inp.clusters
-        n = len(table)
+        n = len(slots)
         tolerations = inp.job.placement.cluster_tolerations
         cols = [
             i
@@ -46,10 +46,9 @@ class ClusterTaints(FilterPlugin):
         ]
         if not cols:
             return FilterResult.passing(n) if not table.taints else FilterResult(np.zeros(n, dtype=np.int32))
-        sub = table.taint_matrix[:, cols]
-        hit = sub.any(axis=1)
-        first = np.argmax(sub, axis=1)
-        verdict = np.where(hit, first + 1, 0).astype(np.int32)
+        verdict = np.zeros(n, dtype=np.int32)
+        for j in range(len(cols) - 1, -1, -1):  # a few distinct taints, many clusters
+            verdict[table.taint_matrix[slots, cols[j]]] = j + 1
         reasons = [Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason_taint(table.taint_ids[c])) for c in cols]
         return FilterResult(verdict=verdict, reasons=reasons)
 
