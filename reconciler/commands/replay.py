@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any, TextIO
 
 from eventlog import codec
+from eventlog import events as ev
 from reconciler import core
 from reconciler.config import ConfigError
 from reconciler.shell import logging as klog
@@ -125,11 +126,13 @@ def _print_mismatch(m: Mismatch, out: TextIO) -> None:
     out.write(f"  recomputed ({len(m.recomputed)} decisions from decide()):\n")
     for i, event in enumerate(m.recomputed):
         mark = ">" if i == first else " "
-        out.write(f"  {mark}          {codec.encode(event).decode()}\n")
-    if first < len(m.recorded):
-        out.write(f"  recorded  : {codec.encode(m.recorded[first].event).decode()}\n")
-    if first < len(m.recomputed):
-        out.write(f"  recomputed: {codec.encode(m.recomputed[first]).decode()}\n")
+        as_entry = ev.LogEntry(seq=m.seq + i, at_ms=m.at_ms, event=event, batch=(i, len(m.recomputed)))
+        out.write(f"  {mark}{line(as_entry)}\n")
+    out.write(f"  first difference (decision {first}):\n")
+    recorded = codec.encode(m.recorded[first].event).decode() if first < len(m.recorded) else "(none)"
+    recomputed = codec.encode(m.recomputed[first]).decode() if first < len(m.recomputed) else "(none)"
+    out.write(f"  recorded  : {recorded}\n")
+    out.write(f"  recomputed: {recomputed}\n")
 
 
 def _mismatch_json(m: Mismatch) -> dict[str, Any]:
