@@ -65,6 +65,20 @@ def test_every_yaml_file_is_accounted_for() -> None:
     assert others == {"base/config.yaml"}
 
 
+def test_validation_works_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schemas ship inside the wheel: no connection is opened (CI machines may be offline)."""
+    import socket
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("kubernetes-validate tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    for version in VERSIONS:
+        for obj in rendered("worker"):
+            validate(obj, version)
+
+
 def test_strict_validation_catches_a_misspelt_field() -> None:
     """The check can fail: a field the API server would drop without a word is an error here."""
     deployment = copy.deepcopy(one(rendered("overlays/cert-manager"), "Deployment", "kdispatch-webhook"))
