@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from pathlib import Path
 
@@ -11,6 +12,33 @@ from msgspec import Struct
 from nats.aio.client import Client
 
 log = structlog.get_logger("eventlog.connection")
+
+
+_WHITESPACE = re.compile(r"\s")
+
+
+def _parse_header_lines(raw: bytes) -> dict[str, str]:
+    """nats-py's header parser, same results, without a Python-level loop per character: on
+    replay every log entry carries three headers, and that loop cost more than decoding it."""
+    out: dict[str, str] = {}
+    for line in raw.split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        try:
+            key = name.strip().decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if _WHITESPACE.search(key):
+            continue
+        out[key] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+class KdClient(Client):
+    """nats-py's client with a faster header parser (see ``_parse_header_lines``)."""
+
+    _parse_header_lines = staticmethod(_parse_header_lines)
 
 
 class TlsFiles(Struct, frozen=True, kw_only=True):
@@ -57,7 +85,7 @@ async def open_client(
 
     if creds is not None and not Path(creds).is_file():
         raise FileNotFoundError(f"NATS credentials file {creds} does not exist")
-    client = Client()
+    client = KdClient()
     servers = [u.strip() for u in url.split(",") if u.strip()]  # a cluster: "nats://a:4222,nats://b:4222"
     connecting = client.connect(
         servers,
