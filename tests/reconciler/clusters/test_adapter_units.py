@@ -1,0 +1,216 @@
+"""The adapter's pure pieces: manifests, facts, quantities, usage, backfill, RBAC, the projection."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventlog import events as ev
+from reconciler.shell.clusters import rbac
+from reconciler.shell.clusters.backfill import NotBackfillable, placement_of, submission_of
+from reconciler.shell.clusters.base import RemoteSpec, fact_id, remote_fact_id
+from reconciler.shell.clusters.desired import Desired, Intent
+from reconciler.shell.clusters.kinds import kind_for
+from reconciler.shell.clusters.quantity import parse_quantity
+from reconciler.shell.clusters.remote import PermanentFailure, job_facts, origin_of, remote_manifest
+from reconciler.shell.clusters.usage import from_cluster_queues, from_nodes_and_pods
+from tests.reconciler.clusters.conftest import batch_job
+from webhook import placement as webhook_placement
+
+REF = ev.JobRef(namespace="ml", name="bert", uid="u-1", api_version="kubeflow.org/v1", kind="PyTorchJob")
+
+
+def pytorch_job() -> dict[str, object]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "bert", "namespace": "ml", "uid": "u-1", "resourceVersion": "9"},
+        "spec": {
+            "runPolicy": {"suspend": True, "managedBy": "kueue.x-k8s.io/multikueue"},
+            "pytorchReplicaSpecs": {},
+        },
+        "status": {"conditions": []},
+    }
+
+
+def test_remote_manifest_of_a_kubeflow_job_clears_run_policy_managed_by() -> None:
+    kind = kind_for("kubeflow.org/v1", "PyTorchJob")
+    assert kind is not None
+    spec = RemoteSpec(job=REF, cluster="w1", attempt=3, manifest=pytorch_job())
+    body = remote_manifest(spec, kind=kind, manager_id="m", kueue=False)
+    assert body["spec"]["runPolicy"] == {"suspend": False}
+    assert "status" not in body
+    assert body["metadata"] == {
+        "name": "bert",
+        "namespace": "ml",
+        "labels": {"kdispatch.io/origin": "m", "kdispatch.io/job-uid": "u-1", "kdispatch.io/attempt": "3"},
+    }
+    origin = origin_of({**body, "metadata": {**body["metadata"], "uid": "remote"}}, manager_id="m")
+    assert origin is not None and origin.job == REF and origin.attempt == 3
+    assert origin_of(body, manager_id="another-manager") is None
+
+
+def test_no_manifest_is_a_permanent_failure() -> None:
+    kind = kind_for("batch/v1", "Job")
+    assert kind is not None
+    with pytest.raises(PermanentFailure, match="no manifest"):
+        remote_manifest(RemoteSpec(job=REF, cluster="w", attempt=1), kind=kind, manager_id="m", kueue=True)
+
+
+def test_job_facts_failed_job() -> None:
+    kind = kind_for("batch/v1", "Job")
+    assert kind is not None
+    body = remote_manifest(
+        RemoteSpec(
+            job=ev.JobRef(namespace="team-a", name="x", uid="u"),
+            cluster="w",
+            attempt=1,
+            manifest=batch_job("x"),
+        ),
+        kind=kind,
+        manager_id="m",
+        kueue=False,
+    )
+    body["status"] = {
+        "startTime": "t",
+        "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+    }
+    origin = origin_of(body, manager_id="m")
+    assert origin is not None
+    facts = job_facts(body, origin, cluster="w", kueue=False)
+    assert [type(f).__name__ for f in facts] == ["RemoteCreated", "RemoteAdmitted", "RemoteFinished"]
+    assert isinstance(facts[2], ev.RemoteFinished) and not facts[2].succeeded
+    assert facts[2].reason == "BackoffLimitExceeded"
+    assert [remote_fact_id(f) for f in facts] == ["w/u/1/created", "w/u/1/admitted", "w/u/1/finished"]
+    assert fact_id(cluster="w", job_uid="u", attempt=1, fact="gone") == "w/u/1/gone"
+
+
+@pytest.mark.parametrize(
+    ("resource", "value", "expected"),
+    [
+        ("cpu", "500m", 500),
+        ("cpu", "2", 2000),
+        ("cpu", 3, 3000),
+        ("memory", "1Gi", 2**30),
+        ("memory", "1.5k", 1500),
+        ("nvidia.com/gpu", 8, 8),
+        ("cpu", "0.1m", 1),
+    ],
+)
+def test_quantities(resource: str, value: object, expected: int) -> None:
+    assert parse_quantity(resource, value) == expected
+
+
+def test_quantity_errors_name_the_resource() -> None:
+    with pytest.raises(ValueError, match="memory: 'lots'"):
+        parse_quantity("memory", "lots")
+
+
+def test_usage_from_nodes_and_pods() -> None:
+    nodes = [
+        {"status": {"allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "4"}}},
+        {"spec": {"unschedulable": True}, "status": {"allocatable": {"cpu": "8"}}},
+    ]
+    pod = {
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {"resources": {"requests": {"cpu": "500m"}, "limits": {"nvidia.com/gpu": "1"}}},
+                {"resources": {"requests": {"cpu": "250m"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
+            "overhead": {"cpu": "100m"},
+        },
+        "status": {"phase": "Running"},
+    }
+    done = {**pod, "status": {"phase": "Succeeded"}}
+    pending = {**pod, "spec": {**pod["spec"], "nodeName": ""}}  # type: ignore[dict-item]
+    capacity, usage = from_nodes_and_pods(nodes, [pod, done, pending])
+    assert capacity == {"cpu": 8000, "memory": 32 * 2**30, "nvidia.com/gpu": 4}
+    assert usage == {"cpu": 2100, "nvidia.com/gpu": 1}  # max(750, init 2000) + overhead 100
+
+
+def test_usage_from_cluster_queues_sums_flavors() -> None:
+    cq = {
+        "spec": {
+            "resourceGroups": [
+                {
+                    "flavors": [
+                        {"name": "a", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]},
+                        {"name": "b", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "4"}]},
+                    ]
+                }
+            ]
+        },
+        "status": {"flavorsUsage": [{"name": "a", "resources": [{"name": "nvidia.com/gpu", "total": "3"}]}]},
+    }
+    assert from_cluster_queues([cq, cq]) == ({"nvidia.com/gpu": 16}, {"nvidia.com/gpu": 6})
+
+
+def test_backfill_reads_the_webhook_canonical_placement_back() -> None:
+    placement = ev.Placement(
+        cluster_selector={"region": "eu"},
+        cluster_affinity=ev.ClusterAffinity(
+            required=[
+                ev.SelectorTerm(
+                    match_expressions=[ev.MatchExpression(key="gpu", operator="In", values=["a100"])]
+                )
+            ],
+            preferred=[
+                ev.WeightedTerm(
+                    weight=30,
+                    term=ev.SelectorTerm(
+                        match_expressions=[ev.MatchExpression(key="tier", operator="Exists")]
+                    ),
+                )
+            ],
+        ),
+        cluster_tolerations=[
+            ev.Toleration(key="spot", operator="Exists", effect="NoSchedule", toleration_seconds=60)
+        ],
+        dispatch_mode="BestEffort",
+        nominate=2,
+        cluster_names=["w1", "w2"],
+        preemption_policy="Never",
+    )
+    assert placement_of(webhook_placement.canonical_json(placement)) == placement
+
+
+def test_backfill_only_batch_jobs() -> None:
+    obj = pytorch_job()
+    obj["metadata"] = {**obj["metadata"], "annotations": {"kdispatch.io/placement": "{}"}}  # type: ignore[dict-item]
+    with pytest.raises(NotBackfillable, match="only batch/v1 Job"):
+        submission_of(obj)
+
+
+def test_every_adapter_call_is_listed_and_unlisted_calls_fail() -> None:
+    rbac.check("worker", "batch", "jobs", "create")
+    rbac.check("manager", "batch", "jobs/status", "patch")
+    with pytest.raises(rbac.UnlistedApiCall, match="worker patch batch/jobs/status"):
+        rbac.check("worker", "batch", "jobs/status", "patch")
+    with pytest.raises(rbac.UnlistedApiCall):
+        rbac.check("manager", "batch", "jobs", "delete")  # kdispatch never deletes user jobs
+
+
+def entry(seq: int, event: ev.AnyEvent) -> ev.LogEntry:
+    return ev.LogEntry(seq=seq, at_ms=seq, event=event)
+
+
+def test_projection_intents_are_levels_and_gone_is_final() -> None:
+    d = Desired()
+    job = ev.JobRef(namespace="a", name="b", uid="u")
+    assert d.fold(entry(1, ev.Nominated(job=job, clusters=["w1", "w2"], attempt=1))) == [
+        ("u", "w1", 1),
+        ("u", "w2", 1),
+    ]
+    assert d.fold(entry(2, ev.Nominated(job=job, clusters=["w1"], attempt=1))) == []  # no change
+    assert d.fold(entry(3, ev.Withdrawn(job=job, cluster="w2", attempt=1))) == [("u", "w2", 1)]
+    assert d.fold(entry(4, ev.Nominated(job=job, clusters=["w2"], attempt=1))) == []  # never back
+    d.fold(entry(5, ev.Finished(job=job, cluster="w1", attempt=1)))
+    assert d.intent(("u", "w1", 1)) is Intent.FINISHED and d.wanted("u", "w1", 1)
+    d.fold(entry(6, ev.Nominated(job=job, clusters=["w3"], attempt=2)))
+    assert d.collectable(job_uid="u", cluster="w1", attempt=0, age_ms=0, grace_ms=10)  # older attempt
+    assert not d.collectable(job_uid="u", cluster="w3", attempt=2, age_ms=99, grace_ms=10)
+    assert d.collectable(job_uid="u", cluster="w2", attempt=1, age_ms=0, grace_ms=10)  # withdrawn
+    assert not d.collectable(job_uid="other", cluster="w1", attempt=1, age_ms=5, grace_ms=10)  # too young
+    assert d.collectable(job_uid="other", cluster="w1", attempt=1, age_ms=11, grace_ms=10)
+    assert d.active() == [("u", "w3", 2)]
