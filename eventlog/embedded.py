@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import shutil
@@ -101,6 +102,7 @@ class EmbeddedNats:
         self.ready_timeout_s = ready_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: int | None = None
+        self._lock_fd: int | None = None
 
     @property
     def url(self) -> str:
@@ -138,21 +140,48 @@ class EmbeddedNats:
 
     # ---- sync API ----------------------------------------------------------------------------
 
+    def _lock(self) -> None:
+        """Two servers must never share one JetStream store: hold an exclusive lock on it."""
+        path = self.data_dir / "nats-server.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise EmbeddedError(
+                f"data dir {self.data_dir} is in use by {holder}; connect to that server with its URL "
+                "(e.g. --nats), or use another data dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"nats-server of pid {os.getpid()} at {self.url}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
+
     def start(self, *, wait: bool = True) -> EmbeddedNats:
         if self.running():
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._log_file = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._proc = subprocess.Popen(
-            self._argv(),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=self._log_file,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-        log.info("nats_server_started", pid=self._proc.pid, url=self.url, data_dir=str(self.data_dir))
-        if wait:
-            self.wait_ready()
+        self._lock()
+        try:
+            self._log_file = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._proc = subprocess.Popen(
+                self._argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=self._log_file,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+            log.info("nats_server_started", pid=self._proc.pid, url=self.url, data_dir=str(self.data_dir))
+            if wait:
+                self.wait_ready()
+        except BaseException:
+            self.kill()
+            raise
         return self
 
     def _healthy(self) -> bool:
@@ -200,9 +229,13 @@ class EmbeddedNats:
                 proc.kill()
                 proc.wait()
             log.info("nats_server_stopped", pid=proc.pid, code=proc.returncode)
+        self._release()
+
+    def _release(self) -> None:
         if self._log_file is not None:
             os.close(self._log_file)
             self._log_file = None
+        self._unlock()
 
     def kill(self) -> None:
         """SIGKILL (for failure tests)."""
@@ -210,9 +243,7 @@ class EmbeddedNats:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-        if self._log_file is not None:
-            os.close(self._log_file)
-            self._log_file = None
+        self._release()
 
     def __enter__(self) -> EmbeddedNats:
         return self.start()
@@ -238,7 +269,11 @@ class EmbeddedNats:
 
     async def start_async(self) -> EmbeddedNats:
         self.start(wait=False)
-        await self.wait_ready_async()
+        try:
+            await self.wait_ready_async()
+        except BaseException:
+            self.kill()
+            raise
         return self
 
     async def stop_async(self) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from eventlog import codec
 from eventlog import events as ev
+from eventlog.embedded import EmbeddedError, EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.jetstream.connection import open_client
 
@@ -48,3 +49,27 @@ async def test_embedded_server_starts_stores_and_stops(tmp_path: Path) -> None:
     # Stopped: nobody listens there any more, and connect says so instead of hanging.
     with pytest.raises(ConnectionError, match="cannot reach NATS"):
         await open_client(url, timeout_s=0.5)
+
+
+async def test_a_second_embedded_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    first = await EmbeddedNats(data_dir=tmp_path).start_async()
+    try:
+        with pytest.raises(EmbeddedError, match=f"in use by nats-server of pid .* at {first.url}"):
+            await EmbeddedNats(data_dir=tmp_path).start_async()
+        assert first.running()
+    finally:
+        await first.stop_async()
+    again = await EmbeddedNats(data_dir=tmp_path).start_async()  # free again once stopped
+    await again.stop_async()
+
+
+async def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
+    busy = EmbeddedNats(data_dir=tmp_path / "a")
+    await busy.start_async()
+    try:
+        clash = EmbeddedNats(data_dir=tmp_path / "b", port=busy.port)  # port already taken
+        with pytest.raises(EmbeddedError, match="exited with code"):
+            await clash.start_async()
+        assert not clash.running()
+    finally:
+        await busy.stop_async()
