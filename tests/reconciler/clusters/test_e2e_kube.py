@@ -272,7 +272,9 @@ async def test_a_job_runs_on_a_worker_reports_back_and_is_cleaned_up(world: Worl
     assert ref.uid == manager_job()["metadata"]["uid"]
 
 
-async def test_a_lost_worker_is_replaced_and_its_stale_copy_withdrawn_when_it_returns(world: World) -> None:
+async def test_a_lost_worker_is_replaced_and_its_stale_copy_withdrawn_when_it_returns(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
     await world.submit("sim-1")
     await eventually(lambda: where(world.workers, "sim-1") == {"w1": 1}, what="copy on w1")
     kueue_admits(world.workers["w1"], "sim-1")
@@ -292,6 +294,9 @@ async def test_a_lost_worker_is_replaced_and_its_stale_copy_withdrawn_when_it_re
     assert world.workers["w1"].emulator.get(*JOBS, "team-a", "sim-1") is not None
     await world.workers["w1"].start()
     await eventually(lambda: where(world.workers, "sim-1") == {cluster: 2}, what="stale copy on w1 removed")
+    out, err = capsys.readouterr()
+    assert "heartbeat_failed" in out + err  # the outage was logged ...
+    assert "secret-token-of" not in out + err  # ... and no credentials with it
 
 
 async def test_a_job_the_webhook_missed_is_backfilled_from_the_manager_watch(world: World) -> None:
