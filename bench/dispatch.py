@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eventlog import events as ev  # noqa: E402
-from reconciler.core import State, decide, fold, new_state  # noqa: E402
-from reconciler.core.framework.tolerations import tolerated  # noqa: E402
+from eventlog import events as ev
+from reconciler.core import State, decide, fold, new_state
+from reconciler.core.framework.tolerations import tolerated
 
 REGIONS = ["eu-west", "eu-central", "us-east", "us-west", "ap-south"]
 TIERS = ["gold", "silver", "bronze"]

@@ -81,7 +81,7 @@ class Registry:
 
 
 REGISTRY = Registry()
-_entry_points_loaded = False
+_loaded_groups: list[str] = []
 
 
 def register(plugin: type[Plugin]) -> type[Plugin]:
@@ -91,10 +91,9 @@ def register(plugin: type[Plugin]) -> type[Plugin]:
 
 def load_entry_points(group: str = ENTRY_POINT_GROUP) -> list[str]:
     """Register third-party plugins once; returns their names (for logs and docs)."""
-    global _entry_points_loaded
-    if _entry_points_loaded:
+    if group in _loaded_groups:
         return []
-    _entry_points_loaded = True
+    _loaded_groups.append(group)
     loaded = []
     for ep in sorted(metadata.entry_points(group=group), key=lambda e: e.name):
         plugin = ep.load()
