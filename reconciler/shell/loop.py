@@ -41,6 +41,7 @@ from reconciler.shell.replay import replay
 log = get_logger("reconciler.loop")
 
 SNAPSHOT_VERSION = 1
+LAG_CHECK_S = 2.0
 
 
 class LogHandle(Protocol):
@@ -205,6 +206,7 @@ class LeaderLoop:
         self._last_tick_deadline: int | None = None
         self._warned_deadline: int | None = None
         self._policy: ev.PolicyLoaded | None = None  # the policy in force (for snapshots)
+        self._lag_checked = 0.0
         self.ready = asyncio.Event()  # set once a term has rebuilt and repaired (tests, readiness)
 
     # -- one term -----------------------------------------------------------------------------
@@ -276,6 +278,7 @@ class LeaderLoop:
 
     async def _step(self, seqr: Sequencer, bound: Any) -> None:
         assert self.state is not None
+        await self._measure_lag(seqr)
         now = max(self.settings.clock(), self.last_at_ms)
         deadline = core.next_deadline(self.state)
         wait_s = self.settings.idle_wait_s
@@ -297,6 +300,22 @@ class LeaderLoop:
         self.metrics.lag_ms.set(round(elapsed * 1000, 3))
         if self._since_snapshot >= self.settings.snapshot_every:
             await self._snapshot(bound)
+
+    async def _measure_lag(self, seqr: Sequencer) -> None:
+        """Inbox messages not yet sequenced, every couple of seconds (JetStream logs only)."""
+        now = time.monotonic()
+        if now - self._lag_checked < LAG_CHECK_S:
+            return
+        self._lag_checked = now
+        js, names = getattr(self.log, "js", None), getattr(self.log, "names", None)
+        copied = getattr(seqr, "last_inbox_seq", None)
+        if js is None or names is None or copied is None:
+            return
+        try:
+            info = await js.stream_info(names.inbox_stream)
+        except Exception:  # a metric is not worth failing a term for
+            return
+        self.metrics.inbox_lag.set(max(int(info.state.last_seq) - int(copied), 0))
 
     def _tick_due(self, deadline: int | None, now: int, bound: Any) -> bool:
         if deadline is None or now < deadline:

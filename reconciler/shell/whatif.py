@@ -328,7 +328,13 @@ def differences(recorded: Outcomes, whatif: Outcomes) -> list[dict[str, Any]]:
         b = whatif.jobs.get(key, JobOutcome())
         if a.submitted_ms is None:
             continue
-        if (a.cluster, a.copies, a.evictions, a.placed_ms is None) == (b.cluster, b.copies, b.evictions, b.placed_ms is None) and _wait(a) == _wait(b):
+        same = (a.cluster, a.copies, a.evictions, a.placed_ms is None) == (
+            b.cluster,
+            b.copies,
+            b.evictions,
+            b.placed_ms is None,
+        )
+        if same and _close(_wait(a), _wait(b)):
             continue
         rows.append(
             {
@@ -340,6 +346,17 @@ def differences(recorded: Outcomes, whatif: Outcomes) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# Waits closer than this are the same outcome: the latency model is a median, not a replay of
+# each admission, so sub-second jitter between the two runs means nothing.
+WAIT_TOLERANCE_S = 0.5
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= WAIT_TOLERANCE_S
 
 
 def _wait(j: JobOutcome) -> float | None:

@@ -154,9 +154,12 @@ async def test_sigterm_hands_over_at_once_and_metrics_show_the_leader(
     assert {e.leader for e in entries if isinstance(e.event, ev.ClusterRegistered)} == {"B"}
     assert await _metric(port_b, "kdispatch_leader") == 1.0
     assert await _metric(port_b, 'kdispatch_inputs_total{type="ClusterRegistered"}') == 2.0
+    # Everything published was sequenced: the lag (re-measured every 2 s) comes back to 0.
+    assert await _metric(port_b, "kdispatch_inbox_lag", until=0.0) == 0.0
 
 
-async def _metric(port: int, name: str) -> float:
+async def _metric(port: int, name: str, *, until: float | None = None) -> float:
+    """The metric's value (the first one seen, or once it equals ``until``)."""
     def scrape() -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             return str(resp.read().decode())
@@ -169,7 +172,7 @@ async def _metric(port: int, name: str) -> float:
         except OSError:
             text = ""
         for row in text.splitlines():
-            if row.split(" ")[0] == name:
+            if row.split(" ")[0] == name and (until is None or float(row.rsplit(" ", 1)[1]) == until):
                 return float(row.rsplit(" ", 1)[1])
         if loop.time() > end:
             raise AssertionError(f"{name} not found on :{port}/metrics")
