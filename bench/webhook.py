@@ -200,6 +200,12 @@ def _rate(*, url: str, body: Path, ca: str, rate: float, seconds: float) -> dict
     return result
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used: a cost that contention does not inflate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _metric(*, url: str, ca: str, name: str, **labels: str) -> float:
     import http.client
 
@@ -265,6 +271,9 @@ def drive(args: argparse.Namespace) -> None:
                 "mutate": (hook_url + "/mutate", mutate_body),
                 "validate": (hook_url + "/validate", validate_body),
             }
+            pids = {"bare": procs[1].pid, "mutate": procs[0].pid, "validate": procs[0].pid}
+            cpu_us: dict[str, list[float]] = {k: [] for k in targets}
+            nats_us: dict[str, list[float]] = {k: [] for k in targets}
             rps: dict[str, list[float]] = {k: [] for k in targets}
             lat: dict[str, list[float]] = {k: [] for k in targets}
             errors: dict[str, float] = dict.fromkeys(targets, 0.0)
@@ -272,24 +281,34 @@ def drive(args: argparse.Namespace) -> None:
             # on all of them alike; requests/s is the median over rounds, latencies are pooled.
             for r in range(args.rounds):
                 for label, (url, body) in targets.items():
+                    cpu0, nats0 = _cpu_s(pids[label]), _cpu_s(nats.pid)
                     sat = _wrk(url=url, body=body, seconds=args.duration, workdir=workdir)
+                    served = sat["rps"] * args.duration
+                    cpu_us[label].append((_cpu_s(pids[label]) - cpu0) / served * 1e6)
+                    nats_us[label].append((_cpu_s(nats.pid) - nats0) / served * 1e6)
                     fixed = _rate(url=url, body=body, ca=ca, rate=args.rate, seconds=args.duration)
                     rps[label].append(sat["rps"])
                     lat[label].extend(fixed["latencies_ms"])
                     errors[label] += sat["non2xx"] + fixed["errors"]
-                    print(f"round {r + 1} {label:>8}: {sat['rps']:7.0f} req/s", flush=True)
+                    print(
+                        f"round {r + 1} {label:>8}: {sat['rps']:7.0f} req/s, server CPU {cpu_us[label][-1]:6.1f} us/request, "
+                        f"nats-server CPU {nats_us[label][-1]:5.1f} us/request",
+                        flush=True,
+                    )
             summary: dict[str, dict[str, float]] = {}
             for label in targets:
                 arr = np.array(lat[label])
                 summary[label] = {
                     "rps": float(np.median(rps[label])),
+                    "cpu_us": float(np.median(cpu_us[label])),
                     "p50": float(np.percentile(arr, 50)),
                     "p99": float(np.percentile(arr, 99)),
                     "max": float(arr.max()),
                 }
                 m = summary[label]
                 print(
-                    f"{label:>9}: {m['rps']:7.0f} req/s (wrk -c64, median of {args.rounds}) | at {args.rate:.0f}/s "
+                    f"{label:>9}: {m['rps']:7.0f} req/s (wrk -c64, median of {args.rounds}), {m['cpu_us']:.0f} us CPU/request "
+                    f"| at {args.rate:.0f}/s "
                     f"({len(arr)} requests): p50 {m['p50']:.2f} ms, p99 {m['p99']:.2f} ms, max {m['max']:.1f} ms | "
                     f"errors {errors[label]:.0f}",
                     flush=True,
@@ -299,7 +318,10 @@ def drive(args: argparse.Namespace) -> None:
             print(f"publishes acknowledged by JetStream: {published:.0f}, not acknowledged: {failures:.0f}")
             base = summary["bare"]["rps"]
             for label in ("mutate", "validate"):
-                print(f"ratio {label}/bare: {summary[label]['rps'] / base:.2f}")
+                print(
+                    f"ratio {label}/bare: {summary[label]['rps'] / base:.2f} in requests/s, "
+                    f"{summary['bare']['cpu_us'] / summary[label]['cpu_us']:.2f} in server CPU per request"
+                )
             v = summary["validate"]
             print(
                 f"HEADLINE webhook /validate (JobSubmitted publish acked) over TLS: {v['rps']:.0f} reviews/s, "

@@ -67,10 +67,12 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _strings(meta: Mapping[str, Any], key: str) -> dict[str, str]:
+def _strings(meta: Mapping[str, Any], key: str) -> Mapping[str, str]:
     values = meta.get(key)
     if not isinstance(values, dict):
         return {}
+    if all(isinstance(v, str) for v in values.values()):  # always, from the API server: no copy
+        return values
     return {k: v for k, v in values.items() if isinstance(v, str)}
 
 
@@ -230,7 +232,11 @@ def mutate(request: AdmissionRequest, settings: Settings) -> Outcome:
 def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any]) -> Outcome:
     _, canonical = _placement_canonical(obj)
     try:
-        _pod_sets(info, obj)
+        # The pod sets' shape only: their requests (quantities) are read and checked at /validate,
+        # which denies with the same message, so /mutate does not pay for them twice.
+        podsets.extract(info, obj)
+    except podsets.PodSetError as err:
+        return _deny(request.uid, _Denied("invalid-podsets", f"kdispatch: cannot read the pod sets of this {info.kind}: {err}"))
     except podsets.NotDispatchable as err:
         return _allow(request.uid, "not-dispatchable", warnings=[f"kdispatch: {err}"])
     _runtime_ms(obj)

@@ -4,6 +4,7 @@ end of a list), plus an applier so tests and tools can see the patched object.""
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,12 @@ def unescape(token: str) -> str:
 
 
 def pointer(path: Sequence[str]) -> str:
+    return _pointer(tuple(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _pointer(path: tuple[str, ...]) -> str:
+    # The webhook patches the same few paths of each kind over and over.
     return "".join("/" + escape(p) for p in path)
 
 

@@ -135,6 +135,16 @@ def test_invalid_placement_is_denied_with_every_reason() -> None:
     assert outcome.response.uid == "rev-1"
 
 
+def test_bad_quantities_are_denied_at_validate_with_their_path() -> None:
+    obj = _job()
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "one"
+    assert admit.mutate(_request(obj), SETTINGS).allowed  # the shape is fine; quantities are read once, at /validate
+    outcome = admit.validate(_request(_admitted(obj)), SETTINGS)
+    assert not outcome.allowed and outcome.reason == "invalid-podsets"
+    assert outcome.response.status is not None
+    assert "$.spec.template.spec.containers[0].resources.requests.cpu: 'one' is not a quantity" in outcome.response.status.message
+
+
 def test_a_job_managed_by_another_controller_is_denied() -> None:
     obj = _job()
     obj["spec"]["managedBy"] = "example.com/my-controller"
