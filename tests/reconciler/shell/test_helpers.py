@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from reconciler.commands.log import subject_matches
 from reconciler.config import ConfigError, PolicyConfig, ProfileConfig
 from reconciler.shell.logsource import parse_until
 from reconciler.shell.policy import load_policy_file, policy_event, same_policy
+from reconciler.shell.progress import Progress
 from reconciler.shell.render import line
 from reconciler.shell.replay import DecisionBatch, units
 
@@ -108,3 +110,21 @@ async def test_units_group_decision_batches_and_flag_short_ones() -> None:
     assert full.complete and [e.seq for e in full.entries] == [2, 3]
     assert not short.complete and [e.seq for e in short.entries] == [4, 5]
     assert single.complete
+
+
+def test_progress_is_silent_on_short_work_and_counts_tenths_on_long_work() -> None:
+    short = io.StringIO()
+    p = Progress(total=10, stream=short, threshold=100)
+    for i in range(11):
+        p.update(i)
+    p.close()
+    assert short.getvalue() == ""
+    long = io.StringIO()
+    p = Progress(total=1000, stream=long, threshold=100, label="replay")
+    for i in range(0, 1001, 7):
+        p.update(i)
+    p.update(1000)
+    p.close()
+    lines = long.getvalue().splitlines()
+    assert lines[-1] == "replay: 100% (1000/1000 entries)"
+    assert len(lines) == len(set(lines)) <= 11  # one line per tenth, not one per update
