@@ -45,7 +45,7 @@ def test_deadlines_are_round_timeouts_backoffs_and_worker_loss() -> None:
 def test_claim_expiry_is_a_deadline() -> None:
     h = Harness()
     h.inputs(cluster("a", cpu=4_000, lost_timeout_ms=10**9))
-    [n] = h.feed(job("low", cpu=4_000))
+    h.feed(job("low", cpu=4_000))
     h.feed(ev.RemoteAdmitted(job=ref("low"), cluster="a", attempt=1))
     [claim] = of_type(h.feed(job("hi", cpu=4_000, priority=9)), ev.PreemptionClaimed)
     fired = drive_by_deadlines(h, until_ms=claim.expires_ms)
