@@ -71,7 +71,13 @@ async def write_log(jlog: JetStreamLog, entries: list[ev.LogEntry]) -> None:
             (
                 subjects.subject_for(e.event, prefix=prefix),
                 codec.encode(e),
-                {"Nats-Expected-Last-Sequence": str(e.seq - 1), INBOX_LAST_HEADER: str(e.inbox_seq or 0)},
+                {"Nats-Expected-Last-Sequence": str(e.seq - 1), "Nats-Msg-Id": f"log-{e.seq}"}
+                if e.inbox_seq is not None
+                else {
+                    "Nats-Expected-Last-Sequence": str(e.seq - 1),
+                    "Nats-Msg-Id": f"log-{e.seq}",
+                    INBOX_LAST_HEADER: str(entries[e.seq - 2].inbox_seq or 0) if e.seq > 1 else "0",
+                },
             )
             for e in chunk
         ]

@@ -5,8 +5,9 @@ Each append to the Log stream carries
   was written since, which is how a deposed leader finds out (``Fenced``);
 - ``Nats-Msg-Id: log-<seq>``: a retry of an append whose ack was lost is recognised as a
   duplicate instead of being stored twice;
-- ``Kd-Inbox-Last``: the last inbox sequence copied into the log up to and including this entry,
-  so ``resume`` reads one message (the last) to know where to continue, whatever its kind.
+- ``Kd-Inbox-Last`` (on entries that were not copied from the inbox: decisions, ticks): the last
+  inbox sequence copied into the log before this entry. With the ``inbox_seq`` of copied entries,
+  ``resume`` reads one message (the last) to know where to continue, whatever its kind.
 
 Appends of one call are pipelined (published back to back, acks awaited together): each carries
 its own expected last sequence, so the server still refuses any interleaving.
@@ -80,10 +81,8 @@ class JetStreamSequencer:
     async def _inbox_last_at(self, seq: int) -> int:
         js, names = self._jlog.js, self._jlog.names
         msg = await js.get_msg(names.log_stream, seq)
-        header = (msg.headers or {}).get(INBOX_LAST_HEADER)
-        if header is not None:
-            return int(header)
-        # Written by something that did not set the header: walk back to the last copied input.
+        # A copied input says it in its payload, anything else in its header; an entry written by
+        # something else (neither): walk back to the last copied input.
         while seq >= 1:
             try:
                 entry = codec.decode_entry(msg.data or b"")
@@ -91,6 +90,9 @@ class JetStreamSequencer:
                 entry = None
             if entry is not None and entry.inbox_seq is not None:
                 return entry.inbox_seq
+            header = (msg.headers or {}).get(INBOX_LAST_HEADER)
+            if header is not None:
+                return int(header)
             seq -= 1
             if seq >= 1:
                 try:
@@ -132,7 +134,7 @@ class JetStreamSequencer:
         seq = await self._ensure_resumed()
         last_inbox = self._last_inbox
         entries: list[LogEntry] = []
-        marks: list[int] = []
+        marks: list[int | None] = []
         for item in items:
             seq += 1
             if item.inbox_seq is not None:
@@ -147,7 +149,7 @@ class JetStreamSequencer:
                     seq=seq, at_ms=at_ms, event=item.event, inbox_seq=item.inbox_seq, leader=self.leader_id
                 )
             )
-            marks.append(last_inbox)
+            marks.append(None if item.inbox_seq is not None else last_inbox)  # the payload says it
         await self._append(entries, marks)
         self._last_inbox = last_inbox
         return entries
@@ -171,7 +173,7 @@ class JetStreamSequencer:
         await self._append(entries, [self._last_inbox] * len(entries))
         return entries
 
-    async def _append(self, entries: list[LogEntry], marks: list[int]) -> None:
+    async def _append(self, entries: list[LogEntry], marks: list[int | None]) -> None:
         if self._fenced is not None:
             raise Fenced(self._fenced)
         if self.lease is not None and not self.lease.valid():
@@ -190,12 +192,11 @@ class JetStreamSequencer:
             await self._check_ack(entry.seq, ack, out[1])
         self._last_seq = entries[-1].seq
 
-    def _headers(self, seq: int, mark: int) -> dict[str, str]:
-        return {
-            "Nats-Expected-Last-Sequence": str(seq - 1),
-            "Nats-Msg-Id": f"log-{seq}",
-            INBOX_LAST_HEADER: str(mark),
-        }
+    def _headers(self, seq: int, mark: int | None) -> dict[str, str]:
+        headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"log-{seq}"}
+        if mark is not None:
+            headers[INBOX_LAST_HEADER] = str(mark)
+        return headers
 
     async def _retry(self, out: Outgoing, seq: int) -> PubAck:
         loop = asyncio.get_running_loop()
