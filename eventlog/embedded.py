@@ -89,6 +89,7 @@ class EmbeddedNats:
         cluster_name: str | None = None,
         cluster_port: int | None = None,
         routes: list[str] | None = None,
+        extra_args: list[str] | None = None,
         ready_timeout_s: float = 30.0,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
@@ -99,6 +100,7 @@ class EmbeddedNats:
         self.cluster_name = cluster_name
         self.cluster_port = cluster_port
         self.routes = list(routes or [])
+        self.extra_args = list(extra_args or [])  # e.g. TLS: --tlscert F --tlskey F --tlsverify
         self.ready_timeout_s = ready_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: int | None = None
@@ -136,7 +138,7 @@ class EmbeddedNats:
             argv += ["--cluster", f"nats://{self.host}:{self.cluster_port}"]
         if self.routes:
             argv += ["--routes", ",".join(self.routes)]
-        return argv
+        return argv + self.extra_args
 
     # ---- sync API ----------------------------------------------------------------------------
 

@@ -165,6 +165,7 @@ async def connect(
     root: str = "kd",
     name: str = "kdispatch",
     publish_timeout_s: float = 5.0,
+    connect_timeout_s: float = 10.0,
 ) -> JetStreamLog:
     """Open the log at ``url`` (or start the embedded server if ``None``) and create its streams.
 
@@ -180,7 +181,7 @@ async def connect(
         embedded = await EmbeddedNats(data_dir=data_dir).start_async()
         url = embedded.url
     try:
-        nc = await open_client(url, creds=creds, tls=tls, name=name)
+        nc = await open_client(url, creds=creds, tls=tls, name=name, timeout_s=connect_timeout_s)
     except BaseException:
         if embedded is not None:
             await embedded.stop_async()
