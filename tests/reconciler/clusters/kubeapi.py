@@ -118,8 +118,11 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         return copy.deepcopy(obj) if obj is not None else None
 
     def put(self, group: str, version: str, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create an object directly (what another controller would do)."""
-        return self._create((group, version, plural), obj.get("metadata", {}).get("namespace", ""), obj)
+        """Create an object directly (what another controller would do). A ``metadata.uid`` given
+        is kept: the API server assigns it before the admission webhooks see the object."""
+        return self._create(
+            (group, version, plural), obj.get("metadata", {}).get("namespace", ""), obj, keep_uid=True
+        )
 
     def patch_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: dict[str, Any]
@@ -165,7 +168,9 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
             if w.wants(key, snapshot):
                 w.queue.put_nowait({"type": kind, "object": snapshot})
 
-    def _create(self, key: Key, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _create(
+        self, key: Key, namespace: str, body: dict[str, Any], *, keep_uid: bool = False
+    ) -> dict[str, Any]:
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         meta["namespace"] = namespace or meta.get("namespace", "")
@@ -177,7 +182,7 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
                 status=409, reason="AlreadyExists", message=f'{key[2]} "{name}" already exists'
             )
         meta.update(
-            uid=str(uuid.uuid4()),
+            uid=meta["uid"] if keep_uid and meta.get("uid") else str(uuid.uuid4()),
             resourceVersion=str(self._next_rv()),
             creationTimestamp=_now(),
             generation=1,

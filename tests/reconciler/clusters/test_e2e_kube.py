@@ -10,6 +10,7 @@ timeout, the job re-placed elsewhere; the worker comes back with its stale copy:
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,11 @@ import pytest
 import yaml
 
 from eventlog import events as ev
+from eventlog.embedded import free_port
 from eventlog.jetstream import JetStreamLog
 from reconciler.config import decode_config
+from reconciler.demo.apiserver import ApiServer as AdmissionClient
+from reconciler.shell.child import Supervised
 from reconciler.shell.clusters.setup import ClusterSet
 from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
 from reconciler.shell.policy import policy_event
@@ -309,3 +313,53 @@ async def test_a_job_the_webhook_missed_is_backfilled_from_the_manager_watch(wor
     entries = await log_entries(world.jlog)
     subs = [e.event for e in entries if isinstance(e.event, ev.JobSubmitted) and e.event.job.name == "missed"]
     assert [s.source for s in subs] == ["watch"]
+
+
+async def test_a_job_admitted_by_the_real_webhook_is_dispatched(world: World, tmp_path: Path) -> None:
+    """The front door too: ``python -m webhook`` as a child process gets real AdmissionReviews over
+    HTTPS (mutate, then validate) and records the JobSubmitted; the job lands on the manager."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "webhook",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--nats",
+        world.jlog.url,
+    ]
+    argv += ["--root", world.jlog.names.root, "--data-dir", str(tmp_path), "--log-level", "warning"]
+    webhook = Supervised("webhook", argv)
+    stop = asyncio.Event()
+    child = asyncio.create_task(webhook.run(stop))
+    try:
+        ca = tmp_path / "webhook-tls" / "ca.crt"
+        await eventually(ca.exists, timeout_s=30, what="webhook TLS material")
+        async with AdmissionClient(f"https://127.0.0.1:{port}", ca_file=str(ca)) as api:
+            await _eventually_async(api.ready, timeout_s=30, what="webhook ready")
+            user_job = batch_job("via-webhook")
+            del user_job["spec"]["managedBy"], user_job["spec"]["selector"]
+            user_job["spec"]["suspend"] = False
+            user_job["metadata"]["annotations"] = {"kdispatch.io/cluster-selector": "zone=w2"}
+            admitted = await api.create(user_job)
+        obj = admitted.obj
+        assert obj["spec"]["suspend"] is True and obj["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+        world.manager.emulator.put(*JOBS, obj)  # what the API server stores after admission
+        copies = await explained(
+            world, eventually(lambda: where(world.workers, "via-webhook"), what="copy on w2")
+        )
+        assert copies == {"w2": 1}  # the selector the webhook normalized was honoured
+        kueue_admits(world.workers["w2"], "via-webhook")
+        assert await world.placed("via-webhook", attempt=1) == "w2"
+        entries = await log_entries(world.jlog)
+        subs = [
+            e.event
+            for e in entries
+            if isinstance(e.event, ev.JobSubmitted) and e.event.job.name == "via-webhook"
+        ]
+        assert [(s.source, s.job.uid) for s in subs] == [("webhook", obj["metadata"]["uid"])]
+    finally:
+        stop.set()
+        await asyncio.wait_for(child, 30)
