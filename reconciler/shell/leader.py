@@ -48,7 +48,16 @@ async def run_candidate(
     bound = log.bind(leader=holder, lease=name)
     while not stop.is_set():
         lease: Lease = log_.lease(name, ttl_s, holder=holder)
-        acquired = await _until_stop(lease.acquire(), stop)
+        try:
+            acquired = await _until_stop(lease.acquire(), stop)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as err:
+            # NATS unreachable or the lease bucket misconfigured: say so, and try again later.
+            bound.error("lease_acquire_failed", error=str(err) or type(err).__name__, retry_in_s=ttl_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=ttl_s)
+            continue
         if not acquired:
             await _release(lease)
             return

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -228,13 +228,15 @@ class LeaderLoop:
         self.metrics.leader.set(1)
         bound = log.bind(leader=self.settings.leader_id)
         try:
-            await self._start(seqr, bound)
+            if not await _unless_lost(self._start(seqr, bound), lost):
+                return "lease-lost"
             while True:
                 if stop.is_set():
                     return "stopped"
                 if lost is not None and lost.is_set():
                     return "lease-lost"
-                await self._step(seqr, bound)
+                if not await _unless_lost(self._step(seqr, bound), lost):
+                    return "lease-lost"
         except Fenced as err:
             bound.warning("fenced_stepping_down", error=str(err), last_seq=self.last_seq)
             return "fenced"
@@ -373,6 +375,31 @@ class LeaderLoop:
         self._since_snapshot = 0
         self.metrics.snapshots.inc()
         bound.info("snapshot_saved", seq=self.last_seq, bytes=len(snap.state))
+
+async def _unless_lost(work: Coroutine[Any, Any, None], lost: asyncio.Event | None) -> bool:
+    """Run one step; abandon it (False) if the lease is lost meanwhile.
+
+    A step blocked on an unreachable NATS would otherwise keep a deposed leader from noticing.
+    Abandoning an append half-way is safe: the log is fenced, and the next leader repairs a
+    decision batch cut short.
+    """
+    if lost is None:
+        await work
+        return True
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(lost.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return False
+
 
 async def wait_ready(loop: LeaderLoop, *, timeout_s: float) -> None:
     await asyncio.wait_for(loop.ready.wait(), timeout=timeout_s)
