@@ -437,11 +437,13 @@ def parse(annotations: Mapping[str, Any]) -> ev.Placement:
 def parse_with_canonical(annotations: Mapping[str, Any]) -> tuple[ev.Placement, str]:
     """``parse`` and the canonical annotation value, memoized on the placement annotations."""
     relevant = tuple(sorted((k, v) for k, v in annotations.items() if is_placement_annotation(k) and k != RUNTIME_ANNOTATION))
-    try:
+    if all(isinstance(v, str) for _, v in relevant) and sum(len(v) for _, v in relevant) <= _CACHED_SIZE:
         return _parse_cached(relevant)
-    except TypeError:  # an unhashable value: not from a real object (annotations are strings)
-        p = _parse(dict(relevant))
-        return p, canonical_json(p)
+    p = _parse(dict(relevant))  # large (or, by hand, non-string) values are not kept in the cache
+    return p, canonical_json(p)
+
+
+_CACHED_SIZE = 4096  # bytes of annotation values: the cache holds at most 4096 x 4 KiB
 
 
 @functools.lru_cache(maxsize=4096)

@@ -8,6 +8,7 @@ way Kueue does: CPU in millicores, everything else ``Value()``; both round up.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -47,9 +48,18 @@ def parse_quantity(value: object) -> Fraction:
             raise QuantityError(f"{value!r} is not a quantity")
         text = repr(value)
     elif isinstance(value, str):
-        text = value.strip()
+        if len(value) > _MAX_LENGTH:  # before the cache: it keeps only short keys
+            raise QuantityError(f"{value.strip()[:20]!r}… is not a quantity: longer than {_MAX_LENGTH} characters")
+        return _parse_text(value)
     else:
         raise QuantityError(f"{value!r} is not a quantity (expected a string like '500m', '2Gi', '1')")
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(raw: str) -> Fraction:
+    # A cluster's jobs use a few dozen distinct quantities; Fraction is immutable, so sharing is safe.
+    text = raw.strip()
     if len(text) > _MAX_LENGTH:
         raise QuantityError(f"{text[:20]!r}… is not a quantity: longer than {_MAX_LENGTH} characters")
     m = _QUANTITY.match(text)

@@ -84,8 +84,11 @@ class WebhookServer:
             self._idle.clear()
             try:
                 try:
-                    async with asyncio.timeout(self.read_timeout_s):  # no task per request, unlike wait_for
+                    if request.content.is_eof():  # the whole body is already here: no timer needed
                         body = await request.read()
+                    else:
+                        async with asyncio.timeout(self.read_timeout_s):  # no task per request, unlike wait_for
+                            body = await request.read()
                 except TimeoutError:
                     bad.inc()
                     return _error(408, f"the request body did not arrive within {self.read_timeout_s}s")

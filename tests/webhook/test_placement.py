@@ -257,3 +257,10 @@ def test_any_annotation_text_parses_or_explains(annotations: dict[str, str]) -> 
         assert err.issues and all(i.annotation in annotations for i in err.issues)
         return
     assert parse({**annotations, PLACEMENT_ANNOTATION: canonical_json(p)}) == p
+
+
+def test_large_annotation_values_are_not_kept_in_the_parse_cache() -> None:
+    big = ",".join(f"k{i}=v{i}" for i in range(1000))  # ~10 KB, a valid selector
+    before = placement._parse_cached.cache_info().currsize
+    assert len(parse({"kdispatch.io/cluster-selector": big}).cluster_selector) == 1000
+    assert placement._parse_cached.cache_info().currsize == before

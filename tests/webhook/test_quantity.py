@@ -44,7 +44,7 @@ def test_parses_exactly(text: object, value: Fraction) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "m", "1x", "1KiB", "1ki", "1 Gi", "1e", "e3", "1.2.3", "--1", "1e999", "NaN", True, None, [1], "\u0661"]
+    "text", ["", "m", "1x", "1KiB", "1ki", "1 Gi", "1e", "e3", "1.2.3", "--1", "1e999", "NaN", True, None, [1], "\u0661", " " * 100 + "1"]
 )
 def test_rejects(text: object) -> None:
     with pytest.raises(QuantityError):
