@@ -102,8 +102,16 @@ class ApiServer:
 
     def __init__(self, base_url: str, *, ca_file: str) -> None:
         self.base_url = base_url.rstrip("/")
-        self._ssl = ssl.create_default_context(cafile=ca_file)
+        self.ca_file = ca_file
+        self._ssl_context: ssl.SSLContext | None = None
         self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def _ssl(self) -> ssl.SSLContext:
+        # Loaded on first use: the webhook writes its CA when it starts, after we are made.
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context(cafile=self.ca_file)
+        return self._ssl_context
 
     async def __aenter__(self) -> ApiServer:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))

@@ -35,8 +35,8 @@ from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_tabl
 from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, main_jobs
 from reconciler.shell import logging as klog
 from reconciler.shell.child import Supervised
+from reconciler.shell.clusters.setup import ClusterSet
 from reconciler.shell.clusters.sim import SimCluster
-from reconciler.shell.compose import ClusterSet
 from reconciler.shell.leader import run_candidate
 from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.policy import policy_event
@@ -242,11 +242,11 @@ class Demo:
             tasks.append(asyncio.create_task(self.webhook.run(stop), name="webhook"))
             self.loop = LeaderLoop(jlog, LoopSettings(leader_id=f"demo-{self.run_id}", policy=policy_event(config.policy)))
             tasks.append(asyncio.create_task(run_candidate(jlog, self.loop, stop=stop), name="leader"))
-            clusters = ClusterSet.from_config(
-                config, reader=jlog.reader, inbox=jlog.inbox, heartbeat_interval_s=setup.HEARTBEAT_INTERVAL_S
-            )
+            clusters = await ClusterSet.from_config(config)
             self.sims = {n: w for n, w in clusters.workers.items() if isinstance(w, SimCluster)}
-            tasks.append(asyncio.create_task(clusters.run(stop), name="clusters"))
+            tasks.append(
+                asyncio.create_task(clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop), name="clusters")
+            )
             tasks.append(asyncio.create_task(follower.run(stop), name="follower"))
             tasks.append(asyncio.create_task(self._progress(stop), name="progress"))
             self.screen.say(

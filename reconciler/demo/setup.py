@@ -70,6 +70,10 @@ CLUSTERS: list[dict[str, Any]] = [
 ]
 
 
+def _clusters() -> list[dict[str, Any]]:
+    return [{**c, "heartbeatInterval": f"{round(HEARTBEAT_INTERVAL_S * 1000)}ms"} for c in CLUSTERS]
+
+
 def config_document(data_dir: Path) -> dict[str, Any]:
     return {
         "dataDir": str(data_dir),
@@ -80,7 +84,7 @@ def config_document(data_dir: Path) -> dict[str, Any]:
             "priorityClasses": dict(PRIORITY_CLASSES),
             "profiles": [PROFILE],
         },
-        "clusters": CLUSTERS,
+        "clusters": _clusters(),
     }
 
 

@@ -71,7 +71,7 @@ def progress_line(
         phases.update(str(j.get("phase")) for j in summary.get("jobs", {}).values())
         for name, c in sorted(summary.get("clusters", {}).items()):
             h = str(c.get("health", "?"))
-            if h != "Healthy":
+            if h != "Ready":
                 health.append(f"{name}:{h}")
     order = ("Queued", "Nominated", "Placed", "Finished", "Suspended", "Unschedulable", "Deleted")
     counts = "  ".join(f"{p.lower()} {phases[p]}" for p in order if phases.get(p))
