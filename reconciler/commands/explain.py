@@ -49,6 +49,7 @@ class Step:
     at_ms: int
     decisions: list[ev.LogEntry]
     explanation: Any | None = None
+    explained_at: int | None = None  # the seq of the decision the explanation is for
     error: str | None = None
 
 
@@ -75,6 +76,7 @@ async def gather(reader: Any, key: str, *, progress: Progress | None = None) -> 
         step = story.steps[-1]
         step.decisions.append(entry)
         if step.explanation is None and isinstance(entry.event, _EVALUATED) and _is_subject(entry.event, key):
+            step.explained_at = entry.seq
             try:
                 step.explanation = core.explain(state, key)
             except KeyError:
@@ -122,6 +124,7 @@ def _as_json(story: Story, current: dict[str, Any] | None) -> dict[str, Any]:
                 "at_ms": s.at_ms,
                 "entries": [codec.to_builtins(e) for e in s.decisions],
                 "explanation": codec.to_builtins(s.explanation) if s.explanation is not None else None,
+                "explained_at": s.explained_at,
                 "error": s.error,
             }
             for s in story.steps
@@ -136,21 +139,25 @@ def _print(story: Story, current: dict[str, Any] | None, out: TextIO) -> None:
     out.write("\n")
     timeline: list[tuple[int, Step | ev.LogEntry]] = [(e.seq, e) for e in story.facts]
     timeline += [(s.seq, s) for s in story.steps]
+    after_step = False
     for _seq, item in sorted(timeline, key=lambda t: t[0]):
         if isinstance(item, ev.LogEntry):
+            if after_step:
+                out.write("\n")
             out.write(f"  {short_line(item, story.key)}\n")
+            after_step = False
             continue
-        out.write("\n")
+        out.write("\n")  # each decision batch stands apart
+        after_step = True
         for entry in item.decisions:
             out.write(f"  {short_line(entry, story.key)}\n")
             _print_preemption(entry.event, story.key, out)
-        if item.error:
-            out.write(f"      ({item.error})\n")
-        if item.explanation is not None:
-            chosen = [c for e in item.decisions for c in _chosen(e.event)]
-            for row in render_explanation(item.explanation, chosen=chosen):
-                out.write(f"      {row}\n")
-        out.write("\n")
+            if entry.seq == item.explained_at:
+                if item.error:
+                    out.write(f"      ({item.error})\n")
+                if item.explanation is not None:
+                    for row in render_explanation(item.explanation, chosen=_chosen(entry.event)):
+                        out.write(f"      {row}\n")
 
 
 def short_line(entry: ev.LogEntry, key: str) -> str:

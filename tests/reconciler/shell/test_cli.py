@@ -19,8 +19,9 @@ from eventlog import events as ev
 from eventlog.jetstream import connect
 from eventlog.store import InboxItem
 from reconciler.cli import main
+from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
 
-from .scenario import Scenario, delete_log, run_scenario
+from .scenario import GPU, POLICY, Scenario, admit, decisions_of, delete_log, run_scenario, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +205,46 @@ def test_log_follow_prints_new_entries(recorded: tuple[str, str, Scenario], tmp_
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+async def _preemption_log(url: str, root: str) -> None:
+    """One 4-GPU cluster; a low-priority job runs there; a high-priority one needs it all."""
+    jlog = await connect(url, root=root)
+    loop = LeaderLoop(jlog, LoopSettings(leader_id="A", policy=POLICY, idle_wait_s=0.02))
+    stop = asyncio.Event()
+    term = asyncio.create_task(loop.run_term(stop=stop))
+    try:
+        await wait_ready(loop, timeout_s=20)
+        await jlog.inbox.publish(ev.ClusterRegistered(cluster="solo", capacity={"cpu": 64_000, GPU: 4}), msg_id="r")
+        await jlog.inbox.publish(ev.ClusterHeartbeat(cluster="solo"), msg_id="h")
+        gang = [ev.PodSet(name="main", count=1, requests={GPU: 4})]
+        low = ev.JobSubmitted(job=ev.JobRef(namespace="team-a", name="low", uid="ul"), pod_sets=gang, priority=10)
+        await jlog.inbox.publish(low, msg_id="low")
+        entries = await wait_for(jlog, lambda es: bool(decisions_of(es, ev.Nominated)))
+        nominated = decisions_of(entries, ev.Nominated)[0].event
+        assert isinstance(nominated, ev.Nominated)
+        await admit(jlog, nominated, "solo")
+        await wait_for(jlog, lambda es: bool(decisions_of(es, ev.Placed)))
+        high = ev.JobSubmitted(job=ev.JobRef(namespace="team-a", name="high", uid="uh"), pod_sets=gang, priority=100)
+        await jlog.inbox.publish(high, msg_id="high")
+        await wait_for(jlog, lambda es: bool(decisions_of(es, ev.Evict)))
+    finally:
+        stop.set()
+        await term
+        await jlog.close()
+
+
+def test_explain_shows_who_preempted_whom(nats_url: str, log_root: str, capsys: pytest.CaptureFixture[str]) -> None:
+    asyncio.run(_preemption_log(nats_url, log_root))
+    try:
+        code, out = kd(capsys, "explain", "team-a/high", "--nats", nats_url, "--root", log_root)
+        assert code == 0
+        assert "-> team-a/high preempts team-a/low on solo" in out
+        assert "ClusterHeadroom" in out  # why it had to preempt: no free GPUs anywhere
+        code, out = kd(capsys, "explain", "team-a/low", "--nats", nats_url, "--root", log_root)
+        assert code == 0
+        assert "-> team-a/low is preempted by team-a/high on solo" in out
+        assert "-> evicted from solo for team-a/high" in out
+        assert kd(capsys, "replay", "--verify", "--nats", nats_url, "--root", log_root)[0] == 0
+    finally:
+        asyncio.run(delete_log(nats_url, log_root))
