@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -248,3 +249,23 @@ def test_explain_shows_who_preempted_whom(nats_url: str, log_root: str, capsys: 
         assert kd(capsys, "replay", "--verify", "--nats", nats_url, "--root", log_root)[0] == 0
     finally:
         asyncio.run(delete_log(nats_url, log_root))
+
+
+def test_until_time_and_log_from_a_file(
+    recorded: tuple[str, str, Scenario], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url, root, scenario = recorded
+    _, out = kd(capsys, "log", "--json", "--nats", url, "--root", root)
+    export = tmp_path / "log.jsonl"
+    export.write_text(out)
+    entries = [codec.decode_entry(ln.encode()) for ln in out.splitlines()]
+    # --until TIME: every entry sequenced at or before that instant, none after.
+    cut = entries[len(entries) // 2].at_ms
+    expected = max(e.seq for e in entries if e.at_ms <= cut)
+    when = datetime.fromtimestamp(cut / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    code, out = kd(capsys, "replay", "--json", "--until", when, "--file", str(export))
+    assert code == 0 and json.loads(out)["seq"] == expected
+    # The export reads like the live log.
+    _, live = kd(capsys, "log", "--nats", url, "--root", root)
+    code, from_file = kd(capsys, "log", "--file", str(export))
+    assert code == 0 and from_file == live and len(live.splitlines()) == scenario.last_seq
