@@ -32,7 +32,8 @@ log = get_logger("reconciler.actuator")
 
 
 class DecisionListener(Protocol):
-    """Told about bookkeeping decisions (Placed, Finished) once caught up; e.g. the manager sync."""
+    """Told about bookkeeping decisions (Placed, Finished, CleanUp) once caught up; e.g. the
+    manager status sync. Must not block: slow work belongs in its own task."""
 
     async def decided(self, event: ev.DecisionEvent, desired: Desired) -> None: ...
 
@@ -88,17 +89,23 @@ class _Executor:
             if intent is None or intent is self.done.get(key) or intent is Intent.FINISHED:
                 return
             job = self.desired.refs.get(uid)
-            bound = log.bind(job=job.key if job else uid, cluster=cluster, attempt=attempt, intent=str(intent))
+            bound = log.bind(
+                job=job.key if job else uid, cluster=cluster, attempt=attempt, intent=str(intent)
+            )
             try:
                 if intent is Intent.RUN:
                     spec = self.desired.spec(key)
                     if spec is None:
-                        bound.error("create_skipped_job_unknown", hint="the log has no JobSubmitted for this uid")
+                        bound.error(
+                            "create_skipped_job_unknown", hint="the log has no JobSubmitted for this uid"
+                        )
                         self.done[key] = intent
                         return
                     await self.worker.create(spec)
                 elif job is not None and intent is Intent.EVICT:
-                    await self.worker.evict(job, attempt, reason=self.desired.evict_reason.get(key, "Preempted"))
+                    await self.worker.evict(
+                        job, attempt, reason=self.desired.evict_reason.get(key, "Preempted")
+                    )
                 elif job is not None and intent is Intent.GONE:
                     await self.worker.delete(job, attempt)
                 self.done[key] = intent
@@ -187,10 +194,16 @@ class Actuator:
                 for key in self.desired.fold(entry):
                     if apply:
                         self._submit(key)
-                if apply and isinstance(entry.event, ev.Placed | ev.Finished):
-                    for listener in self.listeners:
-                        await listener.decided(entry.event, self.desired)
+                if apply and isinstance(entry.event, ev.Placed | ev.Finished | ev.CleanUp):
+                    await self._tell(entry.event)
         return got
+
+    async def _tell(self, event: ev.DecisionEvent) -> None:
+        for listener in self.listeners:
+            try:
+                await listener.decided(event, self.desired)
+            except Exception as err:  # a listener's trouble must not stop the actuator
+                log.error("decision_listener_failed", listener=type(listener).__name__, error=str(err))
 
     def _submit(self, key: CopyKey) -> None:
         ex = self._executors.get(key[1])
@@ -220,7 +233,11 @@ class Actuator:
                 continue
             for copy in copies:
                 if not self.desired.collectable(
-                    job_uid=copy.job_uid, cluster=name, attempt=copy.attempt, age_ms=copy.age_ms, grace_ms=self.gc_grace_ms
+                    job_uid=copy.job_uid,
+                    cluster=name,
+                    attempt=copy.attempt,
+                    age_ms=copy.age_ms,
+                    grace_ms=self.gc_grace_ms,
                 ):
                     continue
                 job = self.desired.refs.get(copy.job_uid) or ev.JobRef(
@@ -231,7 +248,9 @@ class Actuator:
                 except Unreachable:
                     break
                 except Exception as err:
-                    log.error("gc_delete_failed", cluster=name, job=job.key, attempt=copy.attempt, error=str(err))
+                    log.error(
+                        "gc_delete_failed", cluster=name, job=job.key, attempt=copy.attempt, error=str(err)
+                    )
                     continue
                 removed += 1
                 log.info("gc_deleted", cluster=name, job=job.key, attempt=copy.attempt)

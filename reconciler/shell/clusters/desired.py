@@ -42,6 +42,11 @@ class Desired:
         self.placed: dict[str, tuple[str, int]] = {}  # uid -> (cluster, attempt)
         self.evict_reason: dict[CopyKey, str] = {}
         self.refs: dict[str, ev.JobRef] = {}  # every job a decision named
+        self._keys: dict[str, list[CopyKey]] = {}  # uid -> its copies
+        self._ended: set[str] = set()
+        self.submitted: set[str] = (
+            set()
+        )  # every uid a JobSubmitted named (kept after its spec goes)  # finished or deleted: its spec goes once no copy may run
         self.seq = 0
 
     def fold(self, entry: ev.LogEntry) -> list[CopyKey]:
@@ -53,6 +58,7 @@ class Desired:
             self.refs[job.uid] = job
         match event:
             case ev.JobSubmitted():
+                self.submitted.add(event.job.uid)
                 self.jobs[event.job.uid] = JobSpec(
                     job=event.job,
                     pod_sets=list(event.pod_sets),
@@ -77,13 +83,19 @@ class Desired:
                 return [k for k in keys if self._set(k, Intent.RUN)]
             case ev.Withdrawn() | ev.CleanUp():
                 key = (event.job.uid, event.cluster, event.attempt)
-                return [key] if self._set(key, Intent.GONE) else []
+                changed = self._set(key, Intent.GONE)
+                self._drop_spec_if_done(event.job.uid)
+                return [key] if changed else []
+            case ev.JobDeleted():
+                self._ended.add(event.job.uid)
+                self._drop_spec_if_done(event.job.uid)
             case ev.Evict():
                 key = (event.job.uid, event.cluster, event.attempt)
                 self.evict_reason[key] = event.reason
                 return [key] if self._set(key, Intent.EVICT) else []
             case ev.Finished():
                 self._set((event.job.uid, event.cluster, event.attempt), Intent.FINISHED)
+                self._ended.add(event.job.uid)
             case ev.Placed():
                 self.placed[event.job.uid] = (event.cluster, event.attempt)
             case _:
@@ -96,8 +108,19 @@ class Desired:
             return False  # GONE is final: a late duplicate never brings a copy back
         if old is Intent.FINISHED and intent is not Intent.GONE:
             return False
+        if old is None:
+            self._keys.setdefault(key[0], []).append(key)
         self.intents[key] = intent
         return True
+
+    def _drop_spec_if_done(self, uid: str) -> None:
+        """Forget an ended job's spec (its manifest is the bulk of the memory) once none of its
+        copies may still be created; the small per-copy intents stay for the GC."""
+        if uid not in self._ended:
+            return
+        if all(self.intents.get(k) in (Intent.GONE, Intent.FINISHED) for k in self._keys.get(uid, ())):
+            self.jobs.pop(uid, None)
+            self._ended.discard(uid)
 
     def intent(self, key: CopyKey) -> Intent | None:
         return self.intents.get(key)

@@ -98,7 +98,7 @@ class KubeWorker:
         self.capacity: ev.Resources = {}
         self._by_remote_uid: dict[str, Origin] = {}
         self._workloads: dict[str, dict[str, Any]] = {}  # owner (remote job) uid -> workload
-        self._sent: set[str] = set()
+        self._sent: dict[tuple[str, int], set[str]] = {}  # (uid, attempt) -> facts reported
         self._served: dict[str, bool] = {}  # kind name -> served by this cluster (learned)
         self._log = log.bind(cluster=name)
 
@@ -217,14 +217,24 @@ class KubeWorker:
     # -- reporting ------------------------------------------------------------------------------
 
     async def _report(self, event: ev.InputEvent, *, msg_id: str | None = None) -> None:
-        msg_id = msg_id or remote_fact_id(event)
-        if msg_id in self._sent:
-            return
+        """Publish a fact. Remote facts are remembered per copy so that every MODIFIED event does
+        not publish them again (the inbox would drop the duplicates anyway); the memory of a copy
+        goes with its ``RemoteGone``."""
         if self.reporter is None:
-            self._log.warning("fact_dropped_not_running", msg_id=msg_id)
+            self._log.warning("fact_dropped_not_running", fact=type(event).__name__)
+            return
+        job = getattr(event, "job", None)
+        copy_key = (job.uid, int(getattr(event, "attempt", 0))) if isinstance(job, ev.JobRef) else None
+        msg_id = msg_id or remote_fact_id(event)
+        if copy_key is not None and msg_id in self._sent.get(copy_key, ()):
             return
         await self.reporter.report(event, msg_id=msg_id)
-        self._sent.add(msg_id)
+        if copy_key is None:
+            return
+        if isinstance(event, ev.RemoteGone):
+            self._sent.pop(copy_key, None)
+        else:
+            self._sent.setdefault(copy_key, set()).add(msg_id)
 
     # -- observation ----------------------------------------------------------------------------
 

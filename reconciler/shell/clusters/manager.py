@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eventlog import events as ev
@@ -166,9 +166,10 @@ class ManagerWatcher:
 
     async def _deleted(self, obj: dict[str, Any]) -> None:
         ref = job_ref(obj)
-        self._seen.pop(ref.uid, None)
-        self._first_seen.pop(ref.uid, None)
-        self._objects.pop(ref.uid, None)
+        for memory in (self._seen, self._first_seen, self._objects):
+            memory.pop(ref.uid, None)
+        self._backfilled.discard(ref.uid)
+        self.backfill_skipped.discard(ref.uid)
         await self.reporter.report(ev.JobDeleted(job=ref), msg_id=f"manager/{ref.uid}/deleted")
 
     async def _backfill_loop(self, stop: asyncio.Event) -> None:
@@ -203,26 +204,62 @@ class ManagerWatcher:
 
 
 class ManagerSync:
-    """Writes the placement and the placed copy's status back onto the manager object."""
+    """Writes the placement and the placed copy's status back onto the manager object.
+
+    Writes run in the background, one after the other per job, so a slow or unreachable manager
+    API never holds up the actuator or a worker's watch."""
 
     def __init__(self, api: KubeApi, desired: Desired) -> None:
         self.api = api
         self.desired = desired
         self._status: dict[tuple[str, str, int], dict[str, Any]] = {}
         self._written: dict[str, Any] = {}
+        self._chains: dict[str, asyncio.Task[None]] = {}
 
     async def decided(self, event: ev.DecisionEvent, desired: Desired) -> None:
         if isinstance(event, ev.Placed):
-            await self._annotate(event.job, event.cluster)
-            status = self._status.get((event.job.uid, event.cluster, event.attempt))
-            if status is not None:
-                await self._write_status(event.job, status)
+            job, key = event.job, (event.job.uid, event.cluster, event.attempt)
+            self._then(job.uid, lambda: self._placed(job, event.cluster, key))
+        elif isinstance(event, ev.CleanUp) and event.job.uid not in self.desired.jobs:
+            self._forget(event.job.uid)
 
     async def remote_status(self, cluster: str, origin: Origin, status: dict[str, Any]) -> None:
         key = (origin.job.uid, cluster, origin.attempt)
         self._status[key] = status
         if self.desired.placed.get(origin.job.uid) == (cluster, origin.attempt):
-            await self._write_status(origin.job, status)
+            self._then(origin.job.uid, lambda: self._write_status(origin.job, status))
+
+    async def idle(self) -> None:
+        """Wait for the writes started so far (tests, shutdown)."""
+        while self._chains:
+            await asyncio.gather(*list(self._chains.values()), return_exceptions=True)
+
+    def _then(self, uid: str, write: Callable[[], Awaitable[None]]) -> None:
+        previous = self._chains.get(uid)
+
+        async def chained() -> None:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            try:
+                await write()
+            except Exception as err:  # a failed write must not take anything else down
+                log.error("manager_write_failed", job_uid=uid, error=str(err))
+
+        task = asyncio.create_task(chained())
+        self._chains[uid] = task
+        task.add_done_callback(lambda t: self._chains.pop(uid, None) if self._chains.get(uid) is t else None)
+
+    def _forget(self, uid: str) -> None:
+        self._written.pop(uid, None)
+        for key in [k for k in self._status if k[0] == uid]:
+            del self._status[key]
+
+    async def _placed(self, job: ev.JobRef, cluster: str, key: tuple[str, str, int]) -> None:
+        await self._annotate(job, cluster)
+        status = self._status.get(key)
+        if status is not None:
+            await self._write_status(job, status)
 
     async def _annotate(self, job: ev.JobRef, cluster: str) -> None:
         kind = kind_for(job.api_version, job.kind)

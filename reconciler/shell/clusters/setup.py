@@ -172,7 +172,7 @@ class ClusterSet:
             self.watcher = ManagerWatcher(
                 self.manager_api,
                 reporter,
-                known=lambda uid: uid in actuator.desired.jobs,
+                known=lambda uid: uid in actuator.desired.submitted,
                 resync_s=self.resync_s,
                 backfill_after_s=self.backfill_after_s,
             )

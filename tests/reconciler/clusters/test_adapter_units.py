@@ -214,3 +214,17 @@ def test_projection_intents_are_levels_and_gone_is_final() -> None:
     assert not d.collectable(job_uid="other", cluster="w1", attempt=1, age_ms=5, grace_ms=10)  # too young
     assert d.collectable(job_uid="other", cluster="w1", attempt=1, age_ms=11, grace_ms=10)
     assert d.active() == [("u", "w3", 2)]
+
+
+def test_projection_forgets_an_ended_jobs_spec_but_not_that_it_was_submitted() -> None:
+    d = Desired()
+    job = ev.JobRef(namespace="a", name="b", uid="u")
+    d.fold(entry(1, ev.JobSubmitted(job=job, pod_sets=[], manifest={"big": "x" * 1000})))
+    d.fold(entry(2, ev.Nominated(job=job, clusters=["w1", "w2"], attempt=1)))
+    d.fold(entry(3, ev.Withdrawn(job=job, cluster="w2", attempt=1)))
+    assert "u" in d.jobs  # still running on w1
+    d.fold(entry(4, ev.Finished(job=job, cluster="w1", attempt=1)))
+    assert "u" in d.jobs  # the copy on w1 is not cleaned up yet
+    d.fold(entry(5, ev.CleanUp(job=job, cluster="w1", attempt=1)))
+    assert "u" not in d.jobs and "u" in d.submitted  # a restart's watcher will not backfill it
+    assert d.collectable(job_uid="u", cluster="w1", attempt=1, age_ms=0, grace_ms=10)

@@ -104,9 +104,11 @@ async def test_status_sync_writes_the_placed_copy_status_and_cluster_onto_the_ma
     origin = Origin(job=ref, attempt=1, remote_uid="r-1")
     running = {"active": 1, "startTime": "2026-01-01T00:00:00Z"}
     await sync.remote_status("w2", origin, running)  # not placed yet: nothing is written
+    await sync.idle()
     assert "status" not in (emu.get(*JOBS, "team-a", "train") or {})
     desired.placed[ref.uid] = ("w2", 1)
     await sync.decided(ev.Placed(job=ref, cluster="w2", attempt=1), desired)
+    await sync.idle()
     obj = emu.get(*JOBS, "team-a", "train")
     assert obj is not None
     assert obj["metadata"]["annotations"]["kdispatch.io/cluster"] == "w2"
@@ -114,6 +116,7 @@ async def test_status_sync_writes_the_placed_copy_status_and_cluster_onto_the_ma
     await sync.remote_status("w1", Origin(job=ref, attempt=1, remote_uid="r-0"), {"failed": 1})  # a loser
     done = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
     await sync.remote_status("w2", origin, done)
+    await sync.idle()
     obj = emu.get(*JOBS, "team-a", "train")
     assert obj is not None and obj["status"] == done  # replaced, not merged: "active" is gone
     assert obj["spec"]["suspend"] is True  # the manager copy stays held
