@@ -59,8 +59,8 @@ def shipped_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]
     Client URLs; stopped at the end of the session."""
     from tests.deploy.natscluster import shipped_nats_cluster
 
-    with shipped_nats_cluster(tmp_path_factory.mktemp("shipped-nats")) as urls:
-        yield urls
+    with shipped_nats_cluster(tmp_path_factory.mktemp("shipped-nats")) as cluster:
+        yield cluster.urls
 
 
 @pytest.fixture(params=KUSTOMIZATIONS)

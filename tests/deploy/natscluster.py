@@ -79,10 +79,16 @@ def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | Non
     raise AssertionError(f"{url} did not answer 200 within {timeout_s}s: {last}")
 
 
+class NatsCluster:
+    def __init__(self, *, urls: list[str], monitors: list[str], procs: list[subprocess.Popen[bytes]]) -> None:
+        self.urls = urls
+        self.monitors = monitors  # http://127.0.0.1:<monitor port> of each server
+        self.procs = procs
+
+
 @contextlib.contextmanager
-def shipped_nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
-    """Three nats-servers from the shipped conf, for as long as the context lasts; yields their
-    client URLs."""
+def shipped_nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """Three nats-servers from the shipped conf, for as long as the context lasts."""
     replicas = statefulset()["spec"]["replicas"]
     clients = [free_port() for _ in range(replicas)]
     monitors = [free_port() for _ in range(replicas)]
@@ -91,7 +97,7 @@ def shipped_nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
     try:
         for node in range(replicas):
             root = tmp_path / f"nats-{node}"
-            root.mkdir()
+            root.mkdir(parents=True)
             conf = root / "nats.conf"
             conf.write_text(
                 local_conf(
@@ -119,7 +125,11 @@ def shipped_nats_cluster(tmp_path: Path) -> Iterator[list[str]]:
         # waits for that too (in Kubernetes, a client that comes too early restarts and retries).
         for node, proc in enumerate(procs):
             wait_http(f"http://127.0.0.1:{monitors[node]}/healthz", timeout_s=60, proc=proc)
-        yield [f"nats://127.0.0.1:{port}" for port in clients]
+        yield NatsCluster(
+            urls=[f"nats://127.0.0.1:{port}" for port in clients],
+            monitors=[f"http://127.0.0.1:{port}" for port in monitors],
+            procs=procs,
+        )
     finally:
         for proc in procs:
             proc.kill()
