@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+import yaml
 
 from eventlog import events as ev
 from reconciler.core.framework.profile import DEFAULT_PROFILE
@@ -32,9 +33,13 @@ def default_profiles() -> list[ev.Profile]:
 
 
 class PolicyDefaults(msgspec.Struct, frozen=True, kw_only=True):
-    """Policy settings around the profile (from the profile file when it has a policy)."""
+    """Policy settings around the profile (from the profile file when it sets them).
 
-    worker_lost_timeout_ms: int = 600_000
+    No faults are simulated, so the worker-lost timeout only sets how often idle workers report
+    (twice per timeout): 30 virtual minutes keeps a 149-day trace to a few thousand idle batches.
+    """
+
+    worker_lost_timeout_ms: int = 1_800_000
     claim_ttl_ms: int = 120_000
     requeue_backoff_ms: int = 10_000
 
@@ -48,7 +53,9 @@ def load_profiles(paths: list[Path]) -> list[tuple[ev.Profile, PolicyDefaults]]:
     for path in paths:
         policy = load_policy_file(path)
         settings = PolicyDefaults(
-            worker_lost_timeout_ms=policy.worker_lost_timeout_ms,
+            worker_lost_timeout_ms=policy.worker_lost_timeout_ms
+            if _sets(path, "workerLostTimeout")
+            else PolicyDefaults().worker_lost_timeout_ms,
             claim_ttl_ms=policy.claim_ttl_ms,
             requeue_backoff_ms=policy.requeue_backoff_ms,
         )
@@ -59,6 +66,14 @@ def load_profiles(paths: list[Path]) -> list[tuple[ev.Profile, PolicyDefaults]]:
     if dup:
         raise ValueError(f"profile names must be unique across --profile files; repeated: {dup}")
     return out
+
+
+def _sets(path: Path, key: str) -> bool:
+    """Whether the file itself sets a policy key (else the simulation's default applies)."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    if isinstance(raw, dict) and isinstance(raw.get("policy"), dict):
+        raw = raw["policy"]
+    return isinstance(raw, dict) and key in raw
 
 
 def policy_for(profile: ev.Profile, *, settings: PolicyDefaults, priority_classes: dict[str, int]) -> ev.PolicyLoaded:
