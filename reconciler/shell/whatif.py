@@ -401,13 +401,17 @@ def _print(
         a, b = d["cluster"]
         wa, wb = d["wait_s"]
         out.write(
-            f"    {d['job']:<32} cluster {a or '-'} -> {b or '-'}   wait {_fmt(wa)}s -> {_fmt(wb)}s"
+            f"    {d['job']:<32} cluster {a or '-'} -> {b or '-'}   wait {_secs(wa)} -> {_secs(wb)}"
             f"   copies {d['copies'][0]} -> {d['copies'][1]}"
             + (f"   evictions {d['evictions'][0]} -> {d['evictions'][1]}" if d["evictions"][0] != d["evictions"][1] else "")
             + "\n"
         )
     if len(diffs) > 50:
         out.write(f"    … {len(diffs) - 50} more (use --json for all)\n")
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value}s"
 
 
 def _fmt(value: Any) -> str:
