@@ -82,7 +82,12 @@ async def api_client_for(
     kubeconfig at all) the in-cluster service account. Nothing of the credentials is logged."""
     configuration = client.Configuration()
     if kc is None:
-        kube_config.load_incluster_config(client_configuration=configuration)
+        try:
+            kube_config.load_incluster_config(client_configuration=configuration)
+        except kube_config.ConfigException as err:
+            raise ConfigError(
+                f"no kubeconfig given and not running in a cluster ({err}); set {what}.kubeconfig", path=what
+            ) from None
     elif kc.path is not None:
         await kube_config.load_kube_config(
             config_file=kc.path, context=kc.context, client_configuration=configuration
@@ -136,28 +141,35 @@ class ClusterSet:
             resync_s=max(resync_ms // 1000, 1),
             gc_interval_s=gc_ms / 1000,
         )
-        needs_kube = any(c.simulated is None for c in config.clusters)
-        if needs_kube:
+        try:
+            await out._build(config, manager_api_client)
+        except BaseException:
+            await out.close()  # no client left open behind a configuration error
+            raise
+        return out
+
+    async def _build(self, config: Config, manager_api_client: client.ApiClient | None) -> None:
+        manager = config.manager
+        if any(c.simulated is None for c in config.clusters):
             if manager_api_client is None:
                 kc = manager.kubeconfig if manager else None
                 manager_api_client = await api_client_for(kc, manager=None, what="manager")
-                out.api_clients.append(manager_api_client)
-            out.manager_api = KubeApi(manager_api_client, role="manager", cluster="manager")
+                self.api_clients.append(manager_api_client)
+            self.manager_api = KubeApi(manager_api_client, role="manager", cluster="manager")
         for cfg in config.clusters:
             if cfg.simulated is not None:
                 sim = sim_cluster(cfg)
-                out.workers[cfg.name] = sim
-                out.capacities[cfg.name] = dict(sim.model.capacity)
+                self.workers[cfg.name] = sim
+                self.capacities[cfg.name] = dict(sim.model.capacity)
             else:
                 api_client = await api_client_for(
-                    cfg.kubeconfig, manager=out.manager_api, what=f"clusters[{cfg.name}]"
+                    cfg.kubeconfig, manager=self.manager_api, what=f"clusters[{cfg.name}]"
                 )
-                out.api_clients.append(api_client)
-                out.workers[cfg.name] = kube_worker(
-                    cfg, api_client, manager_id=out.manager_id, resync_s=out.resync_s
+                self.api_clients.append(api_client)
+                self.workers[cfg.name] = kube_worker(
+                    cfg, api_client, manager_id=self.manager_id, resync_s=self.resync_s
                 )
-                out.capacities[cfg.name] = {}  # learnt from the cluster: ClusterUpdated follows
-        return out
+                self.capacities[cfg.name] = {}  # learnt from the cluster: ClusterUpdated follows
 
     async def run(self, *, inbox: Inbox, reader: LogReader, stop: asyncio.Event) -> None:
         reporter = InboxReporter(inbox)
