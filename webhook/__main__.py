@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -32,6 +34,7 @@ from webhook.server import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S, WebhookServ
 from webhook.tls import DEFAULT_SANS, CertFiles, self_signed
 
 log = structlog.get_logger("webhook")
+_PR_SET_PDEATHSIG = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +61,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S, help="seconds for a request body to arrive (default 10)"
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="shut down (as on SIGTERM) when the parent process dies; for supervisors such as kdispatch serve",
+    )
     return p
+
+
+def exit_with_parent() -> None:
+    """Ask the kernel for SIGTERM when the parent dies (Linux ``PR_SET_PDEATHSIG``), so a child of a
+    supervisor that was killed does not live on as an orphan."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if parent == 1 or os.getppid() != parent:  # it died before we asked
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def configure_logging(level: str) -> None:
@@ -160,6 +178,8 @@ async def run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if args.exit_with_parent:
+        exit_with_parent()
     await stop.wait()
 
     log.info("webhook_stopping", in_flight=server.in_flight)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
 import signal
 import socket
+import ssl
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -312,3 +317,37 @@ async def test_nats_stalled_the_review_is_answered_at_the_bound_and_shutdown_fin
     finally:
         hook.stop()
         await server.stop_async()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state
+
+
+def test_exit_with_parent_leaves_no_orphan(tmp_path: Path, nats_url: str) -> None:
+    port = free_port()
+    child = [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(port), "--nats", nats_url]
+    child += ["--root", "whorphan", "--data-dir", str(tmp_path), "--exit-with-parent"]
+    script = f"import subprocess, sys, time; p = subprocess.Popen({child!r}); print(p.pid, flush=True); time.sleep(600)"
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=Path(__file__).parents[2])
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        hook = Webhook(port=port, ca=tmp_path / "webhook-tls" / "ca.crt", root="whorphan", proc=parent, log=tmp_path / "none")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ssl.SSLError):
+                if hook.ca.exists() and hook.request("GET", "/healthz")[0] == 200:
+                    break
+            time.sleep(0.1)
+        assert _alive(pid)
+    finally:
+        parent.kill()  # SIGKILL: the parent cannot pass anything on
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
