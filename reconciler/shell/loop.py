@@ -32,7 +32,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import Fenced, InboxItem, LogReader, NotLeader, Sequencer, SnapshotStore
 from reconciler import core
-from reconciler.shell.logging import get_logger
+from reconciler.shell.logging import event_context, get_logger
 from reconciler.shell.metrics import ReconcilerMetrics
 from reconciler.shell.policy import same_policy
 from reconciler.shell.progress import Progress
@@ -357,6 +357,8 @@ class LeaderLoop:
             counter.labels(type=type(entry.event).__name__).inc()
             if isinstance(entry.event, ev.PolicyLoaded):
                 self._policy = entry.event
+            if decisions:
+                _log_decision(entry)
         if entries:
             self.last_seq = entries[-1].seq
             self.last_at_ms = max(self.last_at_ms, entries[-1].at_ms)
@@ -375,6 +377,21 @@ class LeaderLoop:
         self._since_snapshot = 0
         self.metrics.snapshots.inc()
         bound.info("snapshot_saved", seq=self.last_seq, bytes=len(snap.state))
+
+# Decisions an operator wants to see in the logs without asking (the rest are at debug level).
+_NOTEWORTHY = (ev.Unschedulable, ev.Requeued, ev.ClusterLost, ev.ClusterRecovered, ev.PreemptionClaimed, ev.Evict, ev.ClaimExpired)
+
+
+def _log_decision(entry: ev.LogEntry) -> None:
+    event = entry.event
+    ctx = event_context(event)
+    kind = ctx.pop("event")
+    if isinstance(event, _NOTEWORTHY):
+        detail = getattr(event, "message", "") or getattr(event, "reason", "")
+        log.info("decided", decision=kind, seq=entry.seq, detail=detail or None, **ctx)
+    else:
+        log.debug("decided", decision=kind, seq=entry.seq, **ctx)
+
 
 async def _unless_lost(work: Coroutine[Any, Any, None], lost: asyncio.Event | None) -> bool:
     """Run one step; abandon it (False) if the lease is lost meanwhile.

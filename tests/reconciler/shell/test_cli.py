@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import structlog
 
 from eventlog import codec
 from eventlog import events as ev
@@ -36,7 +37,10 @@ def recorded(nats_server: object, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def kd(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
+    try:
+        code = main(list(argv))
+    finally:
+        structlog.reset_defaults()  # the command configured logging for itself, not for other tests
     return code, capsys.readouterr().out
 
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from eventlog import events as ev
 from reconciler.commands.log import subject_matches
 from reconciler.config import ConfigError, PolicyConfig, ProfileConfig
+from reconciler.shell import logging as klog
 from reconciler.shell.logsource import parse_until
+from reconciler.shell.loop import _log_decision
 from reconciler.shell.policy import load_policy_file, policy_event, same_policy
 from reconciler.shell.progress import Progress
 from reconciler.shell.render import line
@@ -128,3 +132,18 @@ def test_progress_is_silent_on_short_work_and_counts_tenths_on_long_work() -> No
     lines = long.getvalue().splitlines()
     assert lines[-1] == "replay: 100% (1000/1000 entries)"
     assert len(lines) == len(set(lines)) <= 11  # one line per tenth, not one per update
+
+
+def test_decision_log_lines_are_json_with_job_and_cluster() -> None:
+    buf = io.StringIO()
+    klog.configure(stream=buf, role="serve", replica="r1")
+    try:
+        requeued = ev.Requeued(job=JOB, reason="WorkerLost", cluster="east", message="east lost")
+        _log_decision(ev.LogEntry(seq=3, at_ms=0, event=requeued))
+        _log_decision(ev.LogEntry(seq=4, at_ms=0, event=ev.Placed(job=JOB, cluster="west", attempt=1)))  # debug: hidden
+    finally:
+        structlog.reset_defaults()  # other tests in this process expect structlog as it was
+    (record,) = [json.loads(ln) for ln in buf.getvalue().splitlines()]
+    assert record["job"] == "team-a/train.v1" and record["cluster"] == "east"
+    assert record["decision"] == "Requeued" and record["detail"] == "east lost"
+    assert record["role"] == "serve" and record["replica"] == "r1" and record["level"] == "info"
