@@ -106,7 +106,7 @@ async def run_async(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(codec.encode(_as_json(story, current)).decode() + "\n")
     else:
-        _print(story, current, sys.stdout)
+        _print(story, current, out=sys.stdout)
     if current is None and not story.facts and not story.steps:
         print(f"kdispatch explain: no job {key} in this log", file=sys.stderr)
         return 1
@@ -132,7 +132,7 @@ def _as_json(story: Story, current: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _print(story: Story, current: dict[str, Any] | None, out: TextIO) -> None:
+def _print(story: Story, current: dict[str, Any] | None, *, out: TextIO) -> None:
     out.write(f"job {story.key}")
     if current is not None:
         out.write(f": now {current.get('phase')}" + (f" on {current['cluster']}" if current.get("cluster") else ""))
@@ -151,7 +151,7 @@ def _print(story: Story, current: dict[str, Any] | None, out: TextIO) -> None:
         after_step = True
         for entry in item.decisions:
             out.write(f"  {short_line(entry, story.key)}\n")
-            _print_preemption(entry.event, story.key, out)
+            _print_preemption(entry.event, story.key, out=out)
             if entry.seq == item.explained_at:
                 if item.error:
                     out.write(f"      ({item.error})\n")
@@ -167,7 +167,7 @@ def short_line(entry: ev.LogEntry, key: str) -> str:
     return f"#{entry.seq:<6} {format_ms(entry.at_ms)[11:]}  {type(entry.event).__name__:<17} {who}{describe(entry.event)}".rstrip()
 
 
-def _print_preemption(event: ev.Event, key: str, out: TextIO) -> None:
+def _print_preemption(event: ev.Event, key: str, *, out: TextIO) -> None:
     if isinstance(event, ev.PreemptionClaimed):
         victims = ", ".join(v.key for v in event.victims) or "nobody"
         if event.preemptor.key == key:

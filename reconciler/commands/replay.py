@@ -88,7 +88,7 @@ async def run_async(args: argparse.Namespace) -> int:
     if args.json:
         out.write(codec.encode(summary).decode() + "\n")
     else:
-        _print_summary(result, summary, source.description, out)
+        _print_summary(result, summary, where=source.description, out=out)
         if args.verify:
             out.write(f"verify: {result.verified_batches} decision batches recomputed, all identical\n")
     if args.verify and result.incomplete_batches:
@@ -98,7 +98,7 @@ async def run_async(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summary(result: ReplayResult, summary: dict[str, Any], where: str, out: TextIO) -> None:
+def _print_summary(result: ReplayResult, summary: dict[str, Any], *, where: str, out: TextIO) -> None:
     out.write(f"log: {where}\n")
     if result.entries == 0:
         out.write("replayed 0 entries (the log is empty or the bound is before its start)\n")

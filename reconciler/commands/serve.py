@@ -121,10 +121,10 @@ async def run_async(args: argparse.Namespace) -> int:
                 asyncio.create_task(clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop), name="clusters")
             )
         if args.webhook:
-            child = Supervised("webhook", _webhook_argv(args, jlog.url, data_dir), on_restart=metrics.webhook_restarts.inc)
+            child = Supervised("webhook", _webhook_argv(args, nats_url=jlog.url, data_dir=data_dir), on_restart=metrics.webhook_restarts.inc)
             tasks.append(asyncio.create_task(child.run(stop), name="webhook"))
         log.info("serving", nats=jlog.url, root=args.root, webhook=args.webhook, actuator=not args.no_actuator)
-        return await _wait(tasks, stop, log)
+        return await _wait(tasks, stop, log=log)
     finally:
         stop.set()
         # Components wind down on ``stop`` (release the lease, terminate the webhook); only one
@@ -145,7 +145,7 @@ async def run_async(args: argparse.Namespace) -> int:
         log.info("stopped")
 
 
-async def _wait(tasks: list[asyncio.Task[Any]], stop: asyncio.Event, log: Any) -> int:
+async def _wait(tasks: list[asyncio.Task[Any]], stop: asyncio.Event, *, log: Any) -> int:
     """Until stop (0), or until a component fails (1: a dead component is not a running server)."""
     stopper = asyncio.ensure_future(stop.wait())
     try:
@@ -177,7 +177,7 @@ def _install_signal_handlers(stop: asyncio.Event, log: Any) -> None:
             loop.add_signal_handler(sig, on_signal, sig.name)
 
 
-def _webhook_argv(args: argparse.Namespace, nats_url: str, data_dir: str) -> list[str]:
+def _webhook_argv(args: argparse.Namespace, *, nats_url: str, data_dir: str) -> list[str]:
     argv = [sys.executable, "-m", "webhook", "--port", str(args.webhook_port), "--nats", nats_url]
     argv += ["--data-dir", data_dir]
     if args.config:

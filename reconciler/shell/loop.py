@@ -290,7 +290,7 @@ class LeaderLoop:
         items = await seqr.pull(max_items=self.settings.pull_max, timeout_s=max(wait_s, 0.001))
         if not items:
             now = max(self.settings.clock(), self.last_at_ms)
-            if not self._tick_due(deadline, now, bound):
+            if not self._tick_due(deadline, now, bound=bound):
                 return
             items = [InboxItem(inbox_seq=None, event=ev.Tick())]
             self._last_tick_deadline = deadline
@@ -319,7 +319,7 @@ class LeaderLoop:
             return
         self.metrics.inbox_lag.set(max(int(info.state.last_seq) - int(copied), 0))
 
-    def _tick_due(self, deadline: int | None, now: int, bound: Any) -> bool:
+    def _tick_due(self, deadline: int | None, now: int, *, bound: Any) -> bool:
         if deadline is None or now < deadline:
             return False
         if self._last_tick_deadline is not None and deadline <= self._last_tick_deadline:

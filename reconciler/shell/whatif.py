@@ -383,12 +383,18 @@ async def run_whatif(args: argparse.Namespace, *, until_seq: int | None, until_m
         }
         sys.stdout.write(codec.encode(doc).decode() + "\n")
     else:
-        _print(args.profile, seen, before, after, diffs, sys.stdout)
+        _print(args.profile, seen, before=before, after=after, diffs=diffs, out=sys.stdout)
     return 0
 
 
 def _print(
-    profile: str, seen: Observed, before: dict[str, Any], after: dict[str, Any], diffs: list[dict[str, Any]], out: TextIO
+    profile: str,
+    seen: Observed,
+    *,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    diffs: list[dict[str, Any]],
+    out: TextIO,
 ) -> None:
     span = f"{format_ms(seen.inputs[0].at_ms)} .. {format_ms(seen.end_ms)}" if seen.inputs else "empty log"
     out.write(f"what if {profile} had been in force ({len(seen.inputs)} outside inputs, {span})\n\n")

@@ -92,7 +92,7 @@ def decisions_of(entries: list[ev.LogEntry], kind: type[ev.Event]) -> list[ev.Lo
     return [e for e in entries if isinstance(e.event, kind)]
 
 
-async def admit(jlog: JetStreamLog, nominated: ev.Nominated, cluster: str) -> None:
+async def admit(jlog: JetStreamLog, nominated: ev.Nominated, *, cluster: str) -> None:
     """What a worker reports for the copy on ``cluster``: created, then admitted."""
     ref, attempt = nominated.job, nominated.attempt
     key = f"{cluster}/{ref.uid}/{attempt}"
@@ -127,7 +127,7 @@ async def run_scenario(url: str, root: str, *, jobs: int = 4) -> Scenario:
         entries = await wait_for(jlog, lambda es: len(decisions_of(es, ev.Nominated)) >= jobs)
         for e in decisions_of(entries, ev.Nominated):
             assert isinstance(e.event, ev.Nominated)
-            await admit(jlog, e.event, e.event.clusters[0])
+            await admit(jlog, e.event, cluster=e.event.clusters[0])
         entries = await wait_for(jlog, placed_all(jobs))
         result = Scenario(jobs=[s.job for s in subs], last_seq=entries[-1].seq)
         for e in decisions_of(entries, ev.Placed):

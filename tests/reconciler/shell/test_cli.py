@@ -228,7 +228,7 @@ async def _preemption_log(url: str, root: str) -> None:
         entries = await wait_for(jlog, lambda es: bool(decisions_of(es, ev.Nominated)))
         nominated = decisions_of(entries, ev.Nominated)[0].event
         assert isinstance(nominated, ev.Nominated)
-        await admit(jlog, nominated, "solo")
+        await admit(jlog, nominated, cluster="solo")
         await wait_for(jlog, lambda es: bool(decisions_of(es, ev.Placed)))
         high = ev.JobSubmitted(job=ev.JobRef(namespace="team-a", name="high", uid="uh"), pod_sets=gang, priority=100)
         await jlog.inbox.publish(high, msg_id="high")

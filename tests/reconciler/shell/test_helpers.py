@@ -101,13 +101,13 @@ async def _iterate(entries: list[ev.LogEntry]) -> AsyncIterator[ev.LogEntry]:
         yield entry
 
 
-def _decision(seq: int, index: int, count: int) -> ev.LogEntry:
+def _decision(seq: int, *, index: int, count: int) -> ev.LogEntry:
     return ev.LogEntry(seq=seq, at_ms=0, event=ev.Placed(job=JOB, cluster="east", attempt=1), batch=(index, count))
 
 
 async def test_units_group_decision_batches_and_flag_short_ones() -> None:
     tick = ev.LogEntry(seq=1, at_ms=0, event=ev.Tick(), inbox_seq=None)
-    log = [tick, _decision(2, 0, 2), _decision(3, 1, 2), _decision(4, 0, 3), _decision(5, 1, 3), tick, _decision(7, 0, 1)]
+    log = [tick, _decision(2, index=0, count=2), _decision(3, index=1, count=2), _decision(4, index=0, count=3), _decision(5, index=1, count=3), tick, _decision(7, index=0, count=1)]
     got = [u async for u in units(_iterate(log))]
     assert [type(u).__name__ for u in got] == ["LogEntry", "DecisionBatch", "DecisionBatch", "LogEntry", "DecisionBatch"]
     full, short, single = (u for u in got if isinstance(u, DecisionBatch))

@@ -43,7 +43,7 @@ async def test_loop_sequences_submissions_and_cluster_facts_into_decisions(jslog
     nominated = {e.event.job.key: e.event for e in decisions_of(entries, ev.Nominated)}  # type: ignore[attr-defined]
     assert nominated["team-a/job-0"].clusters == ["east"]
     assert nominated["team-a/job-1"].clusters == ["west"]
-    await admit(jslog, nominated["team-a/job-0"], "east")
+    await admit(jslog, nominated["team-a/job-0"], cluster="east")
     entries = await wait_for(jslog, lambda es: len(decisions_of(es, ev.Placed)) >= 1)
     stop.set()
     assert await term == "stopped"

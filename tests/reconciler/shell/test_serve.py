@@ -32,7 +32,7 @@ policy:
 """
 
 
-def serve(url: str, root: str, config: Path, leader: str, *extra: str) -> subprocess.Popen[bytes]:
+def serve(url: str, root: str, *extra: str, config: Path, leader: str) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "reconciler", "serve", "--nats", url, "--root", root, "--config", str(config)]
     return subprocess.Popen(
         [*argv, "--leader-id", leader, "--lease-ttl", "1", "--no-actuator", *extra],
@@ -67,7 +67,7 @@ async def _worker(jlog: JetStreamLog, stop: asyncio.Event) -> None:
             assert isinstance(n, ev.Nominated)
             if (n.job.uid, n.attempt) not in done:
                 done.add((n.job.uid, n.attempt))
-                await admit(jlog, n, n.clusters[0])
+                await admit(jlog, n, cluster=n.clusters[0])
         await asyncio.sleep(0.05)
 
 
@@ -80,10 +80,10 @@ async def test_failover_kill_the_leader_mid_load(
     jslog: JetStreamLog, nats_url: str, log_root: str, config: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
     jobs = 60
-    a = serve(nats_url, log_root, config, "A")
+    a = serve(nats_url, log_root, config=config, leader="A")
     procs.append(a)
     await wait_for(jslog, lambda es: any(e.leader == "A" for e in es), timeout_s=30)
-    b = serve(nats_url, log_root, config, "B")
+    b = serve(nats_url, log_root, config=config, leader="B")
     procs.append(b)
     stop = asyncio.Event()
     worker = asyncio.create_task(_worker(jslog, stop))
@@ -139,10 +139,10 @@ async def test_sigterm_hands_over_at_once_and_metrics_show_the_leader(
     jslog: JetStreamLog, nats_url: str, log_root: str, config: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
     port_a, port_b = free_port(), free_port()
-    a = serve(nats_url, log_root, config, "A", "--metrics-port", str(port_a), "--lease-ttl", "30")
+    a = serve(nats_url, log_root, "--metrics-port", str(port_a), "--lease-ttl", "30", config=config, leader="A")
     procs.append(a)
     await wait_for(jslog, lambda es: any(e.leader == "A" for e in es), timeout_s=30)
-    b = serve(nats_url, log_root, config, "B", "--metrics-port", str(port_b), "--lease-ttl", "30")
+    b = serve(nats_url, log_root, "--metrics-port", str(port_b), "--lease-ttl", "30", config=config, leader="B")
     procs.append(b)
     assert await _metric(port_a, "kdispatch_leader") == 1.0
     assert await _metric(port_b, "kdispatch_leader") == 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import functools
 import json
 import signal
 import ssl
@@ -97,7 +98,7 @@ def _apply_patch(obj: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, 
     return out
 
 
-def _https(port: int, path: str, ca: Path, body: bytes | None = None) -> tuple[int, bytes]:
+def _https(port: int, path: str, *, ca: Path, body: bytes | None = None) -> tuple[int, bytes]:
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.check_hostname = False
     req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", data=body, method="POST" if body else "GET")
@@ -145,15 +146,15 @@ async def test_serve_with_webhook_and_simulated_clusters(
     )
     ca = data_dir / "webhook-tls" / "ca.crt"
     try:
-        await _until(lambda: ca.exists() and _https(port, "/readyz", ca)[0] == 200, timeout_s=60, what="webhook ready")
+        await _until(lambda: ca.exists() and _https(port, "/readyz", ca=ca)[0] == 200, timeout_s=60, what="webhook ready")
         # As the API server would: /mutate, apply the patch, then /validate (which records it).
         run = asyncio.get_running_loop().run_in_executor
-        status, body = await run(None, _https, port, "/mutate", ca, _review(JOB))
+        status, body = await run(None, functools.partial(_https, port, "/mutate", ca=ca, body=_review(JOB)))
         answer = json.loads(body)["response"]
         assert status == 200 and answer["allowed"] is True, answer
         mutated = _apply_patch(JOB, json.loads(base64.b64decode(answer["patch"])))
         assert mutated["spec"]["suspend"] is True
-        status, body = await run(None, _https, port, "/validate", ca, _review(mutated))
+        status, body = await run(None, functools.partial(_https, port, "/validate", ca=ca, body=_review(mutated)))
         assert status == 200 and json.loads(body)["response"]["allowed"] is True, body
         for i in range(2, 6):
             await jslog.inbox.publish(submission(i), msg_id=f"submit/{i}")
@@ -169,7 +170,7 @@ async def test_serve_with_webhook_and_simulated_clusters(
         (child,) = _children(proc.pid)
         subprocess.run(["kill", "-9", str(child)], check=True)
         await _until(
-            lambda: [c for c in _children(proc.pid) if c != child] and _https(port, "/healthz", ca)[0] == 200,
+            lambda: [c for c in _children(proc.pid) if c != child] and _https(port, "/healthz", ca=ca)[0] == 200,
             timeout_s=60,
             what="webhook restarted",
         )
