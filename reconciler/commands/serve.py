@@ -96,7 +96,7 @@ async def run_async(args: argparse.Namespace) -> int:
     closers: list[Callable[[], Awaitable[None]]] = []
     try:
         if args.metrics_port is not None:
-            runner = await start_metrics_server(metrics, port=args.metrics_port)
+            runner = await start_metrics_server(metrics, port=args.metrics_port, ready=lambda: jlog.nc.is_connected)
             log.info("metrics_listening", port=args.metrics_port)
         loop = LeaderLoop(
             jlog,

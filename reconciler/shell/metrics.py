@@ -7,6 +7,8 @@ latency), and what is it deciding (decisions by type).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -62,8 +64,15 @@ class ReconcilerMetrics:
         return generate_latest(self.registry)
 
 
-async def start_metrics_server(metrics: ReconcilerMetrics, *, host: str = "0.0.0.0", port: int) -> web.AppRunner:
-    """Serve ``/metrics`` (and ``/healthz``); the caller cleans up with ``await runner.cleanup()``."""
+async def start_metrics_server(
+    metrics: ReconcilerMetrics,
+    *,
+    host: str = "0.0.0.0",
+    port: int,
+    ready: Callable[[], bool] = lambda: True,
+) -> web.AppRunner:
+    """Serve ``/metrics``, ``/healthz`` (the process answers) and ``/readyz`` (``ready()``: e.g.
+    connected to NATS; a standby replica is ready too). Clean up with ``await runner.cleanup()``."""
 
     async def handle_metrics(_request: web.Request) -> web.Response:
         resp = web.Response(body=metrics.render())
@@ -73,9 +82,15 @@ async def start_metrics_server(metrics: ReconcilerMetrics, *, host: str = "0.0.0
     async def handle_health(_request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def handle_ready(_request: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not connected to NATS\n")
+
     app = web.Application()
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/healthz", handle_health)
+    app.router.add_get("/readyz", handle_ready)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host=host, port=port)

@@ -145,6 +145,7 @@ async def test_sigterm_hands_over_at_once_and_metrics_show_the_leader(
     b = serve(nats_url, log_root, "--metrics-port", str(port_b), "--lease-ttl", "30", config=config, leader="B")
     procs.append(b)
     assert await _metric(port_a, "kdispatch_leader") == 1.0
+    assert _get(port_a, "/readyz") == (200, "ready\n") and _get(port_a, "/healthz")[0] == 200
     assert await _metric(port_b, "kdispatch_leader") == 0.0
     a.send_signal(signal.SIGTERM)
     assert await _wait_exit(a, 20) == 0
@@ -156,6 +157,11 @@ async def test_sigterm_hands_over_at_once_and_metrics_show_the_leader(
     assert await _metric(port_b, 'kdispatch_inputs_total{type="ClusterRegistered"}') == 2.0
     # Everything published was sequenced: the lag (re-measured every 2 s) comes back to 0.
     assert await _metric(port_b, "kdispatch_inbox_lag", until=0.0) == 0.0
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+        return resp.status, resp.read().decode()
 
 
 async def _metric(port: int, name: str, *, until: float | None = None) -> float:
