@@ -50,6 +50,8 @@ def test_hand_computed_waits_on_the_tiresias_sample(tmp_path: Path, solo: Path, 
     assert rows["trace/tiresias-5"]["finished"] == 367 + 138
     results = json.loads((out / "results.json").read_text())["profiles"]["topk-1"]
     assert results["makespan_s"] == 505.0 and results["finished"] == 6
+    # One copy each: TopK-1 with the headroom filter never nominates two 8-GPU jobs onto 8 free GPUs.
+    assert results["remote_copies_per_job"] == 1.0
     assert "topk-1" in capsys.readouterr().out
 
 
