@@ -120,3 +120,21 @@ async def test_status_sync_writes_the_placed_copy_status_and_cluster_onto_the_ma
     obj = emu.get(*JOBS, "team-a", "train")
     assert obj is not None and obj["status"] == done  # replaced, not merged: "active" is gone
     assert obj["spec"]["suspend"] is True  # the manager copy stays held
+
+
+async def test_watcher_survives_a_manager_outage_and_catches_up(
+    manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]],
+) -> None:
+    server, recorder, _, known = manager
+    job = server.emulator.put(*JOBS, batch_job("a"))
+    known.add(job["metadata"]["uid"])
+    await eventually(lambda: recorder.of(ev.JobObserved), what="JobObserved")
+    await server.kill()
+    await asyncio.sleep(0.3)  # the watcher is retrying with back-off meanwhile
+    del server.emulator._store[JOBS][("team-a", "a")]  # deleted while we could not see it
+    b = server.emulator.put(*JOBS, batch_job("b"))
+    known.add(b["metadata"]["uid"])
+    await server.start()
+    await eventually(lambda: recorder.of(ev.JobDeleted), timeout_s=15, what="JobDeleted after reconnect")
+    names = {o.job.name for o in recorder.of(ev.JobObserved)}
+    assert names == {"a", "b"}

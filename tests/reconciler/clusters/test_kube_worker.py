@@ -65,7 +65,7 @@ async def start_worker(api_servers: Callable[..., Any]) -> AsyncIterator[Callabl
     yield start
     for stop, task in stops:
         stop.set()
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, 30)
 
 
 def facts(r: Recorder, kind: type[Any], attempt: int | None = None) -> list[Any]:
@@ -258,3 +258,14 @@ async def test_copies_lists_only_ours(start_worker: Callable[..., Any]) -> None:
     run.server.emulator.put(*GROUP, {"metadata": {"name": "foreign", "namespace": "team-a"}, "spec": {}})
     copies = await run.worker.copies()
     assert sorted((c.name, c.job_uid, c.attempt) for c in copies) == [("a", "uid-a", 1), ("b", "uid-b", 3)]
+
+
+async def test_evict_removes_the_copy_and_reports_evicted(start_worker: Callable[..., Any]) -> None:
+    run = await start_worker(kueue=True)
+    await run.worker.create(spec())
+    await run.worker.evict(ref(), 1, reason="Preempted")
+    assert run.server.emulator.get(*GROUP, "team-a", "train") is None
+    assert facts(run.recorder, ev.RemoteEvicted) == [
+        ev.RemoteEvicted(job=ref(), cluster="w1", attempt=1, reason="Preempted")
+    ]
+    await eventually(lambda: facts(run.recorder, ev.RemoteGone), what="RemoteGone")
