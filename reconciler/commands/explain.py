@@ -9,6 +9,7 @@ verdict or its per-plugin scores. Preemptions show who preempted whom.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -26,6 +27,7 @@ HELP = "explain every decision about a job: each cluster's filter verdict or per
 
 # Decisions for which the per-cluster evaluation is the interesting part.
 _EVALUATED = (ev.Nominated, ev.Unschedulable, ev.PreemptionClaimed)
+_WAITING = ("Queued", "Unschedulable", "Suspended")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +60,7 @@ class Story:
     key: str
     steps: list[Step] = field(default_factory=list)
     facts: list[ev.LogEntry] = field(default_factory=list)
+    now: Any | None = None  # the evaluation at the end of the log, for a job still waiting
 
 
 async def gather(reader: Any, key: str, *, progress: Progress | None = None) -> tuple[Story, dict[str, Any]]:
@@ -83,7 +86,13 @@ async def gather(reader: Any, key: str, *, progress: Progress | None = None) -> 
                 step.error = "the job is not known to the state at this point"
 
     result = await replay(reader, on_decision=on_decision, on_input=on_input, progress=progress)
-    return story, core.summary(result.state)
+    summary = core.summary(result.state)
+    current = summary.get("jobs", {}).get(key)
+    if current is not None and current.get("phase") in _WAITING:
+        # "Why is it still pending?": the evaluation the next decide would start from.
+        with contextlib.suppress(KeyError):
+            story.now = core.explain(result.state, key)
+    return story, summary
 
 
 def _is_subject(event: ev.Event, key: str) -> bool:
@@ -117,6 +126,7 @@ def _as_json(story: Story, current: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "job": story.key,
         "current": current,
+        "now": codec.to_builtins(story.now) if story.now is not None else None,
         "facts": [codec.to_builtins(e) for e in story.facts],
         "decisions": [
             {
@@ -158,6 +168,10 @@ def _print(story: Story, current: dict[str, Any] | None, *, out: TextIO) -> None
                 if item.explanation is not None:
                     for row in render_explanation(item.explanation, chosen=_chosen(entry.event)):
                         out.write(f"      {row}\n")
+    if story.now is not None:
+        out.write(f"\n  now ({current.get('phase') if current else '?'}), at the end of the log:\n")
+        for row in render_explanation(story.now):
+            out.write(f"      {row}\n")
 
 
 def short_line(entry: ev.LogEntry, key: str) -> str:

@@ -233,13 +233,18 @@ async def _preemption_log(url: str, root: str) -> None:
         high = ev.JobSubmitted(job=ev.JobRef(namespace="team-a", name="high", uid="uh"), pod_sets=gang, priority=100)
         await jlog.inbox.publish(high, msg_id="high")
         await wait_for(jlog, lambda es: bool(decisions_of(es, ev.Evict)))
+        huge = [ev.PodSet(name="main", count=16, requests={GPU: 4})]  # fits no cluster at all
+        await jlog.inbox.publish(
+            ev.JobSubmitted(job=ev.JobRef(namespace="team-a", name="huge", uid="uz"), pod_sets=huge), msg_id="huge"
+        )
+        await wait_for(jlog, lambda es: bool(decisions_of(es, ev.Unschedulable)))
     finally:
         stop.set()
         await term
         await jlog.close()
 
 
-def test_explain_shows_who_preempted_whom(nats_url: str, log_root: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_shows_who_preempted_whom_and_why_a_job_waits(nats_url: str, log_root: str, capsys: pytest.CaptureFixture[str]) -> None:
     asyncio.run(_preemption_log(nats_url, log_root))
     try:
         code, out = kd(capsys, "explain", "team-a/high", "--nats", nats_url, "--root", log_root)
@@ -250,6 +255,10 @@ def test_explain_shows_who_preempted_whom(nats_url: str, log_root: str, capsys: 
         assert code == 0
         assert "-> team-a/low is preempted by team-a/high on solo" in out
         assert "-> evicted from solo for team-a/high" in out
+        # A job still waiting: why, as of the end of the log.
+        code, out = kd(capsys, "explain", "team-a/huge", "--nats", nats_url, "--root", log_root)
+        assert code == 0 and "now (Unschedulable), at the end of the log:" in out
+        assert "solo     --  ClusterFeasibility: insufficient nvidia.com/gpu" in out.split("now (")[1]
         assert kd(capsys, "replay", "--verify", "--nats", nats_url, "--root", log_root)[0] == 0
     finally:
         asyncio.run(delete_log(nats_url, log_root))
