@@ -26,6 +26,7 @@ from eventlog.store import LogReader
 from reconciler.shell.clusters.backoff import Backoff
 from reconciler.shell.clusters.base import Unreachable, Worker
 from reconciler.shell.clusters.desired import CopyKey, Desired, Intent
+from reconciler.shell.clusters.metrics import ClusterMetrics
 from reconciler.shell.logging import get_logger
 
 log = get_logger("reconciler.actuator")
@@ -41,8 +42,17 @@ class DecisionListener(Protocol):
 class _Executor:
     """Applies intents to one cluster, a few copies at a time, retrying each until it sticks."""
 
-    def __init__(self, worker: Worker, desired: Desired, *, concurrency: int, stop: asyncio.Event) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        desired: Desired,
+        *,
+        concurrency: int,
+        stop: asyncio.Event,
+        metrics: ClusterMetrics,
+    ) -> None:
         self.worker = worker
+        self.metrics = metrics
         self.desired = desired
         self.stop = stop
         self.concurrency = concurrency
@@ -110,15 +120,18 @@ class _Executor:
                     await self.worker.delete(job, attempt)
                 self.done[key] = intent
                 self.applied += 1
+                self.metrics.applied.labels(cluster=cluster, intent=str(intent)).inc()
                 bound.debug("applied")
                 return
             except asyncio.CancelledError:
                 raise
             except Unreachable as err:
                 delay = backoff.next_delay()
+                self.metrics.retries.labels(cluster=cluster, why="unreachable").inc()
                 bound.info("cluster_unreachable_retrying", error=str(err), retry_in_s=round(delay, 3))
             except Exception as err:  # an API error must not kill the executor: log and retry
                 delay = backoff.next_delay()
+                self.metrics.retries.labels(cluster=cluster, why="error").inc()
                 bound.error("apply_failed_retrying", error=str(err), retry_in_s=round(delay, 3))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), delay)
@@ -136,6 +149,7 @@ class Actuator:
         gc_grace_s: float = 60.0,
         concurrency: int = 8,
         read_batch: int = 1000,
+        metrics: ClusterMetrics | None = None,
     ) -> None:
         self.reader = reader
         self.workers = dict(workers)
@@ -146,6 +160,7 @@ class Actuator:
         self.concurrency = concurrency
         self.read_batch = read_batch
         self.desired = Desired()
+        self.metrics = metrics or ClusterMetrics()
         self.caught_up = asyncio.Event()
         self._executors: dict[str, _Executor] = {}
         self.collected = 0
@@ -161,7 +176,9 @@ class Actuator:
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the log and apply it until ``stop`` is set. A crash of any part ends the run."""
         for name, worker in self.workers.items():
-            self._executors[name] = _Executor(worker, self.desired, concurrency=self.concurrency, stop=stop)
+            self._executors[name] = _Executor(
+                worker, self.desired, concurrency=self.concurrency, stop=stop, metrics=self.metrics
+            )
         tasks = [asyncio.create_task(ex.run(), name=f"executor-{n}") for n, ex in self._executors.items()]
         tasks += [asyncio.create_task(self._follow(stop)), asyncio.create_task(self._gc_loop(stop))]
         stopper = asyncio.create_task(stop.wait())
@@ -182,6 +199,9 @@ class Actuator:
         self.caught_up.set()
         log.info("actuator_caught_up", seq=self.desired.seq, active=len(self.desired.active()))
         while not stop.is_set():
+            self.metrics.seq.set(self.desired.seq)
+            for name, ex in self._executors.items():
+                self.metrics.pending.labels(cluster=name).set(len(ex.queued) + len(ex.inflight))
             if not await self._read_available(apply=True):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_interval_s)
@@ -253,6 +273,7 @@ class Actuator:
                     )
                     continue
                 removed += 1
+                self.metrics.collected.labels(cluster=name).inc()
                 log.info("gc_deleted", cluster=name, job=job.key, attempt=copy.attempt)
         self.collected += removed
         return removed

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
+from prometheus_client import CollectorRegistry
 
 from eventlog import codec
 from eventlog import events as ev
@@ -30,6 +31,7 @@ from reconciler.shell.clusters.api import KubeApi
 from reconciler.shell.clusters.base import Worker
 from reconciler.shell.clusters.kube import KubeWorker
 from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
+from reconciler.shell.clusters.metrics import ClusterMetrics
 from reconciler.shell.clusters.quantity import parse_resources
 from reconciler.shell.clusters.reporter import InboxReporter
 from reconciler.shell.clusters.sim import SimCluster
@@ -171,12 +173,23 @@ class ClusterSet:
                 )
                 self.capacities[cfg.name] = {}  # learnt from the cluster: ClusterUpdated follows
 
-    async def run(self, *, inbox: Inbox, reader: LogReader, stop: asyncio.Event) -> None:
+    async def run(
+        self,
+        *,
+        inbox: Inbox,
+        reader: LogReader,
+        stop: asyncio.Event,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        """Register, observe and actuate until ``stop``. ``registry``: where the actuator's metrics
+        go (pass ``ReconcilerMetrics.registry`` to have them on ``/metrics``)."""
         reporter = InboxReporter(inbox)
         for cfg in self.clusters:
             event, msg_id = registration(cfg, capacity=self.capacities.get(cfg.name, {}))
             await reporter.report(event, msg_id=msg_id)
-        actuator = Actuator(reader, self.workers, gc_interval_s=self.gc_interval_s)
+        actuator = Actuator(
+            reader, self.workers, gc_interval_s=self.gc_interval_s, metrics=ClusterMetrics(registry)
+        )
         self.actuator = actuator
         if self.manager_api is not None:
             sync = ManagerSync(self.manager_api, actuator.desired)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
@@ -113,6 +114,9 @@ async def test_nominated_creates_withdrawn_deletes_evict_evicts(
     await leader.decide(ev.CleanUp(job=job(2), cluster="west", attempt=1))
     await eventually(lambda: not states(west), what="job-2 cleaned up")
     await eventually(act.settled, what="actuator settled")
+    exposed = generate_latest(act.metrics.registry).decode()
+    assert 'kdispatch_actuator_applied_total{cluster="west",intent="evict"} 1.0' in exposed
+    assert 'kdispatch_actuator_applied_total{cluster="west",intent="gone"} 2.0' in exposed
 
 
 async def test_requests_to_a_silent_cluster_are_retried_until_it_answers(
