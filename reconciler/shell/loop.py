@@ -207,6 +207,7 @@ class LeaderLoop:
         self._warned_deadline: int | None = None
         self._policy: ev.PolicyLoaded | None = None  # the policy in force (for snapshots)
         self._lag_checked = 0.0
+        self._counters: dict[type, Any] = {}
         self.ready = asyncio.Event()  # set once a term has rebuilt and repaired (tests, readiness)
 
     # -- one term -----------------------------------------------------------------------------
@@ -351,13 +352,18 @@ class LeaderLoop:
 
     def _fold_all(self, entries: Sequence[ev.LogEntry], *, decisions: bool) -> None:
         assert self.state is not None
-        counter = self.metrics.decisions if decisions else self.metrics.inputs
+        counters = self._counters
         for entry in entries:
             self.state = core.fold(self.state, entry)
-            counter.labels(type=type(entry.event).__name__).inc()
-            if isinstance(entry.event, ev.PolicyLoaded):
-                self._policy = entry.event
-            if decisions:
+            kind = type(entry.event)
+            counter = counters.get(kind)
+            if counter is None:  # one label lookup per event type, not per entry
+                family = self.metrics.decisions if decisions else self.metrics.inputs
+                counter = counters[kind] = family.labels(type=kind.__name__)
+            counter.inc()
+            if kind is ev.PolicyLoaded:
+                self._policy = entry.event  # type: ignore[assignment]
+            elif decisions and kind in _NOTEWORTHY:
                 _log_decision(entry)
         if entries:
             self.last_seq = entries[-1].seq
@@ -378,19 +384,19 @@ class LeaderLoop:
         self.metrics.snapshots.inc()
         bound.info("snapshot_saved", seq=self.last_seq, bytes=len(snap.state))
 
-# Decisions an operator wants to see in the logs without asking (the rest are at debug level).
-_NOTEWORTHY = (ev.Unschedulable, ev.Requeued, ev.ClusterLost, ev.ClusterRecovered, ev.PreemptionClaimed, ev.Evict, ev.ClaimExpired)
+# Decisions an operator wants to see in the logs without asking; every decision is in the log
+# itself (``kdispatch log``), so the routine ones are not repeated in the process's output.
+_NOTEWORTHY: frozenset[type] = frozenset(
+    {ev.Unschedulable, ev.Requeued, ev.ClusterLost, ev.ClusterRecovered, ev.PreemptionClaimed, ev.Evict, ev.ClaimExpired}
+)
 
 
 def _log_decision(entry: ev.LogEntry) -> None:
     event = entry.event
     ctx = event_context(event)
     kind = ctx.pop("event")
-    if isinstance(event, _NOTEWORTHY):
-        detail = getattr(event, "message", "") or getattr(event, "reason", "")
-        log.info("decided", decision=kind, seq=entry.seq, detail=detail or None, **ctx)
-    else:
-        log.debug("decided", decision=kind, seq=entry.seq, **ctx)
+    detail = getattr(event, "message", "") or getattr(event, "reason", "")
+    log.info("decided", decision=kind, seq=entry.seq, detail=detail or None, **ctx)
 
 
 async def _unless_lost(work: Coroutine[Any, Any, None], lost: asyncio.Event | None) -> bool:
