@@ -47,23 +47,22 @@ async def export(
     return count
 
 
-def _line_chunks(path: Path) -> Iterator[list[bytes]]:
-    """Non-empty lines, in chunks of about ``_CHUNK_BYTES``."""
+def _chunks(path: Path) -> Iterator[bytes]:
+    """The file in pieces of about ``_CHUNK_BYTES`` that end at a line end."""
     with _open(path, "r") as f:
         rest = b""
         while True:
             data = f.read(_CHUNK_BYTES)
             if not data:
                 break
-            data = rest + data
             cut = data.rfind(b"\n")
             if cut < 0:
-                rest = data
+                rest += data
                 continue
+            yield rest + data[: cut + 1]
             rest = data[cut + 1 :]
-            yield [line for line in data[:cut].split(b"\n") if line.strip()]
         if rest.strip():
-            yield [rest]
+            yield rest
 
 
 class JsonlLog:
@@ -84,8 +83,10 @@ class JsonlLog:
                 lines = [line for line in f.read().split(b"\n") if line.strip()]
             return codec.decode_entry(lines[-1]).seq if lines else 0
         last = 0
-        for lines in _line_chunks(self.path):
-            last = codec.decode_entry(lines[-1]).seq
+        for chunk in _chunks(self.path):
+            lines = [line for line in chunk.split(b"\n") if line.strip()]
+            if lines:
+                last = codec.decode_entry(lines[-1]).seq
         return last
 
     async def read(
@@ -96,12 +97,12 @@ class JsonlLog:
         until_ms: int | None = None,
         batch: int = 1000,
     ) -> AsyncIterator[list[LogEntry]]:
-        for lines in _line_chunks(self.path):
+        for chunk in _chunks(self.path):
             try:
-                entries = codec.decode_entries(lines)
+                entries = codec.decode_entry_lines(chunk)
             except codec.DecodeError as err:
                 raise codec.DecodeError(f"{self.path}: {err.message}", path=err.path, raw=err.raw) from None
-            if entries and entries[-1].seq < from_seq:
+            if not entries or entries[-1].seq < from_seq:
                 continue
             if entries[0].seq < from_seq:
                 entries = [e for e in entries if e.seq >= from_seq]
