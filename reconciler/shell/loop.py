@@ -96,7 +96,7 @@ class Rebuilt:
     repair_at_ms: int = 0
     repair_first_index: int = 0
     repair_count: int = 0
-    from_snapshot: int = 0
+    snapshot_seq: int = 0
 
 
 async def load_snapshot(
@@ -115,6 +115,15 @@ async def load_snapshot(
     return core.new_state(), 0, 0, None
 
 
+@dataclass
+class Folded:
+    state: core.State
+    last_seq: int
+    last_at_ms: int
+    policy: ev.PolicyLoaded | None  # the last PolicyLoaded folded (or the snapshot's)
+    snapshot_seq: int = 0  # the snapshot it started from (0: from the beginning)
+
+
 async def rebuild_state(
     reader: LogReader,
     snapshots: SnapshotStore | None,
@@ -122,22 +131,23 @@ async def rebuild_state(
     until_seq: int | None = None,
     until_ms: int | None = None,
     label: str = "rebuild",
-) -> tuple[core.State, int, int, ev.PolicyLoaded | None]:
+) -> Folded:
     """Fold the log up to the bounds, from the latest snapshot at or before them when possible."""
     last = until_seq if until_seq is not None else await reader.last_seq()
     snap_at = last if until_ms is None else 0  # a time bound says nothing about snapshot seqs
     state, seq, at_ms, policy = await load_snapshot(snapshots, at_or_before=snap_at)
     if seq >= last and until_ms is None:
-        return state, seq, at_ms, policy
+        return Folded(state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, snapshot_seq=seq)
     progress = Progress(total=max(last - seq, 0), label=label)
     result = await replay(
         reader, state=state, from_seq=seq + 1, until_seq=until_seq, until_ms=until_ms, progress=progress
     )
-    return (
-        result.state,
-        result.last_seq or seq,
-        result.last_at_ms or at_ms,
-        result.last_policy or policy,
+    return Folded(
+        state=result.state,
+        last_seq=result.last_seq or seq,
+        last_at_ms=result.last_at_ms or at_ms,
+        policy=result.last_policy or policy,
+        snapshot_seq=seq,
     )
 
 
@@ -150,11 +160,19 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int) -> Rebuilt:
             last_entry = chunk[-1] if chunk else last_entry
     cut = last_entry is not None and last_entry.batch is not None and last_entry.batch[0] < last_entry.batch[1] - 1
     if not cut or last_entry is None or last_entry.batch is None:
-        state, seq, at_ms, policy = await rebuild_state(reader, log_.snapshots, until_seq=last_seq)
-        return Rebuilt(state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, repair=[])
+        f = await rebuild_state(reader, log_.snapshots, until_seq=last_seq)
+        return Rebuilt(
+            state=f.state,
+            last_seq=f.last_seq,
+            last_at_ms=f.last_at_ms,
+            policy=f.policy,
+            repair=[],
+            snapshot_seq=f.snapshot_seq,
+        )
     index, count = last_entry.batch
     batch_start = last_entry.seq - index
-    state, seq, at_ms, policy = await rebuild_state(reader, log_.snapshots, until_seq=batch_start - 1)
+    f = await rebuild_state(reader, log_.snapshots, until_seq=batch_start - 1)
+    state = f.state
     recomputed = core.decide(state)
     recorded: list[ev.LogEntry] = []
     async for chunk in reader.read(from_seq=batch_start, until_seq=last_seq):
@@ -164,7 +182,14 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int) -> Rebuilt:
     )
     for entry in recorded:
         state = core.fold(state, entry)
-    rebuilt = Rebuilt(state=state, last_seq=last_seq, last_at_ms=last_entry.at_ms, policy=policy, repair=[])
+    rebuilt = Rebuilt(
+        state=state,
+        last_seq=last_seq,
+        last_at_ms=last_entry.at_ms,
+        policy=f.policy,
+        repair=[],
+        snapshot_seq=f.snapshot_seq,
+    )
     if agrees:
         rebuilt.repair = list(recomputed[index + 1 :])
         rebuilt.repair_at_ms = last_entry.at_ms
@@ -208,6 +233,7 @@ class LeaderLoop:
         self._policy: ev.PolicyLoaded | None = None  # the policy in force (for snapshots)
         self._lag_checked = 0.0
         self._counters: dict[type, Any] = {}
+        self.snapshot_seq = 0  # the snapshot the current term started from (0: none)
         self.ready = asyncio.Event()  # set once a term has rebuilt and repaired (tests, readiness)
 
     # -- one term -----------------------------------------------------------------------------
@@ -261,7 +287,14 @@ class LeaderLoop:
         self._policy = rebuilt.policy
         self._since_snapshot = 0
         self.metrics.log_seq.set(self.last_seq)
-        bound.info("term_started", last_seq=last_seq, last_inbox_seq=last_inbox, policy_in_log=rebuilt.policy is not None)
+        self.snapshot_seq = rebuilt.snapshot_seq
+        bound.info(
+            "term_started",
+            last_seq=last_seq,
+            last_inbox_seq=last_inbox,
+            from_snapshot=rebuilt.snapshot_seq or None,
+            policy_in_log=rebuilt.policy is not None,
+        )
         if rebuilt.repair:
             entries = await seqr.append_decisions(
                 rebuilt.repair,
