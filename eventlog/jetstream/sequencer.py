@@ -3,8 +3,10 @@
 Each append to the Log stream carries
 - ``Nats-Expected-Last-Sequence: seq - 1``: the server refuses it (error 10071) if anything else
   was written since, which is how a deposed leader finds out (``Fenced``);
-- ``Nats-Msg-Id: log-<seq>``: a retry of an append whose ack was lost is recognised as a
-  duplicate instead of being stored twice;
+- ``Nats-Msg-Id: log-<seq>``: a belt against storing an entry twice. (JetStream checks the
+  expected sequence first, so a retry of an append that was stored but whose ack was lost comes
+  back as "wrong last sequence"; the sequencer then compares the stored bytes with its own and
+  carries on if they are the same, and steps down if not);
 - ``Kd-Inbox-Last`` (on entries that were not copied from the inbox: decisions, ticks): the last
   inbox sequence copied into the log before this entry. With the ``inbox_seq`` of copied entries,
   ``resume`` reads one message (the last) to know where to continue, whatever its kind.
@@ -217,19 +219,28 @@ class JetStreamSequencer:
     async def _check_ack(self, seq: int, ack: PubAck, payload: bytes) -> None:
         if ack.error is not None:
             if ack.error.err_code == WRONG_LAST_SEQUENCE:
+                # JetStream checks the expected sequence before Nats-Msg-Id, so a retry of an
+                # append that was stored (its ack lost) lands here too: the stored bytes tell.
+                if await self._stored_is(seq, payload):
+                    return
                 self._fence(seq, ack.error.description)
             raise LogError(
                 f"appending log entry {seq} to {self._jlog.names.log_stream} failed: "
                 f"{ack.error.description} (code {ack.error.code}/{ack.error.err_code})"
             )
         if ack.duplicate:
-            # Ours (a retry of an append whose ack was lost) or another leader's with the same
-            # sequence: only the stored bytes tell.
-            stored = await self._jlog.js.get_msg(self._jlog.names.log_stream, ack.seq)
-            if stored.data != payload:
+            if not await self._stored_is(ack.seq, payload):
                 self._fence(seq, f"log entry {seq} was written by another leader")
         elif ack.seq != seq:
             self._fence(seq, f"stored as {ack.seq}, expected {seq}")
+
+    async def _stored_is(self, seq: int, payload: bytes) -> bool:
+        """Whether log entry ``seq`` is exactly this one (ours, appended before)."""
+        try:
+            stored = await self._jlog.js.get_msg(self._jlog.names.log_stream, seq)
+        except NotFoundError:
+            return False
+        return stored.data == payload
 
     def _fence(self, seq: int, why: object) -> None:
         self._fenced = (

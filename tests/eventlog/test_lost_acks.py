@@ -1,0 +1,53 @@
+"""Appends whose acks are lost (network, fail-over): the retry recognises its own stored entries,
+nothing is stored twice, and the sequencer carries on; another leader's entry still fences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eventlog import events as ev
+from eventlog.jetstream import JetStreamLog
+from eventlog.jetstream.publish import Outgoing, PubAck
+from eventlog.store import Fenced
+
+AT = 1_700_000_000_000
+
+
+def lose_acks_once(seq: Any) -> None:
+    """The next batch reaches the server, but its acks never come back."""
+    publisher = seq._publisher
+    real = publisher.publish
+
+    async def publish(batch: list[Outgoing], *, timeout_s: float) -> list[PubAck | None]:
+        publisher.publish = real
+        await real(batch, timeout_s=timeout_s)
+        return [None] * len(batch)
+
+    publisher.publish = publish
+
+
+async def test_retry_after_lost_acks_recognises_its_own_entries(jslog: JetStreamLog) -> None:
+    seq = jslog.sequencer("a")
+    await seq.append_decisions([ev.ClusterLost(cluster="x")], at_ms=AT)
+    lose_acks_once(seq)
+    entries = await seq.append_decisions(
+        [ev.ClusterRecovered(cluster="x"), ev.ClusterLost(cluster="y")], at_ms=AT
+    )
+    assert [e.seq for e in entries] == [2, 3]
+    await seq.append_decisions([ev.ClusterRecovered(cluster="y")], at_ms=AT)  # and goes on
+    stored = [e async for batch in jslog.reader.read() for e in batch]
+    assert [e.seq for e in stored] == [1, 2, 3, 4]
+    assert [e.event for e in stored][1:3] == [e.event for e in entries]
+
+
+async def test_lost_acks_do_not_hide_another_leaders_entry(jslog: JetStreamLog) -> None:
+    old = jslog.sequencer("old")
+    await old.resume()
+    new = jslog.sequencer("new")
+    await new.append_decisions([ev.ClusterLost(cluster="x")], at_ms=AT)
+    lose_acks_once(old)
+    with pytest.raises(Fenced):
+        await old.append_decisions([ev.ClusterLost(cluster="x")], at_ms=AT)
+    assert [e.leader async for batch in jslog.reader.read() for e in batch] == ["new"]
