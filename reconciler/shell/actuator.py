@@ -118,7 +118,10 @@ class _Executor:
                     )
                 elif job is not None and intent is Intent.GONE:
                     await self.worker.delete(job, attempt)
-                self.done[key] = intent
+                if intent is Intent.GONE:
+                    self.done.pop(key, None)  # final: nothing will be asked of this copy again
+                else:
+                    self.done[key] = intent
                 self.applied += 1
                 self.metrics.applied.labels(cluster=cluster, intent=str(intent)).inc()
                 bound.debug("applied")
