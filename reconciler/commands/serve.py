@@ -95,6 +95,17 @@ async def run_async(args: argparse.Namespace) -> int:
     tasks: list[asyncio.Task[Any]] = []
     closers: list[Callable[[], Awaitable[None]]] = []
     try:
+        clusters = None
+        if not args.no_actuator:
+            # Built before anything runs: a bad cluster entry must not leave a half-started server.
+            from reconciler.shell.clusters.setup import ClusterSet
+
+            try:
+                clusters = await ClusterSet.from_config(config)
+            except (ConfigError, ValueError) as err:
+                print(f"kdispatch serve: invalid cluster configuration: {err}", file=sys.stderr)
+                return 2
+            closers.append(clusters.close)
         if args.metrics_port is not None:
             runner = await start_metrics_server(metrics, port=args.metrics_port, ready=lambda: jlog.nc.is_connected)
             log.info("metrics_listening", port=args.metrics_port)
@@ -108,20 +119,13 @@ async def run_async(args: argparse.Namespace) -> int:
                 run_candidate(jlog, loop, stop=stop, ttl_s=args.lease_ttl), name="leader-candidate"
             )
         )
-        if not args.no_actuator:
-            from reconciler.shell.clusters.setup import ClusterSet
-
-            try:
-                clusters = await ClusterSet.from_config(config)
-            except (ConfigError, ValueError) as err:
-                print(f"kdispatch serve: invalid cluster configuration: {err}", file=sys.stderr)
-                return 2
-            closers.append(clusters.close)
+        if clusters is not None:
             tasks.append(
                 asyncio.create_task(clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop), name="clusters")
             )
         if args.webhook:
-            child = Supervised("webhook", _webhook_argv(args, nats_url=jlog.url, data_dir=data_dir), on_restart=metrics.webhook_restarts.inc)
+            argv = _webhook_argv(args, nats_url=jlog.url, data_dir=data_dir)
+            child = Supervised("webhook", argv, on_restart=metrics.webhook_restarts.inc)
             tasks.append(asyncio.create_task(child.run(stop), name="webhook"))
         log.info("serving", nats=jlog.url, root=args.root, webhook=args.webhook, actuator=not args.no_actuator)
         return await _wait(tasks, stop, log=log)
