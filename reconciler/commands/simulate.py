@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--time-scale", type=float, metavar="F", help="multiply submission times by F (0.1: 10x denser arrivals)"
     )
+    parser.add_argument(
+        "--save-logs",
+        action="store_true",
+        help="with --out: also write each profile's log as log-NAME.jsonl.gz (for replay/explain --file)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -91,7 +96,12 @@ def run(args: argparse.Namespace) -> int:
     for profile, settings in profiles:
         progress = JobProgress(total=len(trace.jobs), label=profile.name, enabled=not args.quiet)
         started = time.perf_counter()
-        result = run_profile(trace, profile=profile, settings=settings, core=core, progress=progress)
+        log_path = args.out / f"log-{profile.name}.jsonl.gz" if args.save_logs and args.out is not None else None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+        result = run_profile(
+            trace, profile=profile, settings=settings, core=core, progress=progress, log_path=log_path
+        )
         elapsed = time.perf_counter() - started
         progress.done(f"{result.results['batches']} batches, {result.results['log_entries']} log entries in {elapsed:.1f}s")
         runs.append(result)

@@ -18,6 +18,7 @@ ever lost, without a batch every few virtual seconds across a 149-day trace.
 from __future__ import annotations
 
 import heapq
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -50,7 +51,7 @@ class WorkerModel(Protocol):
 
     def evict(self, job_uid: str, attempt: int, now_ms: int, *, reason: str = ...) -> bool: ...
 
-    def advance(self, now_ms: int) -> list[ev.InputEvent]: ...
+    def advance_timed(self, now_ms: int) -> list[tuple[int, ev.InputEvent]]: ...
 
     def next_event_ms(self) -> int | None: ...
 
@@ -246,6 +247,25 @@ class VirtualRun:
 
     # ------------------------------------------------------------------ the loop
 
+    def _worker_facts(self, t: int) -> tuple[list[ev.InputEvent], set[str]]:
+        """What the workers report up to ``t``, in the order it happened.
+
+        Facts at the same millisecond on different clusters (say two workers admitting copies of
+        one job, with equal admission latencies) are ordered by a stable hash of (job, cluster):
+        a coin toss that is the same on every run, instead of always favouring the cluster whose
+        name sorts first. Facts about one copy keep their order (the sort is stable).
+        """
+        timed: list[tuple[int, int, int, ev.InputEvent]] = []
+        changed: set[str] = set()
+        for name, worker in self.workers.items():
+            for at_ms, fact in worker.advance_timed(t):
+                job = getattr(fact, "job", None)
+                toss = zlib.crc32(f"{job.uid if job is not None else ''}/{name}".encode())
+                timed.append((at_ms, toss, len(timed), fact))
+                changed.add(name)
+        timed.sort(key=lambda item: item[:3])
+        return [fact for *_, fact in timed], changed
+
     def _heartbeats(self, *, changed: set[str] | None = None) -> list[ev.InputEvent]:
         """Heartbeats due now: every worker at the start (``changed`` None), a worker whose usage
         just changed, and any worker not heard from for the heartbeat interval."""
@@ -294,12 +314,8 @@ class VirtualRun:
                 raise SimulationStuck(f"{same_time} batches at virtual time {t - EPOCH_MS} ms without time moving")
             self.now_ms = t
             inputs: list[ev.InputEvent] = self._clock.pop_until(t)
-            changed: set[str] = set()
-            for name, worker in self.workers.items():
-                facts = worker.advance(t)
-                if facts:
-                    inputs.extend(facts)
-                    changed.add(name)
+            facts, changed = self._worker_facts(t)
+            inputs.extend(facts)
             inputs.extend(self._heartbeats(changed=changed))
             deadline = self.core.next_deadline(self.state)
             if deadline is not None and deadline <= t:

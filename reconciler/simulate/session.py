@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import events as ev
+from reconciler.simulate.logfile import JsonlWriter
 from reconciler.simulate.metrics import placement_rows, profile_results
 from reconciler.simulate.profiles import PolicyDefaults, policy_for
 from reconciler.simulate.recorder import Recorder
 from reconciler.simulate.runner import (
     EPOCH_MS,
     CoreApi,
+    Observer,
     RunSettings,
     TraceCluster,
     VirtualRun,
@@ -45,19 +47,28 @@ def run_profile(
     make_worker: Callable[[TraceCluster], WorkerModel] = sim_worker,
     run_settings: RunSettings | None = None,
     progress: Callable[[int], None] | None = None,
+    log_path: Path | None = None,
 ) -> ProfileRun:
     recorder = Recorder(gpu_resource=trace.gpu_resource)
+    observers: list[Observer] = [recorder]
+    writer = JsonlWriter(log_path) if log_path is not None else None
+    if writer is not None:
+        observers.append(writer)
     run = VirtualRun(
         trace,
         policy=policy_for(profile, settings=settings, priority_classes=trace.priority_classes),
         profile_name=profile.name,
         core=core,
         make_worker=make_worker,
-        observers=[recorder],
+        observers=observers,
         settings=run_settings or RunSettings(),
         progress=progress,
     )
-    run.run()
+    try:
+        run.run()
+    finally:
+        if writer is not None:
+            writer.close()
     results = profile_results(
         recorder,
         gpu_capacity=trace.total_capacity(trace.gpu_resource),

@@ -47,17 +47,18 @@ def _profile(name: str) -> ev.Profile:
 
 
 def test_waits_copies_and_utilization_follow_the_workers() -> None:
-    # A fills c1 at 1 s (its c2 copy is withdrawn), B lands on c2 at 11 s, C waits for B to
-    # finish on c2 at 61 s (A holds c1 until 101 s): waits 1, 1, 41 s.
+    # Both clusters admit A at 1 s; the runner's stable coin toss (a hash of job and cluster)
+    # delivers c2's admission first, so A runs on c2 (its c1 copy is withdrawn). B lands on c1 at
+    # 11 s; C waits for B to finish on c1 at 61 s (A holds c2 until 101 s): waits 1, 1, 41 s.
     trace = _trace(
         _job("a", at_s=0, run_s=100, gpus=4), _job("b", at_s=10, run_s=50, gpus=4), _job("c", at_s=20, run_s=10, gpus=4)
     )
     run = run_profile(trace, profile=_profile("all-at-once"), settings=PolicyDefaults(), core=FAKE)
     rows = {r["job"]: r for r in run.placements}
     assert {k: (r["wait_s"], r["cluster"]) for k, r in rows.items()} == {
-        "trace/a": (1.0, "c1"),
-        "trace/b": (1.0, "c2"),
-        "trace/c": (41.0, "c2"),
+        "trace/a": (1.0, "c2"),
+        "trace/b": (1.0, "c1"),
+        "trace/c": (41.0, "c1"),
     }
     assert rows["trace/c"]["finished"] == 71.0
     res = run.results
