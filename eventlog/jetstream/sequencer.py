@@ -188,9 +188,15 @@ class JetStreamSequencer:
             for e, mark in zip(entries, marks, strict=True)
         ]
         acks = await self._publisher.publish(batch, timeout_s=self._jlog.publish_timeout_s)
+        recovering = False
         for entry, out, ack in zip(entries, batch, acks, strict=True):
-            if ack is None:  # no ack (timeout, failover): retry; Nats-Msg-Id makes it idempotent
+            # No ack (timeout, fail-over): publish again. Once one entry of the batch needed that,
+            # the later ones may have been refused only because it was missing: again too.
+            refused = ack is not None and ack.error is not None and ack.error.err_code == WRONG_LAST_SEQUENCE
+            if ack is None or (recovering and refused):
+                recovering = True
                 ack = await self._retry(out, entry.seq)
+            assert ack is not None
             await self._check_ack(entry.seq, ack, out[1])
         self._last_seq = entries[-1].seq
 

@@ -51,3 +51,23 @@ async def test_lost_acks_do_not_hide_another_leaders_entry(jslog: JetStreamLog) 
     with pytest.raises(Fenced):
         await old.append_decisions([ev.ClusterLost(cluster="x")], at_ms=AT)
     assert [e.leader async for batch in jslog.reader.read() for e in batch] == ["new"]
+
+
+async def test_an_entry_lost_mid_batch_is_resent_and_the_rest_follow(jslog: JetStreamLog) -> None:
+    """The server never got entry 2 of 4 (connection dropped); 3 and 4 were refused for want of
+    it. The sequencer re-sends 2, then 3 and 4, and does not mistake that for another leader."""
+    seq = jslog.sequencer("a")
+    publisher = seq._publisher  # type: ignore[attr-defined]
+    real = publisher.publish
+
+    async def drop_second(batch: list[Outgoing], *, timeout_s: float) -> list[PubAck | None]:
+        publisher.publish = real
+        acks = await real([batch[0], *batch[2:]], timeout_s=timeout_s)
+        return [acks[0], None, *acks[1:]]
+
+    publisher.publish = drop_second
+    events = [ev.ClusterLost(cluster=c) for c in "wxyz"]
+    entries = await seq.append_decisions(events, at_ms=AT)
+    assert [e.seq for e in entries] == [1, 2, 3, 4]
+    stored = [e async for batch in jslog.reader.read() for e in batch]
+    assert [e.event for e in stored] == events
