@@ -54,20 +54,21 @@ def select_victims(s: Scratch, job: JobRecord, evaluation: Evaluation) -> Choice
     cols = np.flatnonzero(demand_vec > 0)
     if len(cols) == 0:
         return None
-    # Phase 1, every candidate cluster at once: order victims by integers only (submission order
-    # stands in for the name, for speed) and find each cluster's cheapest sufficient prefix.
     free = s.free_for(job)
-    found = _prefixes(s, pool, ordered, free=free, demand=demand_vec[cols], cols=cols)
+    need = demand_vec[cols] - free[:, cols]  # per cluster: what the victims must free
+    # Phase 1, every candidate cluster at once. Per (cluster, priority level) totals give each
+    # cluster's highest victim priority; only clusters where that is lowest compete, and only
+    # their victims at that level need a row-by-row look (all lower levels go anyway).
+    # Submission order stands in for the name here, for speed.
+    found = _cheapest(s, pool, ordered, need=need, cols=cols)
     if found is None:
         return None
-    slots, starts, _, counts, lost, top_priority, ordered = found
-    best = int(np.lexsort((table.name_rank[slots], lost, counts, top_priority))[0])
-    slot = int(slots[best])
+    slot = found
     # Phase 2, the chosen cluster only: the exact order (lowest priority, most recently started,
     # then name) decides which victims go.
-    mine = ordered[starts[best] : ordered.size][pool.cluster[ordered[starts[best] :]] == slot]
+    mine = ordered[pool.cluster[ordered] == slot]
     exact = mine[np.lexsort((pool.names[mine], -pool.started[mine], pool.priority[mine]))]
-    again = _prefixes(s, pool, exact, free=free, demand=demand_vec[cols], cols=cols)
+    again = _prefixes(s, pool, exact, need=need, cols=cols)
     assert again is not None
     _, _, ends2, _, lost2, top2, _ = again
     return Choice(
@@ -76,6 +77,57 @@ def select_victims(s: Scratch, job: JobRecord, evaluation: Evaluation) -> Choice
         max_priority=int(top2[0]),
         lost_ms=int(lost2[0]),
     )
+
+
+def _cheapest(
+    s: Scratch,
+    pool: RunningPool,
+    ordered: npt.NDArray[np.intp],
+    *,
+    need: npt.NDArray[np.int64],
+    cols: npt.NDArray[np.intp],
+) -> int | None:
+    """The cluster whose sufficient victim prefix is cheapest: (highest victim priority, count,
+    running time lost, cluster name)."""
+    table = s.state.clusters
+    n_clusters = len(table)
+    cluster = pool.cluster[ordered]
+    levels, level = np.unique(pool.priority[ordered], return_inverse=True)
+    n_levels = len(levels)
+    cell = cluster * n_levels + level
+    enough = np.ones((n_clusters, n_levels), dtype=np.bool_)
+    below = []
+    for j, col in enumerate(cols):
+        freed = np.bincount(cell, weights=pool.demand[ordered, col], minlength=n_clusters * n_levels)
+        cum = np.cumsum(freed.reshape(n_clusters, n_levels), axis=1)
+        enough &= cum >= need[:, j][:, None]
+        below.append(cum)
+    present = np.bincount(cluster, minlength=n_clusters) > 0
+    enough &= present[:, None]
+    if not enough.any():
+        return None
+    top = np.where(enough.any(axis=1), enough.argmax(axis=1), n_levels)
+    star = int(top.min())
+    contenders = top == star
+    # Offsets from the levels below ``star`` (taken whole) for the row-by-row part.
+    shifted = need.copy()
+    if star > 0:
+        for j in range(len(cols)):
+            shifted[:, j] -= below[j][:, star - 1].astype(np.int64)
+    lower = level < star
+    count_below = np.bincount(cluster[lower], minlength=n_clusters)
+    lost_below = np.bincount(
+        cluster[lower], weights=np.maximum(s.now - pool.started[ordered[lower]], 0), minlength=n_clusters
+    )
+    at_star = ordered[(level == star) & contenders[cluster]]
+    found = _prefixes(s, pool, at_star, need=shifted, cols=cols)
+    if found is None:  # only possible if the levels below already suffice, which top rules out
+        return None
+    slots, _, _, counts, lost, _, _ = found
+    counts = counts + count_below[slots]
+    lost = lost + lost_below[slots].astype(np.int64)
+    best = int(np.lexsort((table.name_rank[slots], lost, counts))[0])
+    return int(slots[best])
 
 
 Prefixes = tuple[
@@ -94,21 +146,24 @@ def _prefixes(
     pool: RunningPool,
     rows: npt.NDArray[np.intp],
     *,
-    free: npt.NDArray[np.int64],
-    demand: npt.NDArray[np.int64],
+    need: npt.NDArray[np.int64],
     cols: npt.NDArray[np.intp],
 ) -> Prefixes | None:
     """For rows sorted by (cluster, victim order): per cluster with enough, the shortest prefix
     whose freed capacity covers the demand. Returns (cluster slots, prefix starts, prefix ends,
     counts, running time lost, highest victim priority, rows)."""
+    if len(rows) == 0:
+        return None
     cluster = pool.cluster[rows]
     boundary = np.r_[True, cluster[1:] != cluster[:-1]]
     starts_all = np.flatnonzero(boundary)
     group = np.cumsum(boundary) - 1
-    cum = np.cumsum(pool.matrix()[rows][:, cols], axis=0)
+    matrix = pool.matrix()
+    cum = np.empty((len(rows), len(cols)), dtype=np.int64)
+    for j, col in enumerate(cols):  # a few resources: gather one column at a time
+        np.cumsum(matrix[:, col].take(rows), out=cum[:, j])
     base = np.where((starts_all[group] > 0)[:, None], cum[np.maximum(starts_all[group] - 1, 0)], 0)
-    need = demand - free[cluster][:, cols]
-    enough = (cum - base >= need).all(axis=1)
+    enough = (cum - base >= need[cluster]).all(axis=1)
     if not enough.any():
         return None
     hits = np.flatnonzero(enough)

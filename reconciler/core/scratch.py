@@ -30,6 +30,7 @@ class Scratch:
     help: bool
     out: list[ev.DecisionEvent] = field(default_factory=list)
     released_jobs: set[str] = field(default_factory=set)  # jobs whose copies this pass released
+    _holds: dict[str, tuple[int, npt.NDArray[np.int64]]] = field(default_factory=dict)
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -86,15 +87,20 @@ class Scratch:
         """What a claim holds back now: the capacity its victims have already freed, up to the
         claim. While a victim still runs its usage blocks the capacity anyway; counting the claim
         on top would hold the same capacity twice."""
+        cached = self._holds.get(claim.preemptor)
+        if cached is not None and cached[0] == len(self.released_jobs):
+            return cached[1]
         table = self.state.clusters
-        still = np.zeros(len(table.resources), dtype=np.int64)
+        still: Resources = {}
         for key in claim.victims:
             victim = self.state.jobs.get(key)
             if victim is None or victim.cluster != claim.cluster or key in self.released_jobs:
                 continue
             if any(c.counted and c.cluster == claim.cluster for c in victim.copies):
-                still += table.vector(victim.demand)
-        hold: npt.NDArray[np.int64] = np.maximum(table.vector(claim.claim) - still, 0)
+                for name, amount in victim.demand.items():
+                    still[name] = still.get(name, 0) + amount
+        hold: npt.NDArray[np.int64] = np.maximum(table.vector(claim.claim) - table.vector(still), 0)
+        self._holds[claim.preemptor] = (len(self.released_jobs), hold)
         return hold
 
     def cycle_input(self, job: JobRecord) -> CycleInput:
