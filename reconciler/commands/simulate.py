@@ -95,15 +95,18 @@ def run(args: argparse.Namespace) -> int:
     runs: list[ProfileRun] = []
     for profile, settings in profiles:
         progress = JobProgress(total=len(trace.jobs), label=profile.name, enabled=not args.quiet)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         log_path = args.out / f"log-{profile.name}.jsonl.gz" if args.save_logs and args.out is not None else None
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         result = run_profile(
             trace, profile=profile, settings=settings, core=core, progress=progress, log_path=log_path
         )
-        elapsed = time.perf_counter() - started
-        progress.done(f"{result.results['batches']} batches, {result.results['log_entries']} log entries in {elapsed:.1f}s")
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        progress.done(
+            f"{result.results['batches']} batches, {result.results['log_entries']} log entries "
+            f"in {elapsed:.1f}s ({cpu:.1f}s CPU)"
+        )
         runs.append(result)
     doc = results_document(trace, runs)
     print(f"trace {doc['trace']['source']}: {len(trace.jobs)} jobs on {len(trace.clusters)} clusters")
