@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from reconciler import core
 from reconciler.config import ConfigError, load_config
 from reconciler.shell import logging as klog
 from reconciler.shell.child import Supervised
@@ -68,6 +69,11 @@ async def run_async(args: argparse.Namespace) -> int:
         policy = policy_event(config.policy)
     except ConfigError as err:
         print(f"kdispatch serve: invalid config: {err}", file=sys.stderr)
+        return 2
+    problems = core.validate_policy(policy)
+    if problems:  # an unknown plugin or bad plugin args: say which, before leading with it
+        where = args.config or "the default config"
+        print(f"kdispatch serve: invalid policy in {where}:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
     from eventlog.jetstream import connect
 

@@ -31,6 +31,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader
 from reconciler import core
+from reconciler.config import ConfigError
 from reconciler.shell.logsource import format_ms, open_source
 from reconciler.shell.policy import load_policy_file
 from reconciler.sim.worker import SimWorker
@@ -367,6 +368,9 @@ def _wait(j: JobOutcome) -> float | None:
 
 async def run_whatif(args: argparse.Namespace, *, until_seq: int | None, until_ms: int | None) -> int:
     policy = load_policy_file(args.profile)
+    problems = core.validate_policy(policy)
+    if problems:
+        raise ConfigError("; ".join(problems), source=args.profile)
     async with open_source(args) as source:
         seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
     run = WhatIf(seen, policy)

@@ -239,3 +239,17 @@ async def test_commands_read_the_embedded_log_in_the_data_dir_during_and_after_s
     after = await asyncio.get_running_loop().run_in_executor(None, kd, "replay", "--verify")
     assert after.returncode == 0, after.stderr
     assert "replayed 1 entries" in after.stdout
+
+
+def test_an_unknown_plugin_stops_start_up_with_its_path(tmp_path: Path) -> None:
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("policy:\n  profiles:\n    - name: default\n      filters: [ClusterHealth, ClusterSelecter]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler", "serve", "--config", str(typo), "--nats", "nats://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "filters[1]" in proc.stderr and "unknown plugin 'ClusterSelecter'" in proc.stderr
+    assert "ClusterSelector" in proc.stderr  # the names it knows, to pick the right one
