@@ -70,6 +70,7 @@ class ManagerWatcher:
         self.resync_s = resync_s
         self.backfill_after_s = backfill_after_s
         self._seen: dict[str, tuple[int, bool]] = {}  # uid -> (generation, suspended)
+        self._observed_state: dict[str, tuple[int, bool]] = {}  # what the last JobObserved said
         self._first_seen: dict[str, float] = {}
         self._objects: dict[str, dict[str, Any]] = {}
         self._backfilled: set[str] = set()
@@ -127,12 +128,18 @@ class ManagerWatcher:
                 await _sleep_or_stop(stop, delay)
 
     async def _observed(self, kind: Kind, obj: dict[str, Any]) -> None:
+        """A job in a (re-)list. Reported once per generation and suspend state: our own status
+        writes bump its resourceVersion, and every resync would otherwise record it again."""
         ref = job_ref(obj)
-        rv = str(obj["metadata"].get("resourceVersion", ""))
+        meta = obj["metadata"]
+        state = (int(meta.get("generation", 0) or 0), _suspended(kind, obj))
         self._first_seen.setdefault(ref.uid, time.monotonic())
         self._objects[ref.uid] = obj
-        event = ev.JobObserved(job=ref, suspended=_suspended(kind, obj), resource_version=rv)
-        await self.reporter.report(event, msg_id=f"manager/{ref.uid}/observed/{rv}")
+        if self._observed_state.get(ref.uid) != state:
+            rv = str(meta.get("resourceVersion", ""))
+            event = ev.JobObserved(job=ref, suspended=state[1], resource_version=rv)
+            await self.reporter.report(event, msg_id=f"manager/{ref.uid}/observed/{rv}")
+            self._observed_state[ref.uid] = state
         await self._changed(kind, obj, observed=True)
 
     async def _changed(self, kind: Kind, obj: dict[str, Any], *, observed: bool = False) -> None:
@@ -148,6 +155,7 @@ class ManagerWatcher:
                 rv = str(meta.get("resourceVersion", ""))
                 event = ev.JobObserved(job=ref, suspended=state[1], resource_version=rv)
                 await self.reporter.report(event, msg_id=f"manager/{ref.uid}/observed/{rv}")
+                self._observed_state[ref.uid] = state
             return
         if previous == state:
             return  # status or annotation changes (ours among them): nothing for the dispatcher
@@ -166,7 +174,7 @@ class ManagerWatcher:
 
     async def _deleted(self, obj: dict[str, Any]) -> None:
         ref = job_ref(obj)
-        for memory in (self._seen, self._first_seen, self._objects):
+        for memory in (self._seen, self._observed_state, self._first_seen, self._objects):
             memory.pop(ref.uid, None)
         self._backfilled.discard(ref.uid)
         self.backfill_skipped.discard(ref.uid)

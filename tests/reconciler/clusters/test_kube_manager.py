@@ -53,8 +53,11 @@ async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
     assert {o.job.name for o in observed} == {"train"}
     assert observed[0].job.uid == uid
     assert not observed[0].suspended  # held by kdispatch (managedBy MultiKueue), not by the user
-    # our own writes (annotation, status) are not spec changes: no JobUpdated for them
+    # our own writes (annotation, status) are not spec changes: no JobUpdated for them, and
+    # re-lists (every second here) do not record the job again
     emu.patch_status(*JOBS, "team-a", "train", {"active": 1})
+    await asyncio.sleep(1.5)
+    assert len(recorder.of(ev.JobObserved)) == 1 and not recorder.of(ev.JobUpdated)
     # a spec change is
     emu._patch(JOBS, "team-a", "train", {"spec": {"parallelism": 3}}, subresource=None)
     updated = await eventually(lambda: recorder.of(ev.JobUpdated), what="JobUpdated")
