@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -179,7 +180,9 @@ async def main() -> None:
             f"   p95 {pct(lat_s, 95) * 1000:>6.0f} ms   p99 {pct(lat_s, 99) * 1000:>6.0f} ms"
         )
 
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"jobs: {args.jobs:,} (1 GPU each), 3 simulated workers, real nats-server, real core and loop")
+    print(f"machine: {os.cpu_count()} cores, load average {load} (numbers scale with what else runs)")
     print(row("baseline: log + core only (no clusters)", base_rate, base_lat))
     print(row("pipeline: submit -> Placed via 3 workers", rate, lat))
     print(
