@@ -195,7 +195,22 @@ def _admission(s: Scratch, d: Draft) -> None:
         d.place(s, d.winner)
 
 
+def _nominated_drift(s: Scratch, d: Draft) -> None:
+    """Pod sets changed while copies wait for admission: drop the copies that no longer fit."""
+    if d.phase != phases.NOMINATED or not d.job.spec_changed:
+        return
+    why = ""
+    for cluster in list(d.nominated):
+        slot = s.state.clusters.index.get(cluster)
+        why = _no_longer_fits(s.state, d.job, slot) if slot is not None else "cluster gone"
+        if why:
+            d.withdraw(s, cluster=cluster, attempt=d.attempt, reason=f"spec changed: {why}")
+    if not d.nominated and why:
+        d.requeue(s, reason="SpecChanged", cluster=None, backoff=False, message=why)
+
+
 def _placed_checks(s: Scratch, d: Draft) -> None:
+    _nominated_drift(s, d)
     if d.phase != phases.PLACED or d.cluster is None:
         return
     job = d.job

@@ -209,3 +209,15 @@ def test_cluster_removed_requeues_its_jobs() -> None:
     assert requeued.reason == "ClusterRemoved"
     [n] = of_type(decisions, ev.Nominated)
     assert n.clusters == ["b"]
+
+
+def test_spec_drift_while_nominated_withdraws_copies_that_no_longer_fit() -> None:
+    h = Harness()
+    h.inputs(cluster("small", cpu=8_000), cluster("gpu", cpu=4_000, gpu=8))
+    [n] = of_type(h.feed(job("j", cpu=2_000)), ev.Nominated)
+    assert n.clusters == ["small"]
+    grown = [ev.PodSet(name="main", count=1, requests={"cpu": 2_000, "nvidia.com/gpu": 1})]
+    decisions = h.feed(ev.JobUpdated(job=ref("j"), pod_sets=grown))
+    assert [type(d).__name__ for d in decisions] == ["Withdrawn", "Requeued", "Nominated"]
+    assert decisions[0].reason == "spec changed: ClusterFeasibility: insufficient nvidia.com/gpu"
+    assert decisions[2].clusters == ["gpu"]
