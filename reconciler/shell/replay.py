@@ -7,7 +7,7 @@ by ``decide`` on the state as it was just before the batch's first entry, so rep
 - rebuild: fold everything (the state any leader or command starts from);
 - verify: at each batch, call ``decide`` on the state before it and compare with what was
   recorded, byte for byte (``codec.encode``); the first difference stops the replay;
-- look inside: hand the state before each batch to a callback (``explain`` uses it).
+- look inside: hand the state before each decision to a callback (``explain`` uses it).
 
 Batches are grouped here (``units``) so every consumer sees a batch as one unit, whatever the
 reader's own batching is.
@@ -15,7 +15,7 @@ reader's own batching is.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from eventlog import codec
@@ -127,7 +127,6 @@ class ReplayResult:
     last_policy: ev.PolicyLoaded | None = None
 
 
-BatchHook = Callable[["core.State", DecisionBatch], Awaitable[None] | None]
 InputHook = Callable[[ev.LogEntry], None]
 DecisionHook = Callable[["core.State", ev.LogEntry], None]
 
@@ -165,18 +164,18 @@ async def replay(
     until_seq: int | None = None,
     until_ms: int | None = None,
     verify: bool = False,
-    on_batch: BatchHook | None = None,
     on_input: InputHook | None = None,
     on_decision: DecisionHook | None = None,
     progress: Progress | None = None,
 ) -> ReplayResult:
     """Fold the log (from ``from_seq``, onto ``state`` if given) up to the bounds.
 
-    ``on_batch`` sees the state before each decision batch (what ``decide`` saw); ``on_decision``
-    the state before each decision entry (the batch's earlier decisions folded in, which is how
-    ``decide`` saw the later jobs of one batch). With ``verify``, stops at the first batch whose recomputation differs (``result.mismatch``).
-    A batch cut short at the very end of the log is normal after a leader crash (the next leader
-    completes it); one cut short in the middle is reported in ``incomplete_batches``.
+    ``on_input`` sees each input before it is folded; ``on_decision`` the state before each
+    decision entry (the batch's earlier decisions folded in: how ``decide`` saw the later jobs of
+    one batch). With ``verify``, stops at the first batch whose recomputation differs
+    (``result.mismatch``). A batch cut short at the very end of the log is normal after a leader
+    crash (the next leader completes it); one cut short in the middle is reported in
+    ``incomplete_batches``.
     """
     result = ReplayResult(state=state if state is not None else core.new_state())
     cut_short_at_end = False
@@ -189,10 +188,6 @@ async def replay(
                 if not unit.complete and unit.starts_at_zero:
                     result.incomplete_batches.append(unit.first.seq)
                     cut_short_at_end = True
-                if on_batch is not None:
-                    maybe = on_batch(result.state, unit)
-                    if maybe is not None:
-                        await maybe
                 if verify and unit.starts_at_zero:
                     mismatch = compare(result.state, unit)
                     # A batch cut short by a crash still has to agree on the part that was written.
