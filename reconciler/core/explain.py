@@ -2,7 +2,8 @@
 
 A rejected cluster shows every filter that rejects it (plugin, code, reason); a feasible one its
 normalized score per plugin, weight and total, and its rank. That answers "why there and not
-there" for the decision the state is at.
+there" for the decision the state is at. The job's own copies are not counted against it, so a
+placed job's cluster shows how it looked to the job, not "full because of itself".
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ def explain(state: State, job_key: str) -> JobExplanation:
         error = state.profile_errors.get(job.placement.profile, f"profile {job.placement.profile!r} is not defined")
         return msgspec.structs.replace(base, summary=error)
     s = Scratch.start(state)
+    for copy in job.copies:  # judge the clusters as if this job were not there yet
+        if copy.counted:
+            s.release(copy.cluster, job.demand, job=job.key)
     table = state.clusters
     evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, full=True)
     rank = {int(slot): i for i, slot in enumerate(evaluation.ranked)}

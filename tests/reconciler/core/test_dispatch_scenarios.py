@@ -141,3 +141,16 @@ def test_explain_lists_every_cluster_with_verdict_or_scores() -> None:
     assert by_name["us"].rejections[0].reason == "label region=eu missing"
     assert by_name["tiny"].rejections[0].plugin == "ClusterFeasibility"
     assert {s.plugin for s in by_name["eu"].scores} == {"ClusterAffinityScore", "ClusterTaintScore", "CapacityScore"}
+
+
+def test_explain_does_not_count_the_job_against_itself() -> None:
+    h = Harness()
+    h.inputs(cluster("only", cpu=4_000))
+    h.feed(job("j", cpu=4_000))
+    h.feed(ev.RemoteAdmitted(job=ref("j"), cluster="only", attempt=1))
+    [verdict] = explain(h.state, "team/j").clusters
+    assert verdict.feasible and verdict.rank == 1
+    # Another identical job does see the cluster full.
+    h.feed(job("k", cpu=4_000))
+    [other] = explain(h.state, "team/k").clusters
+    assert not other.feasible and other.rejections[0].reason == "insufficient free cpu"
