@@ -36,6 +36,9 @@ from reconciler.shell.logsource import format_ms, open_source
 from reconciler.shell.policy import load_policy_file
 from reconciler.sim.worker import SimWorker
 
+# A run that takes this many steps without time moving is stuck (a model bug), not busy.
+MAX_STEPS_AT_ONE_TIME = 10_000
+
 # Jobs never seen finishing run until well past any log's end.
 FOREVER_MS = 10 * 365 * 24 * 3600 * 1000
 
@@ -283,6 +286,7 @@ class WhatIf:
         silences = list(self.seen.silences)
         i = 0
         end = self.seen.end_ms
+        same_time = 0
         while True:
             deadline = core.next_deadline(self.state)
             if deadline is not None and self._last_tick_deadline is not None and deadline <= self._last_tick_deadline:
@@ -297,6 +301,9 @@ class WhatIf:
             t = max(min(times), self.now_ms)
             if t > end:
                 return
+            same_time = same_time + 1 if t == self.now_ms else 0
+            if same_time > MAX_STEPS_AT_ONE_TIME:
+                raise RuntimeError(f"what-if run stuck: {same_time} steps at {format_ms(t)} without time moving")
             self.now_ms = t
             while silences and silences[0][0] <= t:
                 start, cluster, until = silences.pop(0)
