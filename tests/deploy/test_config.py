@@ -93,51 +93,49 @@ def test_reconciler_args_are_accepted_by_kdispatch_serve() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
 
-def _serve(config: Path) -> subprocess.CompletedProcess[str]:
+BAD_CONFIGS: dict[str, tuple[Any, str, str]] = {
+    # name: (edit of the shipped config, path the message must name, words it must contain)
+    "typo": (
+        lambda c: c["policy"]["profiles"][0].update(roundTimout="30s"),
+        "$.policy.profiles[0]",
+        "roundTimout",
+    ),
+    "type": (lambda c: c["nats"].update(replicas="three"), "$.nats.replicas", "Expected `int`"),
+    "missing": (
+        lambda c: c["clusters"][0]["kubeconfig"].update(secretRef={"key": "k"}),
+        "$.clusters[0].kubeconfig.secretRef",
+        "name",
+    ),
+    "duration": (
+        lambda c: c["policy"].update(workerLostTimeout="a minute"),
+        "$.policy.workerLostTimeout",
+        "not a duration",
+    ),
+}
+
+
+def test_invalid_config_stops_serve_with_the_field_path(tmp_path: Path) -> None:
+    """Through the real entry point (the container's ``kdispatch serve``), all cases at once."""
     kdispatch = Path(sys.executable).parent / "kdispatch"
-    return subprocess.run(
-        [str(kdispatch), "serve", f"--config={config}", "--metrics-port=0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-@pytest.mark.parametrize(
-    ("edit", "path", "words"),
-    [
-        (
-            lambda c: c["policy"]["profiles"][0].update(roundTimout="30s"),
-            "$.policy.profiles[0]",
-            "roundTimout",
-        ),
-        (lambda c: c["nats"].update(replicas="three"), "$.nats.replicas", "Expected `int`"),
-        (
-            lambda c: c["clusters"][0]["kubeconfig"].update(secretRef={"key": "k"}),
-            "$.clusters[0].kubeconfig.secretRef",
-            "name",
-        ),
-        (
-            lambda c: c["policy"].update(workerLostTimeout="a minute"),
-            "$.policy.workerLostTimeout",
-            "not a duration",
-        ),
-    ],
-    ids=["typo", "type", "missing", "duration"],
-)
-def test_invalid_config_stops_serve_with_the_field_path(
-    tmp_path: Path, edit: Any, path: str, words: str
-) -> None:
-    config = yaml.safe_load(shipped_config_text())
-    edit(config)
-    bad = tmp_path / "config.yaml"
-    bad.write_text(yaml.safe_dump(config))
-    result = _serve(bad)
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("kdispatch serve: invalid config: ")
-    assert f"{path}: " in result.stderr
-    assert words in result.stderr
-    assert len(result.stderr.splitlines()) == 1, "one line a person can act on, no traceback"
+    running = {}
+    for name, (edit, _, _) in BAD_CONFIGS.items():
+        config = yaml.safe_load(shipped_config_text())
+        edit(config)
+        bad = tmp_path / f"{name}.yaml"
+        bad.write_text(yaml.safe_dump(config))
+        running[name] = subprocess.Popen(
+            [str(kdispatch), "serve", f"--config={bad}", "--metrics-port=0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    for name, proc in running.items():
+        _, stderr = proc.communicate(timeout=60)
+        _, path, words = BAD_CONFIGS[name]
+        assert proc.returncode == 2, (name, stderr)
+        assert stderr.startswith("kdispatch serve: invalid config: "), (name, stderr)
+        assert f"{path}: " in stderr and words in stderr, (name, stderr)
+        assert len(stderr.splitlines()) == 1, f"{name}: one line a person can act on, no traceback"
 
 
 def test_decode_error_is_a_config_error_for_the_loader() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.deploy.natscluster import (
     statefulset,
     wait_http,
 )
+from tests.deploy.processes import serve_argv
 
 
 def test_conf_matches_the_statefulset() -> None:
@@ -55,21 +55,6 @@ def test_image_is_the_server_version_the_tests_run() -> None:
     out = subprocess.run([str(find_binary()), "--version"], capture_output=True, text=True, check=True).stdout
     version = out.strip().rsplit("v", 1)[-1]
     assert container()["image"] == f"nats:{version}-alpine"
-
-
-def _serve_argv(*, config: Path, nats_url: str, metrics_port: int, root: str) -> list[str]:
-    """The reconciler container's command and args, with paths and ports for this machine."""
-    deployment = one(rendered(OVERLAY), "Deployment", "kdispatch-reconciler")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    argv = [str(Path(sys.executable).parent / container["command"][0])]
-    for arg in container["args"]:
-        if arg.startswith("--config="):
-            arg = f"--config={config}"
-        elif arg.startswith("--metrics-port="):
-            arg = f"--metrics-port={metrics_port}"
-        argv.append(arg.replace("$(POD_NAME)", "kdispatch-reconciler-0"))
-    # Test-only: this NATS, an isolated log, and no worker clusters to talk to.
-    return [*argv, f"--nats={nats_url}", f"--root={root}", "--no-actuator"]
 
 
 async def _wait_policy(url: str, root: str, *, timeout_s: float) -> tuple[ev.PolicyLoaded, int, int]:
@@ -106,7 +91,7 @@ def test_serve_runs_on_the_shipped_nats_cluster_with_the_shipped_config(
     config.write_text(configmap["data"]["config.yaml"])
     metrics_port = free_port()
     root = "deploytest"
-    argv = _serve_argv(config=config, nats_url=shipped_nats[0], metrics_port=metrics_port, root=root)
+    argv = serve_argv(config=config, nats_url=shipped_nats[0], metrics_port=metrics_port, root=root)
     log = (tmp_path / "serve.log").open("wb")
     serve = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from tests.deploy import certmanager
+from tests.deploy import certmanager, k8sschema
 from tests.deploy.conftest import DEPLOY, manifest_files, one, rendered
 
 OLDEST = "1.32"
@@ -34,7 +34,7 @@ def validate(obj: dict[str, Any], version: str) -> None:
     if obj["apiVersion"].startswith("cert-manager.io/"):
         certmanager.validate(obj)
     else:
-        kubernetes_validate.validate(obj, version, strict=True)
+        k8sschema.validate(obj, version)
 
 
 def test_versions_are_distinct_and_known() -> None:
@@ -77,6 +77,24 @@ def test_validation_works_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     for version in VERSIONS:
         for obj in rendered("worker"):
             validate(obj, version)
+
+
+def test_cached_validation_is_the_packages_own() -> None:
+    """k8sschema caches validators; on real objects it must decide exactly as the package does."""
+    deployment = one(rendered("overlays/cert-manager"), "Deployment", "kdispatch-webhook")
+    broken = copy.deepcopy(deployment)
+    broken["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "https"
+    for version in VERSIONS:
+        for obj in rendered("overlays/cert-manager"):
+            if not obj["apiVersion"].startswith("cert-manager.io/"):
+                assert k8sschema.validate(obj, version) == kubernetes_validate.validate(
+                    obj, version, strict=True
+                )
+        with pytest.raises(kubernetes_validate.ValidationError) as ours:
+            k8sschema.validate(broken, version)
+        with pytest.raises(kubernetes_validate.ValidationError) as theirs:
+            kubernetes_validate.validate(broken, version, strict=True)
+        assert (ours.value.message, list(ours.value.path)) == (theirs.value.message, list(theirs.value.path))
 
 
 def test_strict_validation_catches_a_misspelt_field() -> None:
