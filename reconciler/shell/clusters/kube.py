@@ -51,6 +51,7 @@ from reconciler.shell.logging import get_logger
 log = get_logger("reconciler.clusters.kube")
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
+MAX_UNMATCHED_WORKLOADS = 2_000
 
 StatusListener = Callable[[str, Origin, dict[str, Any]], Awaitable[None]]
 """Called with (cluster, origin, remote status) whenever one of our copies changes."""
@@ -412,11 +413,17 @@ class KubeWorker:
         if kind == "DELETED":
             self._workloads.pop(owner, None)
             return
-        self._workloads[owner] = workload
         origin = self._by_remote_uid.get(owner)
-        if origin is not None:  # else: its job arrives later and looks the workload up
-            for fact in workload_facts(workload, origin, cluster=self.name):
-                await self._report(fact)
+        if origin is None:
+            # Not one of our copies, or its job has not been seen yet (both lists run at once):
+            # keep a bounded number of these, so other tenants' workloads cost no memory.
+            self._workloads[owner] = workload
+            while len(self._workloads) > len(self._by_remote_uid) + MAX_UNMATCHED_WORKLOADS:
+                del self._workloads[next(iter(self._workloads))]
+            return
+        self._workloads[owner] = workload
+        for fact in workload_facts(workload, origin, cluster=self.name):
+            await self._report(fact)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

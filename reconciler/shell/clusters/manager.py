@@ -134,7 +134,7 @@ class ManagerWatcher:
         meta = obj["metadata"]
         state = (int(meta.get("generation", 0) or 0), _suspended(kind, obj))
         self._first_seen.setdefault(ref.uid, time.monotonic())
-        self._objects[ref.uid] = obj
+        self._keep_for_backfill(ref.uid, obj)
         if self._observed_state.get(ref.uid) != state:
             rv = str(meta.get("resourceVersion", ""))
             event = ev.JobObserved(job=ref, suspended=state[1], resource_version=rv)
@@ -148,7 +148,7 @@ class ManagerWatcher:
         state = (int(meta.get("generation", 0) or 0), _suspended(kind, obj))
         previous = self._seen.get(ref.uid)
         self._seen[ref.uid] = state
-        self._objects[ref.uid] = obj
+        self._keep_for_backfill(ref.uid, obj)
         if previous is None:
             self._first_seen.setdefault(ref.uid, time.monotonic())
             if not observed:
@@ -172,6 +172,14 @@ class ManagerWatcher:
         update = ev.JobUpdated(job=ref, pod_sets=pod_sets, suspended=state[1], manifest=obj)
         await self.reporter.report(update, msg_id=f"manager/{ref.uid}/updated/{state[0]}-{int(state[1])}")
 
+    def _keep_for_backfill(self, uid: str, obj: dict[str, Any]) -> None:
+        """Hold the object only while the log does not know the job: memory for the few the
+        webhook missed, not for every job on the manager."""
+        if uid in self._backfilled or self.known(uid):
+            self._objects.pop(uid, None)
+        else:
+            self._objects[uid] = obj
+
     async def _deleted(self, obj: dict[str, Any]) -> None:
         ref = job_ref(obj)
         for memory in (self._seen, self._observed_state, self._first_seen, self._objects):
@@ -194,6 +202,7 @@ class ManagerWatcher:
                 continue
             if self.known(uid):
                 self._backfilled.add(uid)
+                self._objects.pop(uid, None)
                 continue
             obj = self._objects.get(uid)
             if obj is None:
@@ -206,6 +215,7 @@ class ManagerWatcher:
                 continue
             await self.reporter.report(submitted, msg_id=f"manager/{uid}/submitted-by-watch")
             self._backfilled.add(uid)
+            self._objects.pop(uid, None)
             done += 1
             log.warning("job_backfilled", job=submitted.job.key, reason="the webhook did not record this job")
         return done
