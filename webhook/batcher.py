@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import structlog
 
 from eventlog import codec
@@ -25,10 +26,22 @@ MAX_BATCH = 512
 _Pending = tuple[Outgoing, "asyncio.Future[int]", float]
 
 
+def _fitting(event: InputEvent, *, limit: int) -> bytes:
+    """The encoded event; one too large for a NATS message (an object near etcd's 1.5 MiB) goes
+    without its manifest, which the actuator can then read from the manager cluster itself."""
+    payload = codec.encode(event)
+    if len(payload) > limit and getattr(event, "manifest", None) is not None:
+        job = getattr(event, "job", None)
+        log.warning("manifest_omitted", job=getattr(job, "key", ""), size=len(payload), max_payload=limit)
+        payload = codec.encode(msgspec.structs.replace(event, manifest=None))
+    return payload
+
+
 class BatchingInbox:
     """An ``Inbox`` (``publish(event, msg_id=, timeout_s=) -> inbox seq``) that pipelines."""
 
     def __init__(self, jlog: JetStreamLog, *, max_batch: int = MAX_BATCH) -> None:
+        self._nc = jlog.nc
         self._publisher = Publisher(jlog.nc)
         self._inbox = jlog.inbox
         self._stream = jlog.names.inbox_stream
@@ -42,7 +55,8 @@ class BatchingInbox:
         headers = {"Nats-Expected-Stream": self._stream}
         if msg_id:
             headers["Nats-Msg-Id"] = msg_id
-        self._queue.append(((self._inbox.subject(event), codec.encode(event), headers), future, timeout_s))
+        payload = _fitting(event, limit=self._nc.max_payload - 1024)  # headroom for the headers
+        self._queue.append(((self._inbox.subject(event), payload, headers), future, timeout_s))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain(), name="inbox-batches")
         return await future

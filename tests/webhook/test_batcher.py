@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from eventlog import codec
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog, connect
 from webhook.batcher import BatchingInbox
@@ -30,3 +31,17 @@ async def test_a_closed_connection_fails_every_waiter(jslog: JetStreamLog, nats_
     await own.nc.close()
     results = await asyncio.gather(*(inbox.publish(_event(i), msg_id=f"c{i}", timeout_s=1) for i in range(3)), return_exceptions=True)
     assert all(isinstance(r, Exception) for r in results)
+
+
+async def test_an_event_too_large_for_nats_goes_without_its_manifest(jslog: JetStreamLog) -> None:
+    inbox = BatchingInbox(jslog)
+    big = ev.JobSubmitted(
+        job=ev.JobRef(namespace="ns", name="huge", uid="u-huge"),
+        pod_sets=[ev.PodSet(name="main", count=1)],
+        manifest={"metadata": {"annotations": {"blob": "x" * (jslog.nc.max_payload + 10)}}},
+    )
+    seq = await inbox.publish(big, msg_id="huge", timeout_s=5)
+    msg = await jslog.js.get_msg(jslog.names.inbox_stream, seq)
+    assert msg.data is not None
+    stored = codec.decode_event(msg.data)
+    assert isinstance(stored, ev.JobSubmitted) and stored.job.name == "huge" and stored.manifest is None
