@@ -27,6 +27,12 @@ from eventlog import events as ev
 from reconciler.core import State, decide, fold, new_state
 from reconciler.core.framework.tolerations import tolerated
 
+# The machine this runs on is shared: wall-clock time includes whatever else the scheduler ran
+# meanwhile. The floors are about the cost of the core, so every figure is CPU time of this
+# process (both implementations measured the same way, side by side); the run's wall time is
+# printed at the end for reference.
+cpu = time.process_time
+
 REGIONS = ["eu-west", "eu-central", "us-east", "us-west", "ap-south"]
 TIERS = ["gold", "silver", "bronze"]
 GPUS = ["a100", "h100", "l4", "none"]
@@ -232,9 +238,9 @@ def bench_dispatch(n_clusters: int, n_jobs: int, *, naive_sample: int, seed: int
     leader.decide()
     # Throughput: all pending jobs in one batch, one decide.
     leader.inputs(list(jobs))
-    t0 = time.perf_counter()
+    t0 = cpu()
     decisions = decide(leader.state)
-    elapsed = time.perf_counter() - t0
+    elapsed = cpu() - t0
     nominated = [d for d in decisions if isinstance(d, ev.Nominated)]
     rate = len(decisions) / elapsed
     # Latency: one job at a time (fold it, decide, fold the decision), on a fresh leader.
@@ -243,11 +249,11 @@ def bench_dispatch(n_clusters: int, n_jobs: int, *, naive_sample: int, seed: int
     single.decide()
     latencies = []
     chosen_core: dict[str, str] = {}
-    for job in jobs[: max(naive_sample, 300)]:
+    for job in jobs[: max(naive_sample, 1_000)]:
         single.inputs([job])
-        t0 = time.perf_counter()
+        t0 = cpu()
         out = decide(single.state)
-        latencies.append((time.perf_counter() - t0) * 1000)
+        latencies.append((cpu() - t0) * 1000)
         for i, d in enumerate(out):
             single._fold(d, (i, len(out)))
             if isinstance(d, ev.Nominated):
@@ -257,9 +263,9 @@ def bench_dispatch(n_clusters: int, n_jobs: int, *, naive_sample: int, seed: int
     naive_times = []
     agree = 0
     for job in jobs[:naive_sample]:
-        t0 = time.perf_counter()
+        t0 = cpu()
         where = naive.decide(job)
-        naive_times.append((time.perf_counter() - t0) * 1000)
+        naive_times.append((cpu() - t0) * 1000)
         agree += where == chosen_core.get(job.job.key)
     naive_rate = 1000 / statistics.mean(naive_times)
     return {
@@ -316,9 +322,9 @@ def bench_worker_loss(*, n_jobs: int = 2_000, n_clusters: int = 100) -> dict[str
     # Everyone but cluster-00000 keeps heartbeating; then the clock passes its timeout.
     leader.now += 60_000
     leader.inputs([ev.ClusterHeartbeat(cluster=f"cluster-{i:05}") for i in range(1, n_clusters)] + [ev.Tick()])
-    t0 = time.perf_counter()
+    t0 = cpu()
     out = leader.decide()  # includes folding the decisions
-    elapsed = time.perf_counter() - t0
+    elapsed = cpu() - t0
     renominated = {d.job.key for d in out if isinstance(d, ev.Nominated)}
     requeued = sum(1 for d in out if isinstance(d, ev.Requeued))
     return {"placed": on_first, "requeued": requeued, "renominated": len(renominated), "seconds": elapsed}
@@ -333,9 +339,9 @@ def bench_preemption(*, n_clusters: int = 1_000, n_jobs: int = 50_000, trials: i
         ref = ev.JobRef(namespace="bench", name=f"vip-{t}", uid=f"uid-vip-{t}")
         pods = [ev.PodSet(name="main", count=1, requests={"cpu": 200_000})]
         leader.inputs([ev.JobSubmitted(job=ref, pod_sets=pods, priority=100)])
-        t0 = time.perf_counter()
+        t0 = cpu()
         out = decide(leader.state)
-        times.append((time.perf_counter() - t0) * 1000)
+        times.append((cpu() - t0) * 1000)
         for i, d in enumerate(out):
             leader._fold(d, (i, len(out)))
         claims += sum(1 for d in out if isinstance(d, ev.PreemptionClaimed))
@@ -348,6 +354,7 @@ def main() -> int:
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     ok = True
+    wall0, cpu0 = time.perf_counter(), cpu()
 
     print("== dispatch: vectorised core vs naive loop over clusters (same plugins)")
     print(f"{'clusters':>8} {'jobs':>6} {'core dec/s':>11} {'naive dec/s':>12} {'ratio':>7} {'core p50':>9} "
@@ -380,6 +387,7 @@ def main() -> int:
           f"max {p['max_ms']:.1f} ms (floor 20 ms)")
     ok &= p["max_ms"] < 20
 
+    print(f"(CPU time throughout; this run: {cpu() - cpu0:.1f} s CPU in {time.perf_counter() - wall0:.1f} s wall)")
     r = results[5_000]
     print(
         f"HEADLINE: {r['rate']:.0f} decisions/s at {r['clusters']} clusters "
