@@ -127,8 +127,34 @@ def load_config(path: str | Path | None) -> Config:
 
 def decode_config(raw: Any, *, source: str = "") -> Config:
     try:
-        return msgspec.convert(raw, Config)
+        config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as err:
         text = str(err)
         path = text.rsplit(" - at `", 1)[1].rstrip("`") if " - at `" in text else "$"
         raise ConfigError(text.split(" - at `")[0], path=path, source=source) from None
+    _check_durations(config, path="$", source=source)
+    return config
+
+
+_DURATION_TYPES = (int | str, int | str | None)
+
+
+def _check_durations(value: Any, *, path: str, source: str) -> None:
+    """Every duration field (typed ``int | str`` on a config struct) parses, so a bad one stops
+    start-up with its path instead of failing later where it is first used."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_durations(item, path=f"{path}[{i}]", source=source)
+        return
+    if not isinstance(value, msgspec.Struct) or type(value).__module__ != __name__:
+        return
+    for info in msgspec.structs.fields(type(value)):
+        item = getattr(value, info.name)
+        where = f"{path}.{info.encode_name}"
+        if info.type in _DURATION_TYPES and isinstance(item, str):
+            try:
+                parse_duration_ms(item, path=where)
+            except ConfigError as err:
+                raise ConfigError(err.message, path=where, source=source) from None
+        else:
+            _check_durations(item, path=where, source=source)
