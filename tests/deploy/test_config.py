@@ -111,6 +111,11 @@ BAD_CONFIGS: dict[str, tuple[Any, str, str]] = {
         "$.policy.workerLostTimeout",
         "not a duration",
     ),
+    "cluster-duration": (
+        lambda c: c["clusters"][0].update(heartbeatInterval="often"),
+        "$.clusters[0].heartbeatInterval",
+        "not a duration",
+    ),
 }
 
 
@@ -133,7 +138,7 @@ def test_invalid_config_stops_serve_with_the_field_path(tmp_path: Path) -> None:
         _, stderr = proc.communicate(timeout=60)
         _, path, words = BAD_CONFIGS[name]
         assert proc.returncode == 2, (name, stderr)
-        assert stderr.startswith("kdispatch serve: invalid config: "), (name, stderr)
+        assert stderr.startswith(f"kdispatch serve: invalid config: {tmp_path / name}.yaml: "), (name, stderr)
         assert f"{path}: " in stderr and words in stderr, (name, stderr)
         assert len(stderr.splitlines()) == 1, f"{name}: one line a person can act on, no traceback"
 
