@@ -163,6 +163,7 @@ class Actuator:
         self.concurrency = concurrency
         self.read_batch = read_batch
         self.desired = Desired()
+        self._read_backoff = Backoff(base_s=0.2, cap_s=10.0)
         self.metrics = metrics or ClusterMetrics()
         self.caught_up = asyncio.Event()
         self._executors: dict[str, _Executor] = {}
@@ -196,7 +197,8 @@ class Actuator:
             await asyncio.gather(stopper, *tasks, return_exceptions=True)
 
     async def _follow(self, stop: asyncio.Event) -> None:
-        await self._read_available(apply=False)
+        while not await self._read_or_wait(stop, apply=False):
+            pass  # the log could not be read: retried with back-off
         for key in self.desired.active():
             self._submit(key)
         self.caught_up.set()
@@ -205,9 +207,25 @@ class Actuator:
             self.metrics.seq.set(self.desired.seq)
             for name, ex in self._executors.items():
                 self.metrics.pending.labels(cluster=name).set(len(ex.queued) + len(ex.inflight))
-            if not await self._read_available(apply=True):
+            if not await self._read_or_wait(stop, apply=True):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_interval_s)
+
+    async def _read_or_wait(self, stop: asyncio.Event, *, apply: bool) -> bool:
+        """Read what is new; False if nothing was (or the log is unreachable: then after a
+        back-off, so a NATS outage slows the actuator down instead of ending it)."""
+        try:
+            got = await self._read_available(apply=apply)
+            self._read_backoff.reset()
+            return got or not apply
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            delay = self._read_backoff.next_delay()
+            log.warning("log_read_failed", error=str(err), next_seq=self.next_seq, retry_in_s=round(delay, 2))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            return stop.is_set() and not apply
 
     async def _read_available(self, *, apply: bool) -> bool:
         got = False
