@@ -64,7 +64,9 @@ class LogReader(Protocol):
 
 
 class Sequencer(Protocol):
-    """The leader's side. Appends raise ``Fenced`` if anything else wrote to the log."""
+    """The leader's side. Appends raise ``Fenced`` if anything else wrote to the log. After any
+    other error from an append (timeout, NATS down), part of the batch may be stored: call
+    ``resume()`` (which reads the log) before appending again."""
 
     async def resume(self) -> tuple[int, int]:
         """(last log sequence, last inbox sequence copied into the log)."""

@@ -55,6 +55,7 @@ class JetStreamSequencer:
         self._last_inbox = 0
         self._fetcher: StreamFetcher | None = None
         self._fenced: str | None = None
+        self._broken: str | None = None  # an append failed half-way: resume() before the next
         self._publisher = Publisher(jlog.nc)
         self._log = log.bind(leader=leader_id, stream=jlog.names.log_stream)
 
@@ -73,7 +74,7 @@ class JetStreamSequencer:
         last_inbox = 0
         if last_seq:
             last_inbox = await self._inbox_last_at(last_seq)
-        self._last_seq, self._last_inbox, self._fenced = last_seq, last_inbox, None
+        self._last_seq, self._last_inbox, self._fenced, self._broken = last_seq, last_inbox, None, None
         if self._fetcher is not None:
             await self._fetcher.close()
             self._fetcher = None
@@ -178,10 +179,23 @@ class JetStreamSequencer:
     async def _append(self, entries: list[LogEntry], marks: list[int | None]) -> None:
         if self._fenced is not None:
             raise Fenced(self._fenced)
+        if self._broken is not None:
+            raise LogError(f"an earlier append failed ({self._broken}); call resume() before appending again")
         if self.lease is not None and not self.lease.valid():
             raise NotLeader(f"{self.leader_id} no longer holds lease {self.lease.name}; not appending")
         if not entries:
             return
+        try:
+            await self._publish_fenced(entries, marks)
+        except Fenced:
+            raise
+        except BaseException as err:
+            # Some entries of the batch may be stored and some not: only the log knows now.
+            self._broken = f"{type(err).__name__}: {err}"
+            raise
+        self._last_seq = entries[-1].seq
+
+    async def _publish_fenced(self, entries: list[LogEntry], marks: list[int | None]) -> None:
         prefix = self._jlog.names.log_prefix
         batch: list[Outgoing] = [
             (subjects.subject_for(e.event, prefix=prefix), codec.encode(e), self._headers(e.seq, mark))
@@ -198,7 +212,6 @@ class JetStreamSequencer:
                 ack = await self._retry(out, entry.seq)
             assert ack is not None
             await self._check_ack(entry.seq, ack, out[1])
-        self._last_seq = entries[-1].seq
 
     def _headers(self, seq: int, mark: int | None) -> dict[str, str]:
         headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"log-{seq}"}

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from eventlog import events as ev
-from eventlog.jetstream import JetStreamLog
+from eventlog.jetstream import JetStreamLog, JetStreamSequencer
 from eventlog.jetstream.publish import Outgoing, PubAck
-from eventlog.store import Fenced
+from eventlog.store import Fenced, LogError, PublishTimeout
 
 AT = 1_700_000_000_000
 
@@ -71,3 +71,30 @@ async def test_an_entry_lost_mid_batch_is_resent_and_the_rest_follow(jslog: JetS
     assert [e.seq for e in entries] == [1, 2, 3, 4]
     stored = [e async for batch in jslog.reader.read() for e in batch]
     assert [e.event for e in stored] == events
+
+
+async def test_after_a_failed_append_the_sequencer_resumes_from_the_log(jslog: JetStreamLog) -> None:
+    seq = JetStreamSequencer(jslog, "a", retry_s=0.3)
+    await seq.append_decisions([ev.ClusterLost(cluster="x")], at_ms=AT)
+    publisher = seq._publisher
+    real = publisher.publish
+
+    async def half_then_silence(batch: list[Outgoing], *, timeout_s: float) -> list[PubAck | None]:
+        if len(batch) > 1:  # the first entry gets through, then the network goes away
+            await real(batch[:1], timeout_s=timeout_s)
+        return [None] * len(batch)
+
+    publisher.publish = half_then_silence
+    with pytest.raises(PublishTimeout):
+        await seq.append_decisions([ev.ClusterRecovered(cluster="x"), ev.ClusterLost(cluster="y")], at_ms=AT)
+    publisher.publish = real
+    with pytest.raises(LogError, match=r"resume\(\)"):
+        await seq.append_decisions([ev.ClusterLost(cluster="z")], at_ms=AT)
+    assert await seq.resume() == (2, 0)  # the log says what got in
+    await seq.append_decisions([ev.ClusterLost(cluster="z")], at_ms=AT)
+    stored = [e.event async for batch in jslog.reader.read() for e in batch]
+    assert stored == [
+        ev.ClusterLost(cluster="x"),
+        ev.ClusterRecovered(cluster="x"),
+        ev.ClusterLost(cluster="z"),
+    ]
