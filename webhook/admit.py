@@ -234,7 +234,7 @@ def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, 
     try:
         # The pod sets' shape only: their requests (quantities) are read and checked at /validate,
         # which denies with the same message, so /mutate does not pay for them twice.
-        podsets.extract(info, obj)
+        sets = podsets.extract(info, obj)
     except podsets.PodSetError as err:
         return _deny(request.uid, _Denied("invalid-podsets", f"kdispatch: cannot read the pod sets of this {info.kind}: {err}"))
     except podsets.NotDispatchable as err:
@@ -242,7 +242,10 @@ def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, 
     _runtime_ms(obj)
     _check_managed_by(info, obj)
     ops = _annotation_ops(obj, canonical) + _hold_ops(info, obj)
-    return _allow(request.uid, "allowed", ops=ops)
+    warnings = None
+    if not sets:  # e.g. an AppWrapper of components whose pods kdispatch cannot infer
+        warnings = [f"kdispatch: no pod sets found in this {info.kind}: it is dispatched as needing no resources"]
+    return _allow(request.uid, "allowed", ops=ops, warnings=warnings)
 
 
 def _mutate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any]) -> Outcome:

@@ -95,6 +95,18 @@ def test_kubeflow_jobs_get_a_run_policy() -> None:
     assert ops[1:] == [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True, "managedBy": kinds.MANAGED_BY}}]
 
 
+def test_a_job_without_pod_sets_is_admitted_with_a_warning() -> None:
+    aw = {
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": "aw", "labels": {kinds.QUEUE_LABEL: "q"}},
+        "spec": {"components": [{"template": {"apiVersion": "example.com/v1", "kind": "Unknown", "spec": {}}}]},
+    }
+    outcome = admit.mutate(_request(aw), SETTINGS)
+    assert outcome.allowed and outcome.response.patch
+    assert outcome.response.warnings == ["kdispatch: no pod sets found in this AppWrapper: it is dispatched as needing no resources"]
+
+
 def test_pods_are_held_by_a_scheduling_gate() -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {kinds.QUEUE_LABEL: "q"}}, "spec": {"containers": [{"name": "c"}]}}
     assert _ops(admit.mutate(_request(pod), SETTINGS))[1:] == [
