@@ -54,7 +54,7 @@ def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
         evaluation = evaluate(profile, inp, spec_key=job.spec_key)
         table = s.state.clusters
         claim = s.claims.get(job.key)
-        chosen = _choose(s, d, profile, evaluation, claim_cluster=claim.cluster if claim else None)
+        chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim.cluster if claim else None)
         if chosen:
             deadline = round_deadline(profile.spec.strategy, now_ms=s.now, timeout_ms=profile.spec.round_timeout_ms)
             d.nominate(s, clusters=chosen, deadline_ms=deadline)
@@ -66,7 +66,7 @@ def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
             continue  # waiting for its victims to leave
         if job.placement.preemption_policy == "PreemptLowerPriority" and len(table):
             full = evaluate(profile, inp, spec_key=job.spec_key, scores=False, full=True)
-            if _preempt(s, d, full):
+            if _preempt(s, d, evaluation=full):
                 continue
         failed_specs.add(memo)
         left.append(d)
@@ -74,7 +74,7 @@ def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
 
 
 def _choose(
-    s: Scratch, d: Draft, profile: CompiledProfile, evaluation: Evaluation, *, claim_cluster: str | None
+    s: Scratch, d: Draft, *, profile: CompiledProfile, evaluation: Evaluation, claim_cluster: str | None
 ) -> list[str]:
     table = s.state.clusters
     ranked = evaluation.ranked
@@ -89,9 +89,9 @@ def _choose(
     return [table.names[int(i)] for i in ranked[:take]]
 
 
-def _preempt(s: Scratch, d: Draft, evaluation: Evaluation) -> bool:
+def _preempt(s: Scratch, d: Draft, *, evaluation: Evaluation) -> bool:
     job = d.job
-    choice = select_victims(s, job, evaluation)
+    choice = select_victims(s, job, evaluation=evaluation)
     if choice is None:
         return False
     state = s.state

@@ -241,7 +241,7 @@ def _remote_created(state: State, e: ev.RemoteCreated | ev.RemoteAdmitted) -> No
     copy = job.copy(e.cluster, e.attempt)
     admitted = isinstance(e, ev.RemoteAdmitted)
     if copy is None:
-        state.add_copy(job, e.cluster, e.attempt, phases.COPY_ADMITTED if admitted else phases.COPY_CREATED)
+        state.add_copy(job, cluster=e.cluster, attempt=e.attempt, state=phases.COPY_ADMITTED if admitted else phases.COPY_CREATED)
     elif copy.state in (phases.COPY_NOMINATED, phases.COPY_CREATED):
         copy.state = phases.COPY_ADMITTED if admitted else phases.COPY_CREATED
     current = e.attempt == job.attempt and job.phase == phases.NOMINATED and e.cluster in job.nominated
@@ -265,7 +265,7 @@ def _report(kind: str) -> Callable[[State, Any], None]:
                 if was_withdrawing:
                     return
         elif copy is None:
-            copy = state.add_copy(job, e.cluster, e.attempt, phases.COPY_DONE)
+            copy = state.add_copy(job, cluster=e.cluster, attempt=e.attempt, state=phases.COPY_DONE)
         elif copy.state != phases.COPY_WITHDRAWING:
             copy.state = phases.COPY_DONE
         job.reports.append(
@@ -312,7 +312,7 @@ def _nominated(state: State, e: ev.Nominated) -> None:
     job.unschedulable = None
     job.not_before_ms = None
     for cluster in e.clusters:
-        state.count(job, state.add_copy(job, cluster, e.attempt, phases.COPY_NOMINATED))
+        state.count(job, state.add_copy(job, cluster=cluster, attempt=e.attempt, state=phases.COPY_NOMINATED))
     claim = state.claims.pop(job.key, None)
     if claim is not None:
         state.help = True

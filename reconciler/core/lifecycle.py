@@ -202,7 +202,7 @@ def _nominated_drift(s: Scratch, d: Draft) -> None:
     why = ""
     for cluster in list(d.nominated):
         slot = s.state.clusters.index.get(cluster)
-        why = _no_longer_fits(s.state, d.job, slot) if slot is not None else "cluster gone"
+        why = _no_longer_fits(s.state, d.job, slot=slot) if slot is not None else "cluster gone"
         if why:
             d.withdraw(s, cluster=cluster, attempt=d.attempt, reason=f"spec changed: {why}")
     if not d.nominated and why:
@@ -217,7 +217,7 @@ def _placed_checks(s: Scratch, d: Draft) -> None:
     state = s.state
     slot = state.clusters.index[d.cluster]
     if job.spec_changed:
-        why = _no_longer_fits(state, job, slot)
+        why = _no_longer_fits(state, job, slot=slot)
         if why:
             d.withdraw(s, cluster=d.cluster, attempt=d.attempt, reason=f"spec changed: {why}")
             d.requeue(s, reason="SpecChanged", cluster=None, backoff=False, message=why)
@@ -236,7 +236,7 @@ def _placed_checks(s: Scratch, d: Draft) -> None:
             return
 
 
-def _no_longer_fits(state: State, job: JobRecord, slot: int) -> str:
+def _no_longer_fits(state: State, job: JobRecord, *, slot: int) -> str:
     """The first static filter (labels, taints, total capacity) the new spec fails there."""
     profile = state.profiles.get(job.placement.profile) or state.profiles.get("default")
     if profile is None:

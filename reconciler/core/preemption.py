@@ -28,7 +28,7 @@ class Choice:
     lost_ms: int
 
 
-def select_victims(s: Scratch, job: JobRecord, evaluation: Evaluation) -> Choice | None:
+def select_victims(s: Scratch, job: JobRecord, *, evaluation: Evaluation) -> Choice | None:
     state = s.state
     table = state.clusters
     pool = state.pool
@@ -60,7 +60,7 @@ def select_victims(s: Scratch, job: JobRecord, evaluation: Evaluation) -> Choice
     # cluster's highest victim priority; only clusters where that is lowest compete, and only
     # their victims at that level need a row-by-row look (all lower levels go anyway).
     # Submission order stands in for the name here, for speed.
-    found = _cheapest(s, pool, ordered, need=need, cols=cols)
+    found = _cheapest(s, pool=pool, ordered=ordered, need=need, cols=cols)
     if found is None:
         return None
     slot = found
@@ -68,7 +68,7 @@ def select_victims(s: Scratch, job: JobRecord, evaluation: Evaluation) -> Choice
     # then name) decides which victims go.
     mine = ordered[pool.cluster[ordered] == slot]
     exact = mine[np.lexsort((pool.names[mine], -pool.started[mine], pool.priority[mine]))]
-    again = _prefixes(s, pool, exact, need=need, cols=cols)
+    again = _prefixes(s, pool=pool, rows=exact, need=need, cols=cols)
     assert again is not None
     _, _, ends2, _, lost2, top2, _ = again
     return Choice(
@@ -81,9 +81,9 @@ def select_victims(s: Scratch, job: JobRecord, evaluation: Evaluation) -> Choice
 
 def _cheapest(
     s: Scratch,
+    *,
     pool: RunningPool,
     ordered: npt.NDArray[np.intp],
-    *,
     need: npt.NDArray[np.int64],
     cols: npt.NDArray[np.intp],
 ) -> int | None:
@@ -120,7 +120,7 @@ def _cheapest(
         cluster[lower], weights=np.maximum(s.now - pool.started[ordered[lower]], 0), minlength=n_clusters
     )
     at_star = ordered[(level == star) & contenders[cluster]]
-    found = _prefixes(s, pool, at_star, need=shifted, cols=cols)
+    found = _prefixes(s, pool=pool, rows=at_star, need=shifted, cols=cols)
     if found is None:  # only possible if the levels below already suffice, which top rules out
         return None
     slots, _, _, counts, lost, _, _ = found
@@ -143,9 +143,9 @@ Prefixes = tuple[
 
 def _prefixes(
     s: Scratch,
+    *,
     pool: RunningPool,
     rows: npt.NDArray[np.intp],
-    *,
     need: npt.NDArray[np.int64],
     cols: npt.NDArray[np.intp],
 ) -> Prefixes | None:

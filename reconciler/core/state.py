@@ -106,7 +106,7 @@ class State:
             copy.counted = False
             self.help = True
 
-    def add_copy(self, job: JobRecord, cluster: str, attempt: int, state: str) -> Copy:
+    def add_copy(self, job: JobRecord, *, cluster: str, attempt: int, state: str) -> Copy:
         copy = job.copy(cluster, attempt)
         if copy is None:
             copy = Copy(cluster=cluster, attempt=attempt, state=state)

@@ -65,7 +65,7 @@ def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> S
     return slots
 
 
-def rank(profile: CompiledProfile, inp: CycleInput, candidates: Slots) -> Evaluation:
+def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Evaluation:
     table = inp.clusters
     if len(candidates) == 0:
         return Evaluation(ranked=candidates, totals=np.zeros(0, dtype=np.int64), plugin_scores=[])
@@ -92,7 +92,7 @@ def evaluate(
     if not full:
         candidates = feasible(profile, inp, spec_key=spec_key)
         if scores:
-            return rank(profile, inp, candidates)
+            return rank(profile, inp, candidates=candidates)
         order = np.argsort(inp.clusters.name_rank[candidates], kind="stable")
         return Evaluation(ranked=candidates[order], totals=np.zeros(len(candidates), np.int64), plugin_scores=[])
     table = inp.clusters
@@ -122,7 +122,7 @@ def evaluate(
     resolvable = table.present & ~passed & ~hard
     candidates = np.flatnonzero(passed)
     if scores:
-        ranked = rank(profile, inp, candidates)
+        ranked = rank(profile, inp, candidates=candidates)
     else:
         order = np.argsort(table.name_rank[candidates], kind="stable")
         ranked = Evaluation(ranked=candidates[order], totals=np.zeros(len(candidates), np.int64), plugin_scores=[])

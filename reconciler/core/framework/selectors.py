@@ -9,7 +9,7 @@ from reconciler.core.clusters import ClusterTable, Mask
 from reconciler.core.framework.interface import Slots
 
 
-def expression_mask(table: ClusterTable, expr: MatchExpression, slots: Slots) -> Mask:
+def expression_mask(table: ClusterTable, expr: MatchExpression, *, slots: Slots) -> Mask:
     column = table.label(expr.key)
     op = expr.operator
     if op == "In":
@@ -33,19 +33,19 @@ def expression_mask(table: ClusterTable, expr: MatchExpression, slots: Slots) ->
         return np.asarray(numeric < bound)
 
 
-def term_mask(table: ClusterTable, term: SelectorTerm, slots: Slots) -> Mask:
+def term_mask(table: ClusterTable, term: SelectorTerm, *, slots: Slots) -> Mask:
     """An AND of expressions; an empty term matches nothing (as in Kubernetes node affinity)."""
     if not term.match_expressions:
         return np.zeros(len(slots), dtype=np.bool_)
-    mask = expression_mask(table, term.match_expressions[0], slots)
+    mask = expression_mask(table, term.match_expressions[0], slots=slots)
     for expr in term.match_expressions[1:]:
-        mask = mask & expression_mask(table, expr, slots)
+        mask = mask & expression_mask(table, expr, slots=slots)
     return mask
 
 
-def terms_mask(table: ClusterTable, terms: list[SelectorTerm], slots: Slots) -> Mask:
+def terms_mask(table: ClusterTable, terms: list[SelectorTerm], *, slots: Slots) -> Mask:
     """An OR of terms."""
     mask = np.zeros(len(slots), dtype=np.bool_)
     for term in terms:
-        mask |= term_mask(table, term, slots)
+        mask |= term_mask(table, term, slots=slots)
     return mask

@@ -30,7 +30,7 @@ class ClusterAffinity(FilterPlugin):
         required = inp.job.placement.cluster_affinity.required
         if not required:
             return FilterResult.passing(len(slots))
-        ok = terms_mask(inp.clusters, required, slots)
+        ok = terms_mask(inp.clusters, required, slots=slots)
         return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NO_TERM))
 
 
@@ -43,6 +43,6 @@ class ClusterAffinityScore(ScorePlugin):
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         total = np.zeros(len(candidates), dtype=np.int64)
         for weighted in inp.job.placement.cluster_affinity.preferred:
-            mask = term_mask(inp.clusters, weighted.term, candidates)
+            mask = term_mask(inp.clusters, weighted.term, slots=candidates)
             total += mask.astype(np.int64) * weighted.weight
         return total

@@ -38,7 +38,7 @@ def reason_free(resource: str) -> str:
     return f"insufficient free {resource}"
 
 
-def _fit(inp: CycleInput, slots: Slots, available: npt.NDArray[np.int64], *, code: Code) -> FilterResult:
+def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], code: Code) -> FilterResult:
     n = len(slots)
     job = inp.job
     describe = reason_total if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else reason_free
@@ -64,7 +64,7 @@ class ClusterFeasibility(FilterPlugin):
     static = True
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
-        return _fit(inp, slots, inp.clusters.capacity, code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        return _fit(inp, slots, available=inp.clusters.capacity, code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 
 
 @register
@@ -72,7 +72,7 @@ class ClusterHeadroom(FilterPlugin):
     name = HEADROOM
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
-        return _fit(inp, slots, inp.free, code=Code.UNSCHEDULABLE)
+        return _fit(inp, slots, available=inp.free, code=Code.UNSCHEDULABLE)
 
 
 def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:

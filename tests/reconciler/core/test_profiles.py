@@ -33,6 +33,7 @@ RANKED = ["c1", "c2", "c3", "c4", "c5"]
     ],
 )
 def test_strategies_choose(
+    *,
     strategy: ev.StrategySpec, placement: ev.Placement, tried: list[str], expected: list[str]
 ) -> None:
     assert choose(strategy, placement=placement, ranked=RANKED, tried=tried) == expected
