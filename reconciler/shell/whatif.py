@@ -194,6 +194,7 @@ class WhatIf:
         self.workers: dict[str, SimWorker] = {}
         self.jobs: dict[str, ev.JobSubmitted] = {}
         self.outcomes = Outcomes()
+        self.log: list[ev.LogEntry] = []  # every entry the run made, as a leader would have logged it
         self.seq = 0
         self.now_ms = 0
         self._last_tick_deadline: int | None = None
@@ -212,6 +213,7 @@ class WhatIf:
             )
             self.state = core.fold(self.state, entry)
             self.outcomes.observe(entry)
+            self.log.append(entry)
             out.append(entry)
         return out
 
