@@ -202,11 +202,12 @@ def _check_placement_kept(info: KindInfo, old: Mapping[str, Any], *, new: ev.Pla
         return
     before, after = placement.canonical_dict(old_placement), placement.canonical_dict(new)
     changed = [k for k in sorted(before) if before[k] != after[k]]
+    cluster = _strings(_meta(old), "annotations").get(placement.CLUSTER_ANNOTATION)
+    where = f"it runs on cluster {cluster!r}" if cluster else "dispatch decisions rest on it"
     raise _Denied(
         "placement-changed",
         f"kdispatch: the placement of a submitted {info.kind} cannot change (changed: {', '.join(changed)}); "
-        f"it was recorded at submission and dispatch decisions rest on it. Delete the job and submit it again "
-        f"with the new placement.",
+        f"it was recorded at submission and {where}. Delete the job and submit it again with the new placement.",
         code=403,
     )
 

@@ -27,6 +27,7 @@ PREFIX = "kdispatch.io/"
 ALIAS_PREFIX = "kueue.x-k8s.io/"
 PLACEMENT_ANNOTATION = PREFIX + "placement"
 RUNTIME_ANNOTATION = PREFIX + "simulated-runtime"
+CLUSTER_ANNOTATION = PREFIX + "cluster"  # written by kdispatch on the manager object: where it runs
 
 FIELDS = (
     "cluster-selector",
@@ -40,7 +41,8 @@ FIELDS = (
 )
 ALIASED_FIELDS = ("cluster-selector", "cluster-affinity", "cluster-tolerations", "dispatch-mode")
 ALIAS_ANNOTATIONS = tuple(ALIAS_PREFIX + f for f in ALIASED_FIELDS)
-KNOWN_ANNOTATIONS = (*(PREFIX + f for f in FIELDS), PLACEMENT_ANNOTATION, RUNTIME_ANNOTATION)
+KNOWN_ANNOTATIONS = (*(PREFIX + f for f in FIELDS), PLACEMENT_ANNOTATION, RUNTIME_ANNOTATION, CLUSTER_ANNOTATION)
+_NOT_PLACEMENT = (RUNTIME_ANNOTATION, CLUSTER_ANNOTATION)
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 TOLERATION_OPERATORS = ("Equal", "Exists")
@@ -436,7 +438,7 @@ def parse(annotations: Mapping[str, Any]) -> ev.Placement:
 
 def parse_with_canonical(annotations: Mapping[str, Any]) -> tuple[ev.Placement, str]:
     """``parse`` and the canonical annotation value, memoized on the placement annotations."""
-    relevant = tuple(sorted((k, v) for k, v in annotations.items() if is_placement_annotation(k) and k != RUNTIME_ANNOTATION))
+    relevant = tuple(sorted((k, v) for k, v in annotations.items() if is_placement_annotation(k) and k not in _NOT_PLACEMENT))
     if all(isinstance(v, str) for _, v in relevant) and sum(len(v) for _, v in relevant) <= _CACHED_SIZE:
         return _parse_cached(relevant)
     p = _parse(dict(relevant))  # large (or, by hand, non-string) values are not kept in the cache

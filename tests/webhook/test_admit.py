@@ -248,6 +248,19 @@ def test_update_changing_the_placement_of_a_submitted_job_is_denied() -> None:
         assert "changed: clusterSelector" in outcome.response.status.message
 
 
+def test_kdispatch_marking_where_a_job_runs_is_allowed_and_named_in_later_denials() -> None:
+    old = _admitted(_job(**{"kdispatch.io/cluster-selector": "region=eu"}))
+    placed = json.loads(json.dumps(old))
+    placed["metadata"]["annotations"]["kdispatch.io/cluster"] = "east"  # what the manager adapter patches in
+    for hook in (admit.mutate, admit.validate):
+        outcome = hook(_request(placed, operation="UPDATE", old=old), SETTINGS)
+        assert outcome.allowed and outcome.response.patch is None and not outcome.records
+    moved = json.loads(json.dumps(placed))
+    moved["metadata"]["annotations"]["kdispatch.io/cluster-selector"] = "region=us"
+    outcome = admit.mutate(_request(moved, operation="UPDATE", old=placed), SETTINGS)
+    assert outcome.response.status is not None and "it runs on cluster 'east'" in outcome.response.status.message
+
+
 def test_update_that_keeps_the_placement_is_allowed_without_patch() -> None:
     old = _admitted(_job(**{"kdispatch.io/cluster-selector": "region=eu"}))
     new = json.loads(json.dumps(old))
