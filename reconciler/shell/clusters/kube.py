@@ -301,6 +301,9 @@ class KubeWorker:
             except (Unreachable, ApiError) as err:
                 wait_s = min(backoff.next_delay(), self.usage_interval_s)
                 self._log.info("usage_refresh_failed", error=str(err))
+            except Exception as err:  # e.g. a quantity kdispatch cannot read: log, keep going
+                wait_s = self.usage_interval_s
+                self._log.exception("usage_refresh_error", error=str(err))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait_s)
 
@@ -374,6 +377,12 @@ class KubeWorker:
                 delay = backoff.next_delay()
                 self._log.info(
                     "watch_disconnected", resource=plural, error=str(err), retry_in_s=round(delay, 2)
+                )
+                await _sleep_or_stop(stop, delay)
+            except Exception as err:  # a malformed object must not end the watch for good
+                delay = backoff.next_delay()
+                self._log.exception(
+                    "watch_loop_error", resource=plural, error=str(err), retry_in_s=round(delay, 2)
                 )
                 await _sleep_or_stop(stop, delay)
 

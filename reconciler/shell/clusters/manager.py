@@ -94,7 +94,11 @@ class ManagerWatcher:
             try:
                 listing = await self.api.list_objects(kind.group, kind.version, kind.plural)
                 rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-                current = {o["metadata"]["uid"]: o for o in listing.get("items") or [] if _has_placement(o)}
+                current = {
+                    str((o.get("metadata") or {}).get("uid", "")): o
+                    for o in listing.get("items") or []
+                    if _has_placement(o)
+                }
                 for uid, obj in known.items():
                     if uid not in current:
                         await self._deleted(obj)
@@ -125,6 +129,10 @@ class ManagerWatcher:
             except Unreachable as err:
                 delay = backoff.next_delay()
                 bound.info("manager_disconnected", error=str(err), retry_in_s=round(delay, 2))
+                await _sleep_or_stop(stop, delay)
+            except Exception as err:  # a malformed object must not end the watch for good
+                delay = backoff.next_delay()
+                bound.exception("manager_watch_error", error=str(err), retry_in_s=round(delay, 2))
                 await _sleep_or_stop(stop, delay)
 
     async def _observed(self, kind: Kind, obj: dict[str, Any]) -> None:
