@@ -132,8 +132,31 @@ def decode_config(raw: Any, *, source: str = "") -> Config:
         text = str(err)
         path = text.rsplit(" - at `", 1)[1].rstrip("`") if " - at `" in text else "$"
         raise ConfigError(text.split(" - at `")[0], path=path, source=source) from None
+    _check_unknown_fields(raw, config, path="$", source=source)
     _check_durations(config, path="$", source=source)
     return config
+
+
+def _check_unknown_fields(raw: Any, value: Any, *, path: str, source: str) -> None:
+    """The event structs embedded in the config (strategy, filter/score specs, taints) accept
+    unknown fields, and use snake_case: without this check ``stepSize: 3`` would be dropped
+    without a word. Same error as msgspec gives for the config's own structs."""
+    if isinstance(value, msgspec.Struct) and isinstance(raw, dict):
+        fields = {f.encode_name: f.name for f in msgspec.structs.fields(type(value))}
+        for key, item in raw.items():
+            if key not in fields:
+                squashed = {name.replace("_", "").lower(): name for name in fields}
+                hint = squashed.get(str(key).replace("_", "").lower())
+                message = f"Object contains unknown field `{key}`" + (f" (the field is `{hint}`)" if hint else "")
+                raise ConfigError(message, path=path, source=source)
+            _check_unknown_fields(item, getattr(value, fields[key]), path=f"{path}.{key}", source=source)
+    elif isinstance(value, list) and isinstance(raw, list):
+        for i, (r, v) in enumerate(zip(raw, value, strict=False)):
+            _check_unknown_fields(r, v, path=f"{path}[{i}]", source=source)
+    elif isinstance(value, dict) and isinstance(raw, dict):
+        for key, item in raw.items():
+            if key in value:
+                _check_unknown_fields(item, value[key], path=f"{path}.{key}", source=source)
 
 
 _DURATION_TYPES = (int | str, int | str | None)
