@@ -64,9 +64,11 @@ def test_configmap_config_decodes_and_every_key_counts(overlay: str) -> None:
 
 
 def test_ignored_keys_are_found() -> None:
-    """A camelCase key on a struct that allows unknown fields would be dropped: we see it."""
-    raw = {"policy": {"profiles": [{"name": "x", "strategy": {"type": "Incremental", "stepSize": 3}}]}}
-    assert ignored_keys(raw, decode_config(raw)) == ["$.policy.profiles[0].strategy.stepSize"]
+    """The belt to decode_config's braces: a key that decoding dropped is reported."""
+    raw = {"policy": {"profiles": [{"name": "x", "strategy": {"type": "Incremental", "step_size": 3}}]}}
+    config = decode_config(raw)
+    raw["policy"]["profiles"][0]["strategy"]["stepSize"] = 3  # type: ignore[index]
+    assert ignored_keys(raw, config) == ["$.policy.profiles[0].strategy.stepSize"]
 
 
 def test_the_config_is_the_file_both_containers_read() -> None:
@@ -110,6 +112,11 @@ BAD_CONFIGS: dict[str, tuple[Any, str, str]] = {
         lambda c: c["policy"].update(workerLostTimeout="a minute"),
         "$.policy.workerLostTimeout",
         "not a duration",
+    ),
+    "camel-case-strategy": (
+        lambda c: c["policy"]["profiles"][0]["strategy"].update(stepSize=3),
+        "$.policy.profiles[0].strategy",
+        "unknown field `stepSize` (the field is `step_size`)",
     ),
     "cluster-duration": (
         lambda c: c["clusters"][0].update(heartbeatInterval="often"),
