@@ -143,6 +143,16 @@ def is_held(info: KindInfo, obj: Mapping[str, Any]) -> bool:
     return _get(obj, info.suspend_path) is True
 
 
+def user_suspended(info: KindInfo, obj: Mapping[str, Any]) -> bool:
+    """Suspended by its user, as ``JobUpdated.suspended`` means (the manager watcher reads it the
+    same way): a job kdispatch holds (managedBy ours, our gate, inactive) is not."""
+    if info.hold != "suspend":
+        return False
+    if info.managed_by_path is not None and _get(obj, info.managed_by_path) == kinds.MANAGED_BY:
+        return False
+    return _get(obj, info.suspend_path) is True
+
+
 def _hold_ops(info: KindInfo, obj: dict[str, Any]) -> list[jsonpatch.Op]:
     if info.hold == "gate":
         gates = _get(obj, ("spec", "schedulingGates"))
@@ -362,8 +372,8 @@ def _validate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str
         old_specs, old_sets = [], []
     name = priority.priority_class(kind=info.kind, obj=obj, sets=specs)
     old_name = priority.priority_class(kind=info.kind, obj=old, sets=old_specs)
-    held, was_held = is_held(info, obj), is_held(info, old)
-    if sets == old_sets and held == was_held and name == old_name:
+    suspended = user_suspended(info, obj)
+    if sets == old_sets and suspended == user_suspended(info, old) and name == old_name:
         return _allow(request.uid, "allowed")
     if request.dry_run:
         return _allow(request.uid, "allowed")
@@ -371,7 +381,7 @@ def _validate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str
     event = ev.JobUpdated(
         job=ref,
         pod_sets=sets,
-        suspended=held,
+        suspended=suspended,
         priority=priority.priority_value(name, settings.priority_classes),
         priority_class=name,
         manifest=_manifest(obj),

@@ -278,7 +278,8 @@ def test_update_that_changes_pod_sets_is_recorded() -> None:
     [record] = outcome.records
     assert record.msg_id == "rev-9" and isinstance(record.event, ev.JobUpdated)
     assert record.event.pod_sets == [ev.PodSet(name="main", count=5, requests={"cpu": 1000})]
-    assert record.event.suspended is True and record.event.priority == 1000
+    assert record.event.suspended is False  # held by kdispatch, not suspended by its user
+    assert record.event.priority == 1000
 
 
 def test_update_of_a_job_kdispatch_never_admitted_is_left_alone() -> None:
