@@ -83,17 +83,40 @@ def progress_line(
 
 
 def cluster_table(recorder: Recorder, summary: Mapping[str, Any] | None, names: list[str]) -> str:
-    rows = [["cluster", "health", "placed", "finished", "preempted", "lost", "requeued by loss", "re-placed after loss"]]
+    rows = [
+        [
+            "cluster",
+            "health",
+            "placed",
+            "finished",
+            "preempted",
+            "lost",
+            "requeued by loss",
+            "re-placed after loss",
+            "finished there while lost",
+        ]
+    ]
     clusters = (summary or {}).get("clusters", {})
     for name in names:
         t = recorder.clusters.get(name)
         health = str(clusters.get(name, {}).get("health", "?"))
         if t is None:
-            rows.append([name, health, "0", "0", "0", "0", "0", "0"])
+            rows.append([name, health, *["0"] * 7])
             continue
         rows.append(
             [name, health]
-            + [str(v) for v in (t.placed, t.finished, t.preempted, t.lost, t.requeued_by_loss, t.replaced_after_loss)]
+            + [
+                str(v)
+                for v in (
+                    t.placed,
+                    t.finished,
+                    t.preempted,
+                    t.lost,
+                    t.requeued_by_loss,
+                    t.replaced_after_loss,
+                    t.finished_while_lost,
+                )
+            ]
         )
     return _table(rows)
 

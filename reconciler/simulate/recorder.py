@@ -48,6 +48,9 @@ class ClusterTally:
     lost: int = 0  # times the cluster was declared Lost
     requeued_by_loss: int = 0  # jobs requeued because this cluster was lost
     replaced_after_loss: int = 0  # of those, placed again (elsewhere or here after recovery)
+    # Of those, reported finished on this cluster once it answered again: the copy had run to the
+    # end while the cluster was unreachable, so the job is done and is not run twice.
+    finished_while_lost: int = 0
 
 
 @dataclass
@@ -87,6 +90,9 @@ class Recorder:
                 self._placed(job.uid, cluster=cluster, attempt=attempt, at_ms=entry.at_ms)
             case ev.Finished(job=job, cluster=cluster, succeeded=ok):
                 self._tally(cluster).finished += 1
+                if self._lost_from.get(job.uid) == cluster:
+                    del self._lost_from[job.uid]
+                    self._tally(cluster).finished_while_lost += 1
                 rec = self.jobs.get(job.uid)
                 if rec is not None:
                     rec.finished_ms = entry.at_ms

@@ -34,10 +34,11 @@ def test_demo_succeeds_and_its_summary_holds(demo_run: tuple[subprocess.Complete
     assert summary["submitted"] == summary["jobs"] >= 40
     assert set(summary["phases"]) <= {"Finished", "Deleted"}
     assert sum(summary["phases"].values()) == summary["jobs"]
-    # The silent cluster was lost, its jobs requeued and all placed again.
+    # The silent cluster was lost and its jobs requeued; every one was placed again, or its copy
+    # there turned out to have finished while the cluster was unreachable (reported on return).
     lost = summary["clusters"][summary["silent_cluster"]]
-    assert lost["lost"] >= 1 and lost["requeued_by_loss"] >= 1
-    assert lost["replaced_after_loss"] == lost["requeued_by_loss"]
+    assert lost["lost"] >= 1 and lost["requeued_by_loss"] >= 1 and lost["replaced_after_loss"] >= 1
+    assert lost["replaced_after_loss"] + lost["finished_while_lost"] == lost["requeued_by_loss"]
     # The burst preempted something.
     assert summary["preemptions"] >= 1
     assert summary["replay"]["mismatch"] is None and summary["replay"]["verified_batches"] > 0
