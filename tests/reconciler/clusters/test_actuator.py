@@ -182,3 +182,50 @@ async def test_two_actuators_on_one_log_create_each_kubernetes_copy_once(
     assert len(added) == n  # each copy created exactly once, though both actuators applied it
     await leader.decide(*(ev.Withdrawn(job=job(i), cluster="w1", attempt=1) for i in range(n)))
     await eventually(lambda: not emu.objects("batch", "v1", "jobs"), what="all copies withdrawn")
+
+
+async def test_the_actuator_and_observers_ride_out_a_nats_restart(tmp_path: Any) -> None:
+    """Its own nats-server (the session's is shared): stopped under a running actuator and a
+    simulated cluster, then started again on the same port and store. Nothing crashes; the
+    decision appended after the restart is applied, the facts held meanwhile arrive."""
+    from eventlog.embedded import EmbeddedNats
+    from eventlog.jetstream import connect
+
+    server = EmbeddedNats(data_dir=tmp_path / "nats")
+    server.start()
+    jlog = await connect(server.url, root="outage")
+    east = sim("east")
+    act = Actuator(jlog.reader, {"east": east}, poll_interval_s=0.01)
+    stop = asyncio.Event()
+    reporter = InboxReporter(jlog.inbox, timeout_s=0.5)
+    tasks = [asyncio.create_task(act.run(stop)), asyncio.create_task(east.run(reporter, stop))]
+    try:
+        leader = Leader(jlog)
+        await leader.inputs(submitted(1), submitted(2))
+        await leader.decide(ev.Nominated(job=job(1), clusters=["east"], attempt=1))
+        await eventually(lambda: ("job-1", 1) in states(east), what="job-1 created")
+        server.stop()
+        await asyncio.sleep(1.0)  # reads and heartbeats fail meanwhile; both keep trying
+        assert not any(t.done() for t in tasks)
+        server.start()
+        leader = Leader(jlog)  # the leader resumes from the log after the restart
+        await _retry(lambda: leader.decide(ev.Nominated(job=job(2), clusters=["east"], attempt=1)))
+        await eventually(
+            lambda: ("job-2", 1) in states(east), timeout_s=30, what="job-2 created after restart"
+        )
+        assert not any(t.done() for t in tasks)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        await jlog.close()
+        server.stop()
+
+
+async def _retry(call: Callable[[], Any], *, attempts: int = 50) -> None:
+    for _ in range(attempts):
+        try:
+            await call()
+            return
+        except Exception:  # the client is still reconnecting
+            await asyncio.sleep(0.2)
+    await call()
