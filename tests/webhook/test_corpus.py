@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,17 @@ from webhook.review import ReviewError, decode_any_review, decode_review, encode
 
 CORPUS = Path("/work/shared/corpus")
 K8S_VERSION = "1.33"  # Job.spec.managedBy is in the schema from 1.30 on
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kubernetes-validate must work offline (it ships its schemas): any connection fails here."""
+
+    def refuse(self: socket.socket, address: object) -> None:
+        raise OSError(f"network disabled in this test (tried {address!r})")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
 
 
 def _supported_documents() -> list[tuple[str, dict[str, Any]]]:
