@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from collections import Counter
 
 import msgspec
@@ -36,7 +38,7 @@ def check_claims(h: Harness) -> None:
     assert all(n == 1 for n in owners.values()), f"a victim in two claims: {owners}"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("KD_EXAMPLES", "40")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_preemption_worlds(data: st.DataObject) -> None:
     h = Harness(policy=POLICY)

@@ -6,6 +6,8 @@ folding via a snapshot must equal folding straight through, and the invariants m
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -172,7 +174,7 @@ def run_world(data: st.DataObject, *, steps: int) -> Harness:
     return h
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_worlds_replay_exactly_and_keep_the_invariants(data: st.DataObject) -> None:
     h = run_world(data, steps=40)

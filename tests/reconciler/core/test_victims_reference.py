@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,7 +61,7 @@ def reference(h: Harness, *, demand: int, priority: int) -> tuple[str, list[str]
     return (best[1], best[2]) if best else None
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_vectorised_victims_match_the_reference(data: st.DataObject) -> None:
     h = Harness()
