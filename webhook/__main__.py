@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -77,6 +78,15 @@ def exit_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if parent == 1 or os.getppid() != parent:  # it died before we asked
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def tune_gc() -> None:
+    """Each review allocates a few thousand short-lived objects (decoded JSON, NATS messages,
+    futures), almost none in cycles. Freezing what start-up built and collecting the young
+    generation less often cuts the CPU per review by about a tenth (bench/webhook.py)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 def configure_logging(level: str) -> None:
@@ -172,6 +182,7 @@ async def run(args: argparse.Namespace) -> int:
     site = web.TCPSite(runner, args.host, args.port, ssl_context=certs.context, backlog=1024)
     await site.start()
     reloader = asyncio.create_task(_reload_tls(certs, 5.0), name="tls-reload")
+    tune_gc()
     log.info("webhook_listening", url=f"https://{args.host}:{args.port}", ca_bundle=str(ca) if ca else None, cert=str(cert))
 
     stop = asyncio.Event()
