@@ -1,9 +1,12 @@
 """The manager side as deployed, end to end on this machine: the webhook and the reconciler
 containers (the Deployments' commands and args, the shipped config, the certificate made as
-docs/deploy.md says) on the NATS cluster of deploy/nats. The test plays the API server: it
-sends a Job's CREATE to /mutate and then /validate over HTTPS verified for the Service's name,
-exactly as the webhook configurations route it; the leader must record the submission and
-decide a placement on a registered worker."""
+docs/deploy.md says for overlays/self-signed) on the NATS cluster of deploy/nats.
+
+The reconciler must answer its probe, create its streams at 3 replicas, lead and record the
+configured policy; the webhook must pass its probes over HTTPS verified for the Service's DNS
+name. Then the test plays the API server: a Job's CREATE goes to /mutate and then /validate,
+routed as the webhook configurations route it; the leader must record the submission and decide
+a placement on a registered worker. Both stop cleanly on SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,10 +14,12 @@ import asyncio
 import base64
 import json
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from eventlog import events as ev
@@ -27,6 +32,7 @@ from tests.deploy.processes import (
     OVERLAY,
     SERVICE_HOST,
     Running,
+    container,
     make_certs,
     resolve,
     serve_argv,
@@ -137,6 +143,28 @@ def shipped_config_text() -> str:
     return text
 
 
+async def recorded_policy(url: str, root: str, *, timeout_s: float) -> tuple[ev.PolicyLoaded, int, int]:
+    """The leader's PolicyLoaded, and the replicas of the log and inbox streams."""
+    jlog = await connect(url, replicas=3, root=root)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            async for batch in jlog.reader.read(from_seq=1):
+                for entry in batch:
+                    if isinstance(entry.event, ev.PolicyLoaded):
+                        log_info = await jlog.js.stream_info(jlog.names.log_stream)
+                        inbox_info = await jlog.js.stream_info(jlog.names.inbox_stream)
+                        return (
+                            entry.event,
+                            log_info.config.num_replicas or 0,
+                            inbox_info.config.num_replicas or 0,
+                        )
+            await asyncio.sleep(0.3)
+        raise AssertionError(f"no PolicyLoaded in the log within {timeout_s}s")
+    finally:
+        await jlog.close()
+
+
 async def decisions_about(url: str, root: str, name: str, *, timeout_s: float) -> list[ev.LogEntry]:
     """The log entries about team-a/<name>, once a decision about it was appended."""
     jlog = await connect(url, replicas=3, root=root)
@@ -168,7 +196,15 @@ def test_a_job_goes_from_the_webhook_to_a_decision(
     try:
         # One at a time: two clients creating the same R3 streams at once can both time out on a
         # fresh cluster (reported to the log's owners); in Kubernetes the pod that lost restarts.
+        # The reconciler Deployment's probe path, on its metrics port argument.
         wait_status(f"http://127.0.0.1:{metrics_port}/healthz", context=None, proc=serve.proc, timeout_s=60)
+        policy, log_replicas, inbox_replicas = asyncio.run(
+            recorded_policy(shipped_nats[2], log_root, timeout_s=60)
+        )
+        raw = yaml.safe_load(config.read_text())
+        assert (log_replicas, inbox_replicas) == (3, 3), "streams replicated on the three servers"
+        assert [p.name for p in policy.profiles] == [p["name"] for p in raw["policy"]["profiles"]]
+        assert policy.priority_classes == raw["policy"]["priorityClasses"]
         webhook = Running(
             webhook_argv(
                 port=webhook_port,
@@ -182,8 +218,17 @@ def test_a_job_goes_from_the_webhook_to_a_decision(
         )
         context = tls_context(certs / "ca.crt")
         base = f"https://{SERVICE_HOST}:{webhook_port}"
-        with resolve({SERVICE_HOST}):
-            assert wait_status(f"{base}/readyz", context=context, proc=webhook.proc, timeout_s=60) == 200
+        with resolve({SERVICE_HOST, "localhost.invalid.kdispatch"}):
+            # The webhook Deployment's probes, over HTTPS verified for the Service's DNS name with
+            # the CA the docs patch into caBundle: what the API server checks before a review.
+            probes = container("kdispatch-webhook")
+            for probe in ("readinessProbe", "livenessProbe"):
+                url = base + probes[probe]["httpGet"]["path"]
+                assert wait_status(url, context=context, proc=webhook.proc, timeout_s=60) == 200
+            with pytest.raises(urllib.error.URLError, match=r"certificate|hostname"):
+                urllib.request.urlopen(
+                    f"https://localhost.invalid.kdispatch:{webhook_port}/healthz", context=context, timeout=5
+                )
             asyncio.run(register_worker(shipped_nats[2], log_root))
 
             job = submitted_job()
