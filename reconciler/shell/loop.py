@@ -131,6 +131,7 @@ async def rebuild_state(
     until_seq: int | None = None,
     until_ms: int | None = None,
     label: str = "rebuild",
+    logger: Any = None,
 ) -> Folded:
     """Fold the log up to the bounds, from the latest snapshot at or before them when possible."""
     last = until_seq if until_seq is not None else await reader.last_seq()
@@ -138,7 +139,7 @@ async def rebuild_state(
     state, seq, at_ms, policy = await load_snapshot(snapshots, at_or_before=snap_at)
     if seq >= last and until_ms is None:
         return Folded(state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, snapshot_seq=seq)
-    progress = Progress(total=max(last - seq, 0), label=label)
+    progress = Progress(total=max(last - seq, 0), label=label, logger=logger)
     result = await replay(
         reader, state=state, from_seq=seq + 1, until_seq=until_seq, until_ms=until_ms, progress=progress
     )
@@ -160,7 +161,7 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int) -> Rebuilt:
             last_entry = chunk[-1] if chunk else last_entry
     cut = last_entry is not None and last_entry.batch is not None and last_entry.batch[0] < last_entry.batch[1] - 1
     if not cut or last_entry is None or last_entry.batch is None:
-        f = await rebuild_state(reader, log_.snapshots, until_seq=last_seq)
+        f = await rebuild_state(reader, log_.snapshots, until_seq=last_seq, logger=log)
         return Rebuilt(
             state=f.state,
             last_seq=f.last_seq,
@@ -171,7 +172,7 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int) -> Rebuilt:
         )
     index, count = last_entry.batch
     batch_start = last_entry.seq - index
-    f = await rebuild_state(reader, log_.snapshots, until_seq=batch_start - 1)
+    f = await rebuild_state(reader, log_.snapshots, until_seq=batch_start - 1, logger=log)
     state = f.state
     recomputed = core.decide(state)
     recorded: list[ev.LogEntry] = []

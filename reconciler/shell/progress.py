@@ -1,22 +1,32 @@
 """A progress bar on stderr for long replays, without a dependency.
 
 Shown only when the work is long (``threshold`` entries or more). On a terminal it redraws one
-line; otherwise (CI logs, captured output) it prints a line every tenth of the way.
+line; otherwise (CI logs, captured output) it prints a line every tenth of the way — or, given a
+structlog ``logger`` (``serve``, whose stderr is JSON lines), logs an event every tenth instead.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class Progress:
-    def __init__(self, *, total: int, label: str = "replay", threshold: int = 20_000, stream: TextIO | None = None):
+    def __init__(
+        self,
+        *,
+        total: int,
+        label: str = "replay",
+        threshold: int = 20_000,
+        stream: TextIO | None = None,
+        logger: Any = None,
+    ):
         self.total = max(total, 0)
         self.label = label
         self.stream = stream or sys.stderr
+        self.logger = logger
         self.enabled = self.total >= threshold
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._tty = logger is None and bool(getattr(self.stream, "isatty", lambda: False)())
         self._shown = -1
         self._done = 0
 
@@ -30,6 +40,9 @@ class Progress:
             return
         self._shown = step
         pct = self._done * 100 // self.total
+        if self.logger is not None:
+            self.logger.info("progress", task=self.label, percent=pct, done=self._done, total=self.total)
+            return
         if self._tty:
             bar = "#" * (self._done * 30 // self.total)
             self.stream.write(f"\r{self.label} [{bar:<30}] {pct:3d}% {self._done}/{self.total}")

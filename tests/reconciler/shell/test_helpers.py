@@ -146,3 +146,13 @@ def test_decision_log_lines_are_json_with_job_and_cluster() -> None:
     assert record["job"] == "team-a/train.v1" and record["cluster"] == "east"
     assert record["decision"] == "Requeued" and record["detail"] == "east lost"
     assert record["role"] == "serve" and record["replica"] == "r1" and record["level"] == "info"
+
+
+def test_progress_goes_to_the_structured_log_when_given_one() -> None:
+    with structlog.testing.capture_logs() as events:
+        p = Progress(total=100, threshold=10, logger=structlog.get_logger("rebuild"), label="rebuild")
+        p.update(50)
+        p.update(100)
+        p.close()
+    assert [e["percent"] for e in events] == [50, 100]
+    assert events[-1] == {"event": "progress", "task": "rebuild", "percent": 100, "done": 100, "total": 100, "log_level": "info"}
