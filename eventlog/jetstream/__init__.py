@@ -141,13 +141,17 @@ class JetStreamLog:
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     assert config.name is not None
     try:
-        await js.stream_info(config.name)
+        info = await js.stream_info(config.name)
     except NotFoundError:
         await js.add_stream(config)
         log.info("stream_created", stream=config.name, subjects=config.subjects, replicas=config.num_replicas)
         return
+    existing = info.config
+    if existing.subjects == config.subjects and existing.num_replicas == config.num_replicas:
+        return  # leave what an operator tuned (max age, limits…) alone
     try:
-        await js.update_stream(config)
+        await js.update_stream(existing.evolve(subjects=config.subjects, num_replicas=config.num_replicas))
+        log.info("stream_updated", stream=config.name, subjects=config.subjects, replicas=config.num_replicas)
     except BadRequestError as err:
         raise RuntimeError(
             f"stream {config.name} exists with a configuration that cannot be changed to "

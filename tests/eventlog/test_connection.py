@@ -102,3 +102,18 @@ async def test_streams_are_created_with_the_replicas_asked_for(nats_url: str, lo
         for stream in (jlog.names.inbox_stream, jlog.names.log_stream):
             await jlog.js.delete_stream(stream)
         await jlog.close()
+
+
+async def test_reconnecting_keeps_what_an_operator_tuned(nats_url: str, log_root: str) -> None:
+    jlog = await connect(nats_url, root=log_root)
+    try:
+        info = await jlog.js.stream_info(jlog.names.inbox_stream)
+        await jlog.js.update_stream(info.config.evolve(max_age=7 * 24 * 3600.0))
+        again = await connect(nats_url, root=log_root)
+        await again.close()
+        info = await jlog.js.stream_info(jlog.names.inbox_stream)
+        assert info.config.max_age == 7 * 24 * 3600.0
+    finally:
+        for stream in (jlog.names.inbox_stream, jlog.names.log_stream):
+            await jlog.js.delete_stream(stream)
+        await jlog.close()
