@@ -162,6 +162,7 @@ class SimWorker:
         self.default_runtime_ms = default_runtime_ms
         self._free: Resources = dict(capacity)
         self._used: Resources = {}
+        self._usage: Resources | None = None
         self._copies: dict[CopyKey, _Copy] = {}
         self._gone: set[CopyKey] = set()  # deleted or rejected: a late duplicate create is ignored
         self._heap: list[tuple[int, int, int, CopyKey | None, int]] = []  # (t, seq, kind, key, token)
@@ -253,10 +254,11 @@ class SimWorker:
         best: int | None = None
         if self._outbox and not self._silent:
             best = self._outbox[0][0]
-        while self._heap and self._stale(self._heap[0]):
-            heapq.heappop(self._heap)
-        if self._heap and (best is None or self._heap[0][0] < best):
-            best = self._heap[0][0]
+        heap = self._heap
+        while heap and self._stale(heap[0]):  # drop cancelled events (lazy deletion)
+            heapq.heappop(heap)
+        if heap and (best is None or heap[0][0] < best):
+            best = heap[0][0]
         return best
 
     def advance(self, now_ms: int) -> list[InputEvent]:
@@ -265,13 +267,14 @@ class SimWorker:
 
     def advance_timed(self, now_ms: int) -> list[tuple[int, InputEvent]]:
         """Like ``advance`` with the time each fact happened (held-back facts keep theirs)."""
-        while self._heap and self._heap[0][0] <= now_ms:
-            t = self._heap[0][0]
-            while self._heap and self._heap[0][0] == t:
-                _, _, kind, key, token = heapq.heappop(self._heap)
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms:
+            t = heap[0][0]
+            while heap and heap[0][0] == t:
+                _, _, kind, key, token = heapq.heappop(heap)
                 self._apply(t, kind, key, token)
             self._admit(t)
-        if self._is_silent(now_ms):
+        if not self._outbox or self._is_silent(now_ms):  # the common case first: nothing to say
             return []
         out, self._outbox = self._outbox, []
         # Requests (create/delete/evict) emit at their own time, which may precede events the
@@ -287,7 +290,9 @@ class SimWorker:
 
     def usage(self) -> Resources:
         """Resources held by admitted copies (limited or not), zero entries left out."""
-        return {res: amount for res, amount in self._used.items() if amount}
+        if self._usage is None:  # recomputed only after an admission or a release
+            self._usage = {res: amount for res, amount in self._used.items() if amount}
+        return dict(self._usage)
 
     # ------------------------------------------------------------------ fault injection
 
@@ -352,11 +357,11 @@ class SimWorker:
         heapq.heappush(self._heap, (at_ms, self._seq, kind, key, token))
 
     def _stale(self, item: tuple[int, int, int, CopyKey | None, int]) -> bool:
-        _, _, kind, key, token = item
-        if kind in (_UNSILENCE, _RELEASED):
+        key = item[3]
+        if key is None:  # _UNSILENCE, _RELEASED: never cancelled
             return False
-        copy = self._copies.get(key) if key is not None else None
-        return copy is None or copy.token != token
+        copy = self._copies.get(key)
+        return copy is None or copy.token != item[4]
 
     def _apply(self, t: int, kind: int, key: CopyKey | None, token: int) -> None:
         if kind == _UNSILENCE:
@@ -399,6 +404,7 @@ class SimWorker:
             self._schedule(now_ms, _RELEASED, None, 0)
 
     def _release(self, copy: _Copy) -> None:
+        self._usage = None
         for res, amount in copy.demand.items():
             self._used[res] -= amount
             if res in self._free:
@@ -455,6 +461,7 @@ class SimWorker:
             candidates = live
 
     def _start(self, copy: _Copy, t: int) -> None:
+        self._usage = None
         for res, amount in copy.demand.items():
             self._used[res] = self._used.get(res, 0) + amount
             if res in self._free:
