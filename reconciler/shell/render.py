@@ -39,9 +39,43 @@ def _human_amount(name: str, amount: int) -> str:
     return str(amount)
 
 
+def _term(term: ev.SelectorTerm) -> str:
+    exprs = []
+    for m in term.match_expressions:
+        values = f" ({','.join(m.values)})" if m.values else ""
+        exprs.append(f"{m.key} {m.operator}{values}")
+    return " && ".join(exprs) or "*"
+
+
+def placement(p: ev.Placement) -> str:
+    """The placement spec as a person writes it: only what differs from the defaults."""
+    default = ev.Placement()
+    parts: list[str] = []
+    if p.cluster_selector:
+        parts.append("selector={" + ",".join(f"{k}={v}" for k, v in sorted(p.cluster_selector.items())) + "}")
+    if p.cluster_affinity.required:
+        parts.append("affinity=(" + " || ".join(_term(t) for t in p.cluster_affinity.required) + ")")
+    for w in p.cluster_affinity.preferred:
+        parts.append(f"prefer={w.weight}:({_term(w.term)})")
+    if p.cluster_tolerations:
+        tols = []
+        for t in p.cluster_tolerations:
+            what = t.key + (f"={t.value}" if t.operator == "Equal" and t.value else "") if t.key else "*"
+            tols.append(what + (":Exists" if t.operator == "Exists" else "") + (f":{t.effect}" if t.effect else ""))
+        parts.append("tolerates=[" + ",".join(tols) + "]")
+    if p.cluster_names:
+        parts.append("pin=[" + ",".join(p.cluster_names) + "]")
+    for name in ("dispatch_mode", "profile", "nominate", "preemption_policy"):
+        if getattr(p, name) != getattr(default, name):
+            parts.append(f"{name}={getattr(p, name)}")
+    return " ".join(parts)
+
+
 def _value(name: str, value: Any) -> str:
     if isinstance(value, ev.JobRef):
         return value.key
+    if isinstance(value, ev.Placement):
+        return placement(value)
     if name == "pod_sets":
         return "[" + " ".join(f"{p.name}:{p.count}x{resources(p.requests)}" for p in value) + "]"
     if name in {"capacity", "usage", "claim"} and isinstance(value, dict):
@@ -79,7 +113,7 @@ def describe(event: ev.Event) -> str:
             continue
         if f.default_factory is not msgspec.NODEFAULT and value == f.default_factory():
             continue
-        parts.append(f"{f.name}={_value(f.name, value)}")
+        parts.append(_value(f.name, value) if f.name == "placement" else f"{f.name}={_value(f.name, value)}")
     return " ".join(parts)
 
 

@@ -156,3 +156,22 @@ def test_progress_goes_to_the_structured_log_when_given_one() -> None:
         p.close()
     assert [e["percent"] for e in events] == [50, 100]
     assert events[-1] == {"event": "progress", "task": "rebuild", "percent": 100, "done": 100, "total": 100, "log_level": "info"}
+
+
+def test_placement_is_shown_as_a_person_writes_it() -> None:
+    gpu = ev.MatchExpression(key="gpu", operator="In", values=["a100", "h100"])
+    spec = ev.Placement(
+        cluster_selector={"region": "west"},
+        cluster_affinity=ev.ClusterAffinity(
+            required=[ev.SelectorTerm(match_expressions=[gpu])],
+            preferred=[ev.WeightedTerm(weight=60, term=ev.SelectorTerm(match_expressions=[gpu]))],
+        ),
+        cluster_tolerations=[ev.Toleration(key="spot", operator="Exists", effect="NoSchedule")],
+        dispatch_mode="BestEffort",
+    )
+    entry = ev.LogEntry(seq=1, at_ms=0, event=ev.JobSubmitted(job=JOB, pod_sets=[], placement=spec))
+    assert line(entry).endswith(
+        "selector={region=west} affinity=(gpu In (a100,h100)) prefer=60:(gpu In (a100,h100))"
+        " tolerates=[spot:Exists:NoSchedule] dispatch_mode=BestEffort"
+    )
+    assert "placement" not in line(ev.LogEntry(seq=1, at_ms=0, event=ev.JobSubmitted(job=JOB, pod_sets=[])))
