@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import subprocess
 
+import yaml
+
 from eventlog.embedded import find_binary
-from tests.deploy.conftest import one, rendered
+from tests.deploy.conftest import DEPLOY, one, rendered
 from tests.deploy.natscluster import (
     OVERLAY,
     container,
@@ -44,3 +46,35 @@ def test_image_is_the_server_version_the_tests_run() -> None:
     out = subprocess.run([str(find_binary()), "--version"], capture_output=True, text=True, check=True).stdout
     version = out.strip().rsplit("v", 1)[-1]
     assert container()["image"] == f"nats:{version}-alpine"
+
+
+def test_helm_values_say_what_the_statefulset_says() -> None:
+    """deploy/nats/helm-values.yaml (for the official chart) mirrors nats.conf and the StatefulSet."""
+    values = yaml.safe_load((DEPLOY / "nats" / "helm-values.yaml").read_text())
+    sts, conf = statefulset(), nats_conf()
+    assert values["fullnameOverride"] == sts["metadata"]["name"]
+    assert values["config"]["cluster"] == {
+        "enabled": True,
+        "replicas": sts["spec"]["replicas"],
+        "name": "kdispatch",
+    }
+    assert "name: kdispatch" in conf
+    store = values["config"]["jetstream"]["fileStore"]
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert store["pvc"]["size"] == claim["spec"]["resources"]["requests"]["storage"]
+    assert store["dir"] == container_mounts()["data"]
+    assert f"max_file_store: {store['maxSize'].removesuffix('i')}" in conf
+    assert (
+        f"max_memory_store: {values['config']['jetstream']['memoryStore']['maxSize'].replace('Mi', 'MB')}"
+        in conf
+    )
+    merged = values["config"]["merge"]
+    assert merged["max_payload"] == "<< 4MB >>" and "max_payload: 4MB" in conf
+    assert f"lame_duck_duration: {merged['lame_duck_duration']}" in conf
+    image = values["container"]["image"]
+    assert f"{image['repository']}:{image['tag']}" == container()["image"]
+    assert values["container"]["merge"]["resources"] == container()["resources"]
+    assert values["container"]["merge"]["securityContext"] == container()["securityContext"]
+    pod = sts["spec"]["template"]["spec"]
+    assert values["podTemplate"]["merge"]["spec"]["securityContext"] == pod["securityContext"]
+    assert values["container"]["env"] == {e["name"]: e["value"] for e in container()["env"] if "value" in e}
