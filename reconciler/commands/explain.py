@@ -20,7 +20,7 @@ from reconciler import core
 from reconciler.shell import logging as klog
 from reconciler.shell.logsource import add_source_arguments, format_ms, friendly_errors, open_source
 from reconciler.shell.progress import Progress
-from reconciler.shell.render import describe, subject_key
+from reconciler.shell.render import concerns, describe, subject_key
 from reconciler.shell.replay import replay
 
 HELP = "explain every decision about a job: each cluster's filter verdict or per-plugin scores"
@@ -34,15 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", metavar="NS/NAME", help="the job on the manager cluster, e.g. team-a/train-1")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of text")
     add_source_arguments(parser)
-
-
-def concerns(event: ev.Event, key: str) -> bool:
-    for attr in ("job", "preemptor"):
-        ref = getattr(event, attr, None)
-        if isinstance(ref, ev.JobRef) and ref.key == key:
-            return True
-    victims = getattr(event, "victims", None)
-    return isinstance(victims, list) and any(v.key == key for v in victims)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from eventlog import events as ev
 from eventlog.subjects import log_subject
 from reconciler.shell import logging as klog
 from reconciler.shell.logsource import add_source_arguments, friendly_errors, open_source
-from reconciler.shell.render import line
+from reconciler.shell.render import concerns, line
 
 HELP = "read the log like tail: one line per entry (seq, time, type, job/cluster, key fields)"
 
@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--subject",
         metavar="FILTER",
         help="NATS subject filter on the log subjects, e.g. 'kd.log.decision.>' or 'kd.log.*.*.team-a.*'",
+    )
+    parser.add_argument(
+        "--job", metavar="NS/NAME", help="only entries about this job (its own, and claims where it is a victim)"
     )
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing new entries as they come")
     parser.add_argument("--json", action="store_true", help="one LogEntry JSON per line")
@@ -58,6 +61,8 @@ async def run_async(args: argparse.Namespace) -> int:
     out = sys.stdout
 
     def show(entry: ev.LogEntry) -> None:
+        if args.job is not None and not concerns(entry.event, args.job):
+            return
         if pattern is not None:
             subject = log_subject(entry.event)
             if prefix != "kd.log":

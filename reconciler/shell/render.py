@@ -24,6 +24,16 @@ def subject_key(event: ev.Event) -> str:
     return cluster if isinstance(cluster, str) else "-"
 
 
+def concerns(event: ev.Event, key: str) -> bool:
+    """Is the event about job ``key`` (``ns/name``): its job, its preemptor, or one of its victims?"""
+    for attr in ("job", "preemptor"):
+        ref = getattr(event, attr, None)
+        if isinstance(ref, ev.JobRef) and ref.key == key:
+            return True
+    victims = getattr(event, "victims", None)
+    return isinstance(victims, list) and any(v.key == key for v in victims)
+
+
 def resources(res: dict[str, int]) -> str:
     parts = []
     for name, amount in sorted(res.items()):

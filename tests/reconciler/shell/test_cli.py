@@ -65,6 +65,9 @@ def test_log_json_and_subject_filter(recorded: tuple[str, str, Scenario], capsys
     assert code == 0
     assert len(out.splitlines()) == len(scenario.jobs)
     assert all(" Placed " in ln for ln in out.splitlines())
+    code, out = kd(capsys, "log", "--nats", url, "--root", root, "--job", "team-a/job-0")
+    kinds = [ln.split()[2] for ln in out.splitlines()]
+    assert kinds == ["JobSubmitted", "Nominated", "RemoteCreated", "RemoteAdmitted", "Placed"]
     code, out = kd(capsys, "log", "--nats", url, "--root", root, "-n", "2")
     assert [ln.split()[0] for ln in out.splitlines()] == [str(scenario.last_seq - 1), str(scenario.last_seq)]
 
