@@ -43,10 +43,9 @@ class Desired:
         self.evict_reason: dict[CopyKey, str] = {}
         self.refs: dict[str, ev.JobRef] = {}  # every job a decision named
         self._keys: dict[str, list[CopyKey]] = {}  # uid -> its copies
-        self._ended: set[str] = set()
-        self.submitted: set[str] = (
-            set()
-        )  # every uid a JobSubmitted named (kept after its spec goes)  # finished or deleted: its spec goes once no copy may run
+        self._ended: set[str] = set()  # finished or deleted: its spec goes once no copy may run
+        self.submitted: set[str] = set()  # every uid a JobSubmitted named (kept after its spec goes)
+        self.clusters: dict[str, int] = {}  # registered cluster -> seq of its registration
         self.seq = 0
 
     def fold(self, entry: ev.LogEntry) -> list[CopyKey]:
@@ -86,6 +85,10 @@ class Desired:
                 changed = self._set(key, Intent.GONE)
                 self._drop_spec_if_done(event.job.uid)
                 return [key] if changed else []
+            case ev.ClusterRegistered():
+                self.clusters[event.cluster] = entry.seq
+            case ev.ClusterRemoved():
+                self.clusters.pop(event.cluster, None)
             case ev.JobDeleted():
                 self._ended.add(event.job.uid)
                 self._drop_spec_if_done(event.job.uid)

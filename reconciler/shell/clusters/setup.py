@@ -206,6 +206,9 @@ class ClusterSet:
                     worker.wanted = _wanted(actuator, name)
                     worker.status_listeners.append(sync.remote_status)
         tasks = [asyncio.create_task(actuator.run(stop), name="actuator")]
+        tasks.append(
+            asyncio.create_task(self._remove_unconfigured(actuator, reporter), name="cluster-removal")
+        )
         tasks += [
             asyncio.create_task(w.run(reporter, stop), name=f"observer-{n}") for n, w in self.workers.items()
         ]
@@ -217,6 +220,18 @@ class ClusterSet:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _remove_unconfigured(self, actuator: Actuator, reporter: InboxReporter) -> None:
+        """Once the log is read: a cluster registered there but no longer in the config file is
+        recorded as ``ClusterRemoved`` (its jobs are requeued elsewhere by the core)."""
+        await actuator.caught_up.wait()
+        configured = {c.name for c in self.clusters}
+        for name, registered_at in sorted(actuator.desired.clusters.items()):
+            if name not in configured:
+                log.warning("cluster_removed_from_config", cluster=name)
+                await reporter.report(
+                    ev.ClusterRemoved(cluster=name), msg_id=f"{name}/removed/{registered_at}"
+                )
 
     async def close(self) -> None:
         for api_client in self.api_clients:

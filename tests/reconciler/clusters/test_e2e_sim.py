@@ -151,3 +151,37 @@ async def test_a_silent_cluster_is_lost_its_job_moves_and_the_stale_copy_is_with
     entries = await world.entries()
     assert any(isinstance(e.event, ev.ClusterLost) and e.event.cluster == "big" for e in entries)
     assert any(isinstance(e.event, ev.ClusterRecovered) and e.event.cluster == "big" for e in entries)
+
+
+async def test_a_cluster_dropped_from_the_config_is_removed_and_its_job_moves(jslog: JetStreamLog) -> None:
+    first = start(jslog, runtime="1h")
+    world = await anext(first)
+    await world.submit("stays")
+    await eventually(lambda: world.copies("stays") == {"big": (1, CopyState.ADMITTED)}, what="running on big")
+    await first.aclose()  # serve stops; the operator deletes "big" from the config file
+    cfg = config(runtime="1h")
+    cfg.clusters = [c for c in cfg.clusters if c.name != "big"]
+    loop = LeaderLoop(
+        jslog, LoopSettings(leader_id="sim-e2e-2", policy=policy_event(cfg.policy), idle_wait_s=0.02)
+    )
+    stop = asyncio.Event()
+    term = asyncio.create_task(loop.run_term(stop=stop))
+    await wait_ready(loop, timeout_s=20)
+    clusters = await ClusterSet.from_config(cfg)
+    running = asyncio.create_task(clusters.run(inbox=jslog.inbox, reader=jslog.reader, stop=stop))
+    try:
+        small = clusters.workers["small"]
+        assert isinstance(small, SimCluster)
+
+        def moved() -> bool:
+            return any(c.job.name == "stays" and c.attempt == 2 for c in small.model.copies())
+
+        await eventually(moved, timeout_s=15, what="job re-placed on small")
+        entries = []
+        async for chunk in jslog.reader.read():
+            entries.extend(chunk)
+        removed = [e.event for e in entries if isinstance(e.event, ev.ClusterRemoved)]
+        assert removed == [ev.ClusterRemoved(cluster="big")]
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(term, running, return_exceptions=True), 20)
