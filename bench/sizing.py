@@ -42,12 +42,12 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import connect
-from eventlog.subjects import inbox_subject, log_subject
 
 MANIFEST = Path("/work/shared/corpus/manifests/kueue/jobs/sample-job.yaml")
 CLUSTERS = 50
 HEARTBEATS_PER_JOB = 2  # 50 clusters every 5 s and ~5 submissions/s: ~2 heartbeats per job's 9 entries
 T0 = 1_800_000_000_000
+CHUNK_JOBS = 200  # jobs whose inputs are published, sequenced and decided as one batch
 
 
 def _manifest(i: int) -> dict[str, Any]:
@@ -128,76 +128,65 @@ def _dir_bytes(path: Path) -> int:
 
 
 async def measure_storage(events_target: int, *, heartbeats_only: bool = False) -> dict[str, float]:
+    """Write through the real path: producers publish inputs to the inbox (``Inbox.publish``,
+    acknowledged, Nats-Msg-Id), the sequencer (``JetStreamLog.sequencer``) pulls them and appends
+    them to the log, then appends the decisions as one batch, exactly as the leader does."""
     with tempfile.TemporaryDirectory(prefix="kdispatch-sizing-") as tmp:
         server = EmbeddedNats(data_dir=tmp)
         await server.start_async()
         try:
             jlog = await connect(server.url, root="kd")
-            nc = jlog.nc
-            assert (jlog.names.inbox_prefix, jlog.names.log_prefix) == ("kd.in", "kd.log")
+            sequencer = jlog.sequencer("kdispatch-reconciler-0")
+            await sequencer.resume()
             seq = inbox_seq = 0
             payload_bytes = 0
             at_ms = T0
             started = time.perf_counter()
             i = 0
             while seq < events_target:
-                if heartbeats_only:
-                    entries: list[ev.AnyEvent] = [heartbeat(i)]
-                else:
-                    entries = job_events(i)
-                    entries[1:1] = [heartbeat(i * HEARTBEATS_PER_JOB + k) for k in range(HEARTBEATS_PER_JOB)]
-                at_ms += 200
-                for event in entries:
-                    seq += 1
-                    decision = ev.is_decision(event)
-                    if not decision:
-                        # The producer's publish to the inbox (de-duplicated by Nats-Msg-Id).
-                        inbox_seq += 1
-                        raw = codec.encode(event)
-                        payload_bytes += len(raw)
-                        await nc.publish(
-                            inbox_subject(event),
-                            raw,
-                            headers={"Nats-Msg-Id": f"{type(event).__name__}/{i}/{seq}"},
-                        )
-                    entry = ev.LogEntry(
-                        seq=seq,
-                        at_ms=at_ms,
-                        event=event,
-                        inbox_seq=None if decision else inbox_seq,
-                        leader="kdispatch-reconciler-0",
-                    )
-                    raw = codec.encode(entry)
-                    payload_bytes += len(raw)
-                    # The sequencer's fenced append (expected last sequence, de-dup id).
-                    await nc.publish(
-                        log_subject(event),
-                        raw,
-                        headers={"Nats-Msg-Id": f"log-{seq}", "Nats-Expected-Last-Sequence": str(seq - 1)},
-                    )
-                    if seq % 5000 == 0:
-                        await nc.flush()
-                i += 1
-            await nc.flush()
-            # Plain publishes are stored asynchronously: wait until both streams hold everything.
-            deadline = time.monotonic() + 60
-            while True:
-                log_info = await jlog.js.stream_info(jlog.names.log_stream)
-                inbox_info = await jlog.js.stream_info(jlog.names.inbox_stream)
-                done = log_info.state.messages == seq and inbox_info.state.messages == inbox_seq
-                if done or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.2)
+                inputs: list[ev.InputEvent] = []
+                decisions: list[ev.DecisionEvent] = []
+                for _ in range(CHUNK_JOBS):
+                    if heartbeats_only:
+                        events: list[ev.AnyEvent] = [heartbeat(i)]
+                    else:
+                        events = job_events(i)
+                        events[1:1] = [
+                            heartbeat(i * HEARTBEATS_PER_JOB + k) for k in range(HEARTBEATS_PER_JOB)
+                        ]
+                    for event in events:
+                        if ev.is_decision(event):
+                            decisions.append(event)  # type: ignore[arg-type]
+                        else:
+                            inputs.append(event)  # type: ignore[arg-type]
+                    i += 1
+                await asyncio.gather(
+                    *(jlog.inbox.publish(e, msg_id=f"{i}/{k}", timeout_s=30.0) for k, e in enumerate(inputs))
+                )
+                payload_bytes += sum(len(codec.encode(e)) for e in inputs)
+                items: list[Any] = []
+                while len(items) < len(inputs):
+                    items += await sequencer.pull(max_items=1000, timeout_s=1.0)
+                at_ms += 1000
+                entries = await sequencer.append_inputs(items, at_ms=at_ms)
+                if decisions:
+                    entries += await sequencer.append_decisions(decisions, at_ms=at_ms)
+                payload_bytes += sum(len(codec.encode(e)) for e in entries)
+                seq += len(entries)
+                inbox_seq += len(inputs)
             elapsed = time.perf_counter() - started
-            assert log_info.state.messages == seq, (
-                f"log holds {log_info.state.messages} of {seq}: a publish was refused"
+            log_info = await jlog.js.stream_info(jlog.names.log_stream)
+            inbox_info = await jlog.js.stream_info(jlog.names.inbox_stream)
+            assert log_info.state.messages == seq, f"log holds {log_info.state.messages} of {seq}"
+            assert inbox_info.state.messages == inbox_seq, (
+                f"inbox holds {inbox_info.state.messages} of {inbox_seq}"
             )
-            assert inbox_info.state.messages == inbox_seq
             state_bytes = log_info.state.bytes + inbox_info.state.bytes
+            await sequencer.close()
             await jlog.close()
         finally:
             await server.stop_async()
-            # Files as they rest on disk after a clean stop (blocks, indexes, metadata).
+        # Files as they rest on disk after a clean stop (blocks, indexes, metadata).
         disk = _dir_bytes(Path(tmp) / "jetstream")
     scale = 1_000_000 / seq
     return {
