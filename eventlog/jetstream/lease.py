@@ -72,13 +72,14 @@ class Lease:
                         replicas=self._jlog.replicas,
                     )
                 )
-            status = await self._kv.status()
-            ttl = status.ttl or 0.0
+            info = await js.stream_info(f"KV_{bucket}")
+            ttl = info.config.max_age or 0.0
             if abs(ttl - self.ttl_s) > 0.001:
-                raise ValueError(
-                    f"lease bucket {bucket} has TTL {ttl}s, this lease asks for {self.ttl_s}s; "
-                    "all replicas must use the same lease TTL"
-                )
+                # The lease TTL changed in the configuration. Replicas still on the old one see
+                # the key expire at the new time; fencing on the log keeps their appends out.
+                self._log.warning("lease_ttl_changed", bucket=bucket, old_ttl_s=ttl, ttl_s=self.ttl_s)
+                window = min(info.config.duplicate_window or self.ttl_s, self.ttl_s)  # must be <= max age
+                await js.update_stream(info.config.evolve(max_age=self.ttl_s, duplicate_window=window))
         return self._kv
 
     def _value(self) -> bytes:

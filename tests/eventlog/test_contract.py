@@ -267,6 +267,18 @@ class LogContract:
         assert await first.try_acquire()  # released: free at once, no TTL wait
         await first.release()
 
+    async def test_a_new_lease_ttl_replaces_the_old_one(self, log: Any) -> None:
+        first = log.lease("sequencer", 5.0, holder="a")
+        await first.acquire(timeout_s=5)
+        await first.release()
+        shorter = log.lease("sequencer", 1.0, holder="b")  # the configuration changed
+        await shorter.acquire(timeout_s=5)
+        shorter.stop_renewing()  # b crashes: its key must expire after 1 s, not 5
+        third = log.lease("sequencer", 1.0, holder="c")
+        await third.acquire(timeout_s=3)
+        assert await third.current_holder() == "c"
+        await third.release()
+
 
 class TestMemoryLog(LogContract):
     @pytest.fixture
