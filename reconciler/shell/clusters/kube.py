@@ -185,8 +185,10 @@ class KubeWorker:
         await self._report(ev.RemoteGone(job=job, cluster=self.name, attempt=attempt))
 
     async def evict(self, job: ev.JobRef, attempt: int, *, reason: str) -> None:
-        await self.delete(job, attempt)
+        # Evicted before Gone, the order a Kueue eviction shows: the dispatcher requeues the job
+        # because it was evicted, then learns the copy is gone.
         await self._report(ev.RemoteEvicted(job=job, cluster=self.name, attempt=attempt, reason=reason))
+        await self.delete(job, attempt)
 
     async def copies(self) -> list[CopyRef]:
         out: list[CopyRef] = []
