@@ -31,10 +31,6 @@ class Lease(Protocol):
     async def release(self) -> None: ...
 
 
-class LeaseProvider(Protocol):
-    def lease(self, name: str, ttl_s: float, *, holder: str) -> Any: ...
-
-
 async def run_candidate(
     log_: Any,
     loop: LeaderLoop,

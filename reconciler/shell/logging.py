@@ -1,16 +1,15 @@
 """structlog configuration shared by the reconciler processes: one JSON object per line.
 
-Every line carries the process role and, where known, the ``job`` (``ns/name``) and ``cluster``
-it is about, so a person can ``grep '"job":"team-a/train-1"'`` across serve, actuator and
-observer output. Context is bound with contextvars (``bind_event``) so async tasks keep theirs.
+Every line carries the process role and replica and, where known, the ``job`` (``ns/name``) and
+``cluster`` it is about (``event_context``), so a person can ``grep '"job":"team-a/train-1"'``
+across serve, actuator and observer output. Context bound with structlog's contextvars is merged
+in, so async tasks keep theirs.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TextIO
 
 import structlog
@@ -62,12 +61,3 @@ def event_context(event: ev.Event) -> dict[str, str]:
     if isinstance(cluster, str):
         ctx["cluster"] = cluster
     return ctx
-
-
-@contextmanager
-def bind_event(event: ev.Event) -> Iterator[None]:
-    """Log lines emitted inside carry the event's job and cluster."""
-    ctx = event_context(event)
-    ctx["event_type"] = ctx.pop("event")
-    with structlog.contextvars.bound_contextvars(**ctx):
-        yield
