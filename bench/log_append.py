@@ -60,12 +60,12 @@ def event_mix(n: int) -> list[ev.InputEvent]:
     return out
 
 
-async def fill_inbox(jlog: JetStreamLog, events: list[ev.InputEvent]) -> None:
+async def fill_inbox(jlog: JetStreamLog, events: list[ev.InputEvent], *, first_id: int = 0) -> None:
     pub = Publisher(jlog.nc)
     for start in range(0, len(events), 2000):
         chunk = events[start : start + 2000]
         batch = [
-            (jlog.inbox.subject(e), codec.encode(e), {"Nats-Msg-Id": f"in-{start + i}"})
+            (jlog.inbox.subject(e), codec.encode(e), {"Nats-Msg-Id": f"in-{first_id + start + i}"})
             for i, e in enumerate(chunk)
         ]
         acks = await pub.publish(batch, timeout_s=30)
@@ -109,32 +109,47 @@ def pct(values: list[float], p: float) -> float:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--events", type=int, default=100_000, help="events per round")
     parser.add_argument("--batch", type=int, default=1000, help="inbox items per pull / append")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of baseline and ours")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
 
     events = event_mix(args.events)
+    plains: list[float] = []
+    ours_: list[float] = []
+    latencies: list[float] = []
     with tempfile.TemporaryDirectory(prefix="kd-bench-") as tmp:
         async with EmbeddedNats(data_dir=Path(tmp)) as server:
             jlog = await connect(server.url, root="bench")
             try:
-                await fill_inbox(jlog, events)
+                for round_ in range(args.rounds):
+                    await fill_inbox(jlog, events, first_id=round_ * len(events))
                 # Same subjects and payload sizes as the log entries the sequencer writes.
                 entries = [
                     ev.LogEntry(seq=i + 1, at_ms=1, event=e, inbox_seq=i + 1, leader="bench")
                     for i, e in enumerate(events)
                 ]
                 payloads = [(f"{type(e.event).__name__}.x", codec.encode(e)) for e in entries]
-                plain = await bench_plain(jlog, payloads, window=args.batch)
-                ours, latencies = await bench_sequencer(jlog, args.events, batch=args.batch)
+                for _ in range(args.rounds):  # alternate, so machine load hits both alike
+                    plains.append(await bench_plain(jlog, payloads, window=args.batch))
+                    rate, lat = await bench_sequencer(jlog, args.events, batch=args.batch)
+                    ours_.append(rate)
+                    latencies += lat
             finally:
                 await jlog.close()
 
+    plain, ours = statistics.median(plains), statistics.median(ours_)
     ratio = ours / plain
-    print(f"events                          {args.events:>10,}  (batch {args.batch})")
-    print(f"nats-py publish_async, plain    {plain:>10,.0f} events/s")
-    print(f"kdispatch sequencer, fenced     {ours:>10,.0f} events/s")
+    print(
+        f"events per round                {args.events:>10,}  (batch {args.batch}, median of {args.rounds})"
+    )
+    print(
+        f"nats-py publish_async, plain    {plain:>10,.0f} events/s   (rounds: {', '.join(f'{r:,.0f}' for r in plains)})"
+    )
+    print(
+        f"kdispatch sequencer, fenced     {ours:>10,.0f} events/s   (rounds: {', '.join(f'{r:,.0f}' for r in ours_)})"
+    )
     print(
         f"append batch latency (ms)       p50 {pct(latencies, 50) * 1000:.1f}  p90 {pct(latencies, 90) * 1000:.1f}"
         f"  p99 {pct(latencies, 99) * 1000:.1f}"
