@@ -234,12 +234,12 @@ class LogContract:
         assert [codec.decode_entry(line) for line in lines] == original
 
     async def test_lease_second_candidate_takes_over_and_the_old_leader_is_fenced(self, log: Any) -> None:
-        first = log.lease("sequencer", 1.0, holder="first")
-        second = log.lease("sequencer", 1.0, holder="second")
+        first = log.lease("sequencer", 2.0, holder="first")
+        second = log.lease("sequencer", 2.0, holder="second")
         await first.acquire(timeout_s=5)
         assert first.valid()
         assert not await second.try_acquire()  # held and renewed: the second waits
-        await asyncio.sleep(1.2)  # longer than the TTL: renewals keep it
+        await asyncio.sleep(2.3)  # longer than the TTL: renewals keep it
         assert not await second.try_acquire()
         assert await second.current_holder() == "first"
 
