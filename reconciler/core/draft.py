@@ -18,6 +18,12 @@ from reconciler.core.scratch import Scratch
 
 
 @dataclass
+class CopyView:
+    state: str
+    counted: bool
+
+
+@dataclass
 class Draft:
     job: JobRecord
     attempt: int
@@ -28,7 +34,7 @@ class Draft:
     winner: str | None
     not_before_ms: int | None
     round: int
-    copies: dict[tuple[str, int], list[object]]  # (cluster, attempt) -> [state, counted]
+    copies: dict[tuple[str, int], CopyView]  # (cluster, attempt) -> what fold will hold
     requeued: bool = False
     timed_out: bool = False
     notes: list[str] = field(default_factory=list)
@@ -45,7 +51,7 @@ class Draft:
             winner=job.winner,
             not_before_ms=job.not_before_ms,
             round=job.round,
-            copies={(c.cluster, c.attempt): [c.state, c.counted] for c in job.copies},
+            copies={(c.cluster, c.attempt): CopyView(c.state, c.counted) for c in job.copies},
         )
 
     @property
@@ -56,9 +62,9 @@ class Draft:
 
     def _uncount(self, s: Scratch, key: tuple[str, int]) -> None:
         entry = self.copies.get(key)
-        if entry is not None and entry[1]:
-            entry[1] = False
-            s.release(key[0], self.job.demand, job=self.job.key)
+        if entry is not None and entry.counted:
+            entry.counted = False
+            s.release(key[0], self.job.demand)
 
     def withdraw(self, s: Scratch, *, cluster: str, attempt: int, reason: str) -> None:
         if self.terminal:
@@ -66,9 +72,11 @@ class Draft:
         else:
             s.emit(ev.Withdrawn(job=self.job.ref, cluster=cluster, attempt=attempt, reason=reason))
         key = (cluster, attempt)
+        if self.terminal or (attempt == self.attempt and cluster == self.cluster):
+            s.gone(self.job.key)
         self._uncount(s, key)
         if key in self.copies:
-            self.copies[key][0] = phases.COPY_WITHDRAWING
+            self.copies[key].state = phases.COPY_WITHDRAWING
         if attempt == self.attempt and cluster in self.nominated:
             self.nominated.remove(cluster)
             if cluster not in self.tried:
@@ -88,8 +96,8 @@ class Draft:
             self._uncount(s, key)
             slot = table.index.get(key[0])
             health = table.records[slot].health if slot is not None else REMOVED
-            if health == LOST and entry[0] != phases.COPY_WITHDRAWING:
-                entry[0] = phases.COPY_STALE
+            if health == LOST and entry.state != phases.COPY_WITHDRAWING:
+                entry.state = phases.COPY_STALE
         self.attempt += 1
         self.round = 0
         self.nominated = []
@@ -98,10 +106,12 @@ class Draft:
         self.winner = None
         self.not_before_ms = not_before
         self.requeued = True
+        s.gone(self.job.key)
         self.phase = phases.SUSPENDED if self.job.suspended else phases.QUEUED
 
     def place(self, s: Scratch, cluster: str) -> None:
         s.emit(ev.Placed(job=self.job.ref, cluster=cluster, attempt=self.attempt))
+        s.placed_now[self.job.key] = cluster
         self.cluster = cluster
         self.winner = None
         self.phase = phases.PLACED
@@ -113,9 +123,10 @@ class Draft:
         s.emit(ev.Finished(job=self.job.ref, cluster=cluster, attempt=attempt, succeeded=succeeded))
         for key in self.copies:
             self._uncount(s, key)
-            if key == (cluster, attempt) and self.copies[key][0] != phases.COPY_WITHDRAWING:
-                self.copies[key][0] = phases.COPY_DONE
+            if key == (cluster, attempt) and self.copies[key].state != phases.COPY_WITHDRAWING:
+                self.copies[key].state = phases.COPY_DONE
         self.phase = phases.FINISHED
+        s.gone(self.job.key)
         self.cluster = cluster
         self.nominated = []
         self.winner = None
@@ -127,9 +138,9 @@ class Draft:
         )
         for cluster in clusters:
             key = (cluster, self.attempt)
-            if key not in self.copies or not self.copies[key][1]:
+            if key not in self.copies or not self.copies[key].counted:
                 s.assume(cluster, self.job.demand)
-            self.copies[key] = [phases.COPY_NOMINATED, True]
+            self.copies[key] = CopyView(phases.COPY_NOMINATED, True)
         self.nominated = list(clusters)
         self.round = round_
         self.phase = phases.NOMINATED

@@ -266,7 +266,8 @@ def _round_timeout(s: Scratch, d: Draft) -> None:
 
 def _reconcile_copies(s: Scratch, d: Draft) -> None:
     """Withdraw (or clean up) every copy the job no longer wants, once its cluster is reachable."""
-    for (cluster, attempt), (copy_state, _counted) in list(d.copies.items()):
+    for (cluster, attempt), view in list(d.copies.items()):
+        copy_state = view.state
         if copy_state == phases.COPY_WITHDRAWING:
             continue
         wanted = (

@@ -116,3 +116,15 @@ class RunningPool:
             )
             self._order = (self.version, rows[order])
         return self._order[1]
+
+    def copy(self) -> RunningPool:
+        """An independent copy (for a decide pass that must not touch the state's pool)."""
+        other = RunningPool(self.resources)
+        other.size = self.size
+        for name in ("alive", "evicting", "cluster", "priority", "started", "seqno", "demand", "names"):
+            setattr(other, name, getattr(self, name).copy())
+        other.keys = list(self.keys)
+        other.row_of = dict(self.row_of)
+        other._free = list(self._free)
+        other._demands = list(self._demands)
+        return other

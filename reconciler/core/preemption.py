@@ -31,7 +31,7 @@ class Choice:
 def select_victims(s: Scratch, job: JobRecord, *, evaluation: Evaluation) -> Choice | None:
     state = s.state
     table = state.clusters
-    pool = state.pool
+    pool = s.running()
     assert evaluation.resolvable is not None, "preemption needs a full evaluation"
     candidates = np.flatnonzero(evaluation.resolvable & s.ready)
     if len(candidates) == 0 or len(pool) == 0:
@@ -46,6 +46,10 @@ def select_victims(s: Scratch, job: JobRecord, *, evaluation: Evaluation) -> Cho
             row = pool.row_of.get(victim)
             if row is not None:
                 eligible[row] = False
+    for key in s.gone_jobs:  # requeued or finished earlier in this pass: not running any more
+        row = pool.row_of.get(key)
+        if row is not None:
+            eligible[row] = False
     ordered = pool.victim_order()
     ordered = ordered[eligible[ordered]]
     if len(ordered) == 0:

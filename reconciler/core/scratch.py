@@ -16,6 +16,7 @@ from eventlog.events import Resources
 from reconciler.core.clusters import Mask
 from reconciler.core.framework.interface import CycleInput, JobView
 from reconciler.core.jobs import Claim, JobRecord
+from reconciler.core.pool import RunningPool
 from reconciler.core.state import State
 
 
@@ -29,8 +30,10 @@ class Scratch:
     claims: dict[str, Claim]
     help: bool
     out: list[ev.DecisionEvent] = field(default_factory=list)
-    released_jobs: set[str] = field(default_factory=set)  # jobs whose copies this pass released
+    gone_jobs: set[str] = field(default_factory=set)  # stopped running in this pass
+    placed_now: dict[str, str] = field(default_factory=dict)  # job -> cluster, Placed in this pass
     _holds: dict[str, tuple[int, npt.NDArray[np.int64]]] = field(default_factory=dict)
+    _pool: tuple[int, RunningPool] | None = None
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -61,10 +64,14 @@ class Scratch:
     def assume(self, cluster: str, demand: Resources) -> None:
         self._shift(cluster, demand, sign=+1)
 
-    def release(self, cluster: str, demand: Resources, *, job: str = "") -> None:
+    def release(self, cluster: str, demand: Resources) -> None:
         self._shift(cluster, demand, sign=-1)
-        self.released_jobs.add(job)
         self.help = True
+
+    def gone(self, key: str) -> None:
+        """The job stops running in this pass (requeued, finished, its placement withdrawn)."""
+        self.gone_jobs.add(key)
+        self.placed_now.pop(key, None)
 
     def drop_claim(self, key: str) -> None:
         if self.claims.pop(key, None) is not None:
@@ -87,21 +94,46 @@ class Scratch:
         """What a claim holds back now: the capacity its victims have already freed, up to the
         claim. While a victim still runs its usage blocks the capacity anyway; counting the claim
         on top would hold the same capacity twice."""
+        version = len(self.gone_jobs) * 1_000_003 + len(self.placed_now)
         cached = self._holds.get(claim.preemptor)
-        if cached is not None and cached[0] == len(self.released_jobs):
+        if cached is not None and cached[0] == version:
             return cached[1]
         table = self.state.clusters
         still: Resources = {}
         for key in claim.victims:
             victim = self.state.jobs.get(key)
-            if victim is None or victim.cluster != claim.cluster or key in self.released_jobs:
+            if victim is None or key in self.gone_jobs:
                 continue
-            if any(c.counted and c.cluster == claim.cluster for c in victim.copies):
+            placed_here = self.placed_now.get(key) == claim.cluster or victim.cluster == claim.cluster
+            if placed_here and any(c.counted and c.cluster == claim.cluster for c in victim.copies):
                 for name, amount in victim.demand.items():
                     still[name] = still.get(name, 0) + amount
         hold: npt.NDArray[np.int64] = np.maximum(table.vector(claim.claim) - table.vector(still), 0)
-        self._holds[claim.preemptor] = (len(self.released_jobs), hold)
+        self._holds[claim.preemptor] = (version, hold)
         return hold
+
+    def running(self) -> RunningPool:
+        """The running set as it will be once this pass is folded: the state's pool plus jobs
+        placed in this pass (jobs gone in this pass are excluded by the caller)."""
+        pool = self.state.pool
+        if not self.placed_now:
+            return pool
+        if self._pool is not None and self._pool[0] == len(self.placed_now):
+            return self._pool[1]
+        table = self.state.clusters
+        extended = pool.copy()
+        for key, cluster in self.placed_now.items():
+            job = self.state.jobs[key]
+            extended.add(
+                key,
+                cluster=table.index[cluster],
+                priority=job.priority,
+                started_ms=self.now,
+                demand=job.demand,
+                seqno=job.submitted_seq,
+            )
+        self._pool = (len(self.placed_now), extended)
+        return extended
 
     def cycle_input(self, job: JobRecord) -> CycleInput:
         return CycleInput(
