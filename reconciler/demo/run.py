@@ -62,11 +62,11 @@ class Options:
     @property
     def window_s(self) -> float:
         """How long the steady stream of submissions lasts."""
-        return 10.0 if self.fast else 40.0
+        return 8.0 if self.fast else 40.0
 
     @property
     def silence_s(self) -> float:
-        return 7.0 if self.fast else 15.0
+        return 6.0 if self.fast else 15.0
 
     @property
     def timeout_s(self) -> float:

@@ -151,7 +151,7 @@ class Pace:
 
     @classmethod
     def fast(cls) -> Pace:
-        return cls(short_s=(1.0, 3.0), filler_s=(18.0, 24.0), burst_s=(1.0, 2.0))
+        return cls(short_s=(1.0, 3.0), filler_s=(14.0, 18.0), burst_s=(1.0, 2.0))
 
 
 def _main_job(i: int, rng: random.Random, pace: Pace) -> DemoJob:

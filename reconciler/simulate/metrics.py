@@ -78,6 +78,7 @@ def profile_results(
     end = max(ends) if ends else start
     nominated = [r for r in records if r.copies]
     copies = sum(len(r.copies) for r in records)
+    attempts = sum(len({attempt for _, attempt in r.copies}) for r in records)
     mean_util, series = utilization(recorder.gpu_steps, capacity=gpu_capacity, start_ms=start, end_ms=end)
     by_class: dict[str, list[JobRecord]] = {}
     for r in records:
@@ -91,6 +92,9 @@ def profile_results(
             "unfinished": sum(1 for r in records if r.finished_ms is None and r.deleted_ms is None),
             "remote_copies": copies,
             "remote_copies_per_job": round(copies / len(nominated), 3) if nominated else None,
+            # Per dispatch attempt: the strategy's own write amplification, without the extra
+            # attempts that preemptions and worker losses cause.
+            "remote_copies_per_attempt": round(copies / attempts, 3) if attempts else None,
             "clusters": clusters,
             "preemptions": recorder.preemptions,
             "preemption_claims": recorder.claims,

@@ -12,6 +12,7 @@ _COLUMNS: list[tuple[str, str, str]] = [
     ("p95 s", "wait_p95_s", ".1f"),
     ("p99 s", "wait_p99_s", ".1f"),
     ("copies/job", "remote_copies_per_job", ".2f"),
+    ("/attempt", "remote_copies_per_attempt", ".2f"),
     ("preempt", "preemptions", "d"),
     ("re-placed", "replaced", "d"),
     ("GPU util", "gpu_utilization", ".1%"),
