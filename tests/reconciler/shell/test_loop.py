@@ -194,3 +194,29 @@ async def test_a_tick_is_appended_when_a_timer_is_due_and_not_before(jslog: JetS
     assert second.round == first.round + 1 or second.attempt == first.attempt + 1
     result = await replay(jslog.reader, verify=True)
     assert result.mismatch is None
+
+
+async def test_a_short_batch_that_decide_disagrees_with_is_left_short(jslog: JetStreamLog) -> None:
+    # A batch written by another version of the policy code (here: a decision this core would not
+    # make), cut short. Completing it with today's decisions would mix two versions in one batch.
+    dead = jslog.sequencer("old-version")
+    await dead.resume()
+    await publish_clusters(jslog)
+    await jslog.inbox.publish(submission(0), msg_id="s0")
+    items: list[InboxItem] = [InboxItem(inbox_seq=None, event=POLICY)]
+    while len(items) < 6:
+        items += await dead.pull(max_items=10, timeout_s=0.5)
+    await dead.append_inputs(items, at_ms=1_000)
+    alien = ev.Nominated(job=submission(0).job, clusters=["east", "west"], attempt=7)
+    await dead.append_decisions([alien], at_ms=1_000, count=3)
+
+    _, stop, term = await _start(jslog, leader_id="new")
+    stop.set()
+    assert await term == "stopped"
+    entries = await read_all(jslog)
+    short = [e for e in entries if e.batch is not None and e.batch[1] == 3]
+    assert [e.leader for e in short] == ["old-version"]  # nothing appended to it
+    # What was written stands (the job is not nominated twice); verification points at the batch.
+    assert [e.event for e in decisions_of(entries, ev.Nominated)] == [alien]
+    result = await replay(jslog.reader, verify=True)
+    assert result.mismatch is not None and result.mismatch.seq == short[0].seq
