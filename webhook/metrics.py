@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Admission webhooks answer in milliseconds; the apiserver gives up at timeoutSeconds (10 s max).
 _BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -38,6 +38,10 @@ class Metrics:
             "Events not acknowledged in time (the job stays held; the manager watcher backfills it).",
             ["reason"],
             registry=self.registry,
+        )
+
+        self.in_flight = Gauge(
+            "kdispatch_webhook_in_flight", "Reviews being answered right now.", registry=self.registry
         )
 
     def render(self) -> bytes:

@@ -77,10 +77,12 @@ class WebhookServer:
         allowed = self.metrics.requests.labels(endpoint, "allowed")
         denied = self.metrics.requests.labels(endpoint, "denied")
         bad = self.metrics.requests.labels(endpoint, "bad_request")
+        in_flight = self.metrics.in_flight
 
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
             self.in_flight += 1
+            in_flight.inc()
             self._idle.clear()
             try:
                 try:
@@ -119,6 +121,7 @@ class WebhookServer:
                 return web.Response(body=body_out, content_type="application/json")
             finally:
                 self.in_flight -= 1
+                in_flight.dec()
                 if self.in_flight == 0:
                     self._idle.set()
                 latency.observe(time.perf_counter() - started)

@@ -305,8 +305,12 @@ async def test_nats_stalled_the_review_is_answered_at_the_bound_and_shutdown_fin
                 body = review({**stored, "metadata": {**stored["metadata"], "name": "third"}}, uid="rev-s2")
                 pending = session.post(hook.url + "/validate", data=body, ssl=hook.ssl_context())
                 task = asyncio.ensure_future(pending)
-                while "rev-s2" not in hook.log.read_text() and not task.done():
+                while not task.done():  # until the review waits on the stalled publish
+                    metrics = (await asyncio.to_thread(hook.request, "GET", "/metrics"))[1].decode()
+                    if "kdispatch_webhook_in_flight 1.0" in metrics:
+                        break
                     await asyncio.sleep(0.05)
+                assert not task.done()
                 hook.proc.send_signal(signal.SIGTERM)
                 response = await task
                 assert response.status == 200
@@ -314,6 +318,8 @@ async def test_nats_stalled_the_review_is_answered_at_the_bound_and_shutdown_fin
         finally:
             os.kill(server.pid, signal.SIGCONT)
         assert hook.proc.wait(timeout=15) == 0
+        stopping = [line for line in hook.log.read_text().splitlines() if "webhook_stopping" in line]
+        assert stopping and json.loads(stopping[0])["in_flight"] == 1  # SIGTERM came while it was answering
     finally:
         hook.stop()
         await server.stop_async()
