@@ -112,6 +112,11 @@ _envelope_decoder = msgspec.json.Decoder(_Envelope)
 _encoder = msgspec.json.Encoder()
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _error_from(err: msgspec.MsgspecError, *, prefix: str) -> ReviewError:
     text = str(err)
     marker = " - at `"
@@ -147,10 +152,10 @@ def _decode(body: bytes) -> tuple[str, AdmissionRequest]:
         except msgspec.MsgspecError as err:
             raise _error_from(err, prefix="$") from None
     if envelope.kind != "AdmissionReview":
-        raise ReviewError(f"kind is {envelope.kind!r}, expected 'AdmissionReview'", path="$.kind")
+        raise ReviewError(f"kind is {_short(envelope.kind)}, expected 'AdmissionReview'", path="$.kind")
     if envelope.api_version not in REVIEW_VERSIONS:
         raise ReviewError(
-            f"apiVersion {envelope.api_version!r} is not one of {', '.join(REVIEW_VERSIONS)}",
+            f"apiVersion {_short(envelope.api_version)} is not one of {', '.join(REVIEW_VERSIONS)}",
             path="$.apiVersion",
         )
     if not request or request == b"null":
