@@ -90,7 +90,10 @@ async def run_async(args: argparse.Namespace) -> int:
     else:
         _print_summary(result, summary, where=source.description, out=out)
         if args.verify:
-            out.write(f"verify: {result.verified_batches} decision batches recomputed, all identical\n")
+            out.write(
+                f"verify: {result.verified_batches} decision batches recomputed, all identical; "
+                f"nothing missing at {result.verified_quiet} points where none were recorded\n"
+            )
     if args.verify and result.incomplete_batches:
         seqs = ", ".join(str(s) for s in result.incomplete_batches)
         print(f"verify: decision batches cut short and never completed, starting at seq {seqs}", file=sys.stderr)
@@ -116,7 +119,8 @@ def _print_summary(result: ReplayResult, summary: dict[str, Any], *, where: str,
 
 
 def _print_mismatch(m: Mismatch, out: TextIO) -> None:
-    out.write(f"verify: MISMATCH at the decision batch starting at seq {m.seq} ({format_ms(m.at_ms)})\n")
+    where = f"the decision batch starting at seq {m.seq}" if m.recorded else f"seq {m.seq}"
+    out.write(f"verify: MISMATCH at {where} ({format_ms(m.at_ms)})\n")
     out.write(f"  {m.reason}\n")
     first = m.first_difference
     out.write(f"  recorded ({len(m.recorded)} entries in the log):\n")

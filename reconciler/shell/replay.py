@@ -122,6 +122,7 @@ class ReplayResult:
     decisions: int = 0
     batches: int = 0
     verified_batches: int = 0
+    verified_quiet: int = 0  # input batch boundaries where decide() rightly had nothing to say
     incomplete_batches: list[int] = field(default_factory=list)  # first seqs of batches cut short
     mismatch: Mismatch | None = None
     last_policy: ev.PolicyLoaded | None = None
@@ -173,17 +174,20 @@ async def replay(
     ``on_input`` sees each input before it is folded; ``on_decision`` the state before each
     decision entry (the batch's earlier decisions folded in: how ``decide`` saw the later jobs of
     one batch). With ``verify``, stops at the first batch whose recomputation differs
-    (``result.mismatch``). A batch cut short at the very end of the log is normal after a leader
+    (``result.mismatch``), and also where the log records no decisions after an input batch but
+``decide`` now makes some (decisions missing from the log). A batch cut short at the very end of the log is normal after a leader
     crash (the next leader completes it); one cut short in the middle is reported in
     ``incomplete_batches``.
     """
     result = ReplayResult(state=state if state is not None else core.new_state())
     cut_short_at_end = False
+    previous: ev.LogEntry | None = None  # the last input folded, if nothing came after it yet
     source = entries(reader, from_seq=from_seq, until_seq=until_seq, until_ms=until_ms, progress=progress)
     try:
         async for unit in units(source):
             cut_short_at_end = False
             if isinstance(unit, DecisionBatch):
+                previous = None
                 result.batches += 1
                 if not unit.complete and unit.starts_at_zero:
                     result.incomplete_batches.append(unit.first.seq)
@@ -203,6 +207,13 @@ async def replay(
                     result.state = core.fold(result.state, entry)
                     _count(result, entry)
             else:
+                if verify and previous is not None and _new_input_batch(previous, unit):
+                    missed = _missed(result.state, previous)
+                    if missed is not None:
+                        result.mismatch = missed
+                        return result
+                    result.verified_quiet += 1
+                previous = unit
                 if on_input is not None:
                     on_input(unit)
                 result.state = core.fold(result.state, unit)
@@ -216,6 +227,34 @@ async def replay(
     if cut_short_at_end:
         result.incomplete_batches.pop()
     return result
+
+
+def _new_input_batch(previous: ev.LogEntry, entry: ev.LogEntry) -> bool:
+    """``entry`` starts another input batch of the same leader term, right after ``previous``.
+
+    The leader decides after every input batch; when it appended no decisions, ``decide`` gave
+    nothing. Batches are told apart by their ``at_ms`` (all entries of one batch share it), so two
+    batches stamped with the same millisecond are not checked. A change of leader is not checked
+    either: the previous leader may have died before deciding (its successor decides first).
+    """
+    return entry.at_ms != previous.at_ms and entry.leader == previous.leader
+
+
+def _missed(state: core.State, previous: ev.LogEntry) -> Mismatch | None:
+    """Decisions ``decide`` makes where the log recorded none (after the batch ending at ``previous``)."""
+    recomputed = core.decide(state)
+    if not recomputed:
+        return None
+    return Mismatch(
+        seq=previous.seq + 1,
+        at_ms=previous.at_ms,
+        recorded=[],
+        recomputed=recomputed,
+        reason=(
+            f"the log records no decisions after the input batch ending at seq {previous.seq}; "
+            f"decide() now gives {len(recomputed)}"
+        ),
+    )
 
 
 def _prefix_agrees(mismatch: Mismatch, count: int) -> bool:

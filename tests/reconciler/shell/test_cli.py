@@ -285,3 +285,27 @@ def test_until_time_and_log_from_a_file(
     _, live = kd(capsys, "log", "--nats", url, "--root", root)
     code, from_file = kd(capsys, "log", "--file", str(export))
     assert code == 0 and from_file == live and len(live.splitlines()) == len(entries) >= scenario.last_seq
+
+
+def test_verify_detects_decisions_missing_from_the_log(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # A leader sequenced a submission and a cluster but recorded no decision before its next
+    # input batch: today's decide() nominates the job there, so something is missing.
+    t0 = 1_795_000_000_000
+    inputs = [
+        POLICY,
+        ev.ClusterRegistered(cluster="east", capacity={GPU: 8}),
+        ev.ClusterHeartbeat(cluster="east"),
+        ev.JobSubmitted(job=ev.JobRef(namespace="team-a", name="lost", uid="ul"), pod_sets=[]),
+    ]
+    entries = [ev.LogEntry(seq=i + 1, at_ms=t0, event=e, leader="L") for i, e in enumerate(inputs)]
+    entries.append(ev.LogEntry(seq=5, at_ms=t0 + 1_000, event=ev.ClusterHeartbeat(cluster="east"), leader="L"))
+    export = tmp_path / "log.jsonl"
+    export.write_text("".join(codec.encode(e).decode() + "\n" for e in entries))
+    code, out = kd(capsys, "replay", "--verify", "--file", str(export))
+    assert code == 1
+    assert "records no decisions after the input batch ending at seq 4" in out
+    assert "Nominated" in out.split("recomputed")[1] and "team-a/lost" in out
+    # The same log with the leader changing there is fine: the old leader may have died first.
+    entries[-1] = msgspec.structs.replace(entries[-1], leader="M")
+    export.write_text("".join(codec.encode(e).decode() + "\n" for e in entries))
+    assert kd(capsys, "replay", "--verify", "--file", str(export))[0] == 0
