@@ -24,6 +24,7 @@ from typing import Any
 from eventlog import events as ev
 from webhook import jsonpatch, kinds, placement, podsets, priority
 from webhook.kinds import KindInfo
+from webhook.quantity import short
 from webhook.review import AdmissionRequest, AdmissionResponse, Status, encode_patch
 
 
@@ -127,7 +128,7 @@ def _check_managed_by(info: KindInfo, obj: Mapping[str, Any]) -> None:
     where = ".".join(info.managed_by_path)
     raise _Denied(
         "managed-elsewhere",
-        f"kdispatch: {where} is {current!r}: another controller manages this {info.kind}, so kdispatch "
+        f"kdispatch: {where} is {short(current)}: another controller manages this {info.kind}, so kdispatch "
         f"cannot dispatch it. Remove {where} (kdispatch sets {kinds.MANAGED_BY!r}), or remove the "
         f"{kinds.QUEUE_LABEL} label and the kdispatch annotations to run it without kdispatch.",
         code=403,
@@ -213,7 +214,7 @@ def _check_placement_kept(info: KindInfo, old: Mapping[str, Any], *, new: ev.Pla
     before, after = placement.canonical_dict(old_placement), placement.canonical_dict(new)
     changed = [k for k in sorted(before) if before[k] != after[k]]
     cluster = _strings(_meta(old), "annotations").get(placement.CLUSTER_ANNOTATION)
-    where = f"it runs on cluster {cluster!r}" if cluster else "dispatch decisions rest on it"
+    where = f"it runs on cluster {short(cluster)}" if cluster else "dispatch decisions rest on it"
     raise _Denied(
         "placement-changed",
         f"kdispatch: the placement of a submitted {info.kind} cannot change (changed: {', '.join(changed)}); "

@@ -14,7 +14,7 @@ from typing import Any
 
 from eventlog import events as ev
 from webhook.kinds import KindInfo
-from webhook.quantity import QuantityError, parse_quantity, to_integer
+from webhook.quantity import QuantityError, parse_quantity, short, to_integer
 
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
@@ -71,7 +71,7 @@ def _int(parent: dict[str, Any], key: str, *, path: str, default: int | None) ->
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PodSetError(f"expected a non-negative integer, found {value!r}", path=f"{path}.{key}")
+        raise PodSetError(f"expected a non-negative integer, found {short(value)}", path=f"{path}.{key}")
     return value
 
 
@@ -80,7 +80,7 @@ def _str(parent: dict[str, Any], key: str, *, path: str, default: str = "") -> s
     if value is None:
         return default
     if not isinstance(value, str):
-        raise PodSetError(f"expected a string, found {value!r}", path=f"{path}.{key}")
+        raise PodSetError(f"expected a string, found {short(value)}", path=f"{path}.{key}")
     return value
 
 
@@ -189,7 +189,7 @@ def _min_parallelism(obj: dict[str, Any]) -> int | None:
         return None
     path = f"$.metadata.annotations[{MIN_PARALLELISM_ANNOTATION!r}]"
     if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit() or int(raw) < 1:
-        raise PodSetError(f"expected a positive integer, found {raw!r}", path=path)
+        raise PodSetError(f"expected a positive integer, found {short(raw)}", path=path)
     return int(raw)
 
 
@@ -386,7 +386,7 @@ def _pod(obj: dict[str, Any]) -> list[PodSetSpec]:
     if pod_group_name(obj) and total is not None:
         path = f"$.metadata.annotations[{POD_GROUP_TOTAL!r}]"
         if not isinstance(total, str) or not total.isascii() or not total.isdigit() or int(total) < 1:
-            raise PodSetError(f"expected a positive integer, found {total!r}", path=path)
+            raise PodSetError(f"expected a positive integer, found {short(total)}", path=path)
         count = int(total)
     return [PodSetSpec(name="main", count=count, spec=spec, path="$.spec")]
 
@@ -427,16 +427,16 @@ def _resolve(component: dict[str, Any], dotted: str, *, path: str) -> dict[str, 
     for part in dotted.split("."):
         name, _, index = part.partition("[")
         if not isinstance(node, dict) or not isinstance(node.get(name), (dict, list)):
-            raise PodSetError(f"path {dotted!r} does not resolve at {name!r}", path=path)
+            raise PodSetError(f"path {short(dotted)} does not resolve at {short(name)}", path=path)
         node = node[name]
         here = f"{here}.{name}"
         if index:
             idx = index.rstrip("]")
             if not idx.isdigit() or not isinstance(node, list) or int(idx) >= len(node):
-                raise PodSetError(f"path {dotted!r}: bad index {idx!r}", path=path)
+                raise PodSetError(f"path {short(dotted)}: bad index {short(idx)}", path=path)
             node = node[int(idx)]
     if not isinstance(node, dict):
-        raise PodSetError(f"path {dotted!r} is not an object", path=path)
+        raise PodSetError(f"path {short(dotted)} is not an object", path=path)
     return node
 
 

@@ -37,22 +37,28 @@ class QuantityError(ValueError):
     pass
 
 
+def short(value: object, *, limit: int = 60) -> str:
+    """``repr`` cut to ``limit`` characters: messages quote what was sent, never all of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def parse_quantity(value: object) -> Fraction:
     """An exact value in base units (cores, bytes, devices). Accepts str, int and float (YAML)."""
     if isinstance(value, bool):
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(f"{short(value)} is not a quantity")
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise QuantityError(f"{value!r} is not a quantity")
+            raise QuantityError(f"{short(value)} is not a quantity")
         text = repr(value)
     elif isinstance(value, str):
         if len(value) > _MAX_LENGTH:  # before the cache: it keeps only short keys
             raise QuantityError(f"{value.strip()[:20]!r}… is not a quantity: longer than {_MAX_LENGTH} characters")
         return _parse_text(value)
     else:
-        raise QuantityError(f"{value!r} is not a quantity (expected a string like '500m', '2Gi', '1')")
+        raise QuantityError(f"{short(value)} is not a quantity (expected a string like '500m', '2Gi', '1')")
     return _parse_text(text)
 
 
