@@ -146,7 +146,7 @@ class Pace:
     """Run times of the demo's jobs; ``fast`` shortens everything for the test."""
 
     short_s: tuple[float, float] = (3.0, 9.0)
-    filler_s: tuple[float, float] = (40.0, 60.0)
+    filler_s: tuple[float, float] = (30.0, 40.0)
     burst_s: tuple[float, float] = (4.0, 8.0)
 
     @classmethod
