@@ -24,7 +24,7 @@ from typing import Any
 from eventlog import events as ev
 from webhook import jsonpatch, kinds, placement, podsets, priority
 from webhook.kinds import KindInfo
-from webhook.quantity import short
+from webhook.quote import short
 from webhook.review import AdmissionRequest, AdmissionResponse, Status, encode_patch
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from eventlog import events as ev
 from webhook.kinds import KindInfo
-from webhook.quantity import QuantityError, parse_quantity, short, to_integer
+from webhook.quantity import QuantityError, parse_quantity, to_integer
+from webhook.quote import short
 
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"

@@ -13,6 +13,8 @@ import math
 import re
 from fractions import Fraction
 
+from webhook.quote import short
+
 _QUANTITY = re.compile(r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -35,12 +37,6 @@ _MAX_LENGTH = 64
 
 class QuantityError(ValueError):
     pass
-
-
-def short(value: object, *, limit: int = 60) -> str:
-    """``repr`` cut to ``limit`` characters: messages quote what was sent, never all of it."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_quantity(value: object) -> Fraction:

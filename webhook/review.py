@@ -13,6 +13,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct, field
 
+from webhook.quote import short
+
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -112,11 +114,6 @@ _envelope_decoder = msgspec.json.Decoder(_Envelope)
 _encoder = msgspec.json.Encoder()
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _error_from(err: msgspec.MsgspecError, *, prefix: str) -> ReviewError:
     text = str(err)
     marker = " - at `"
@@ -152,10 +149,10 @@ def _decode(body: bytes) -> tuple[str, AdmissionRequest]:
         except msgspec.MsgspecError as err:
             raise _error_from(err, prefix="$") from None
     if envelope.kind != "AdmissionReview":
-        raise ReviewError(f"kind is {_short(envelope.kind)}, expected 'AdmissionReview'", path="$.kind")
+        raise ReviewError(f"kind is {short(envelope.kind)}, expected 'AdmissionReview'", path="$.kind")
     if envelope.api_version not in REVIEW_VERSIONS:
         raise ReviewError(
-            f"apiVersion {_short(envelope.api_version)} is not one of {', '.join(REVIEW_VERSIONS)}",
+            f"apiVersion {short(envelope.api_version)} is not one of {', '.join(REVIEW_VERSIONS)}",
             path="$.apiVersion",
         )
     if not request or request == b"null":
