@@ -24,6 +24,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import ssl
 import subprocess
 import sys
@@ -178,7 +179,47 @@ def _wait_ready(*, url: str, ca: str, proc: subprocess.Popen[bytes], log: Path) 
     raise SystemExit(f"{url} not ready: {log.read_text()[-2000:]}")
 
 
-def _wrk(*, url: str, body: Path, seconds: float, workdir: Path) -> dict[str, float]:
+def saturate_client(*, url: str, body_file: str, ca: str, seconds: float) -> None:
+    """Where wrk cannot be installed: 64 connections sending back to back (requests/s)."""
+    import aiohttp
+
+    template = Path(body_file).read_text()
+    prefix = uuid.uuid4().hex[:8]
+
+    async def main() -> dict[str, float]:
+        done, non2xx = 0, 0
+        connector = aiohttp.TCPConnector(limit=64, ssl=ssl.create_default_context(cafile=ca))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            loop = asyncio.get_running_loop()
+            end = loop.time() + seconds
+
+            async def worker(w: int) -> None:
+                nonlocal done, non2xx
+                i = 0
+                while loop.time() < end:
+                    i += 1
+                    async with session.post(url, data=template.replace(UID_MARK, f"s{prefix}-{w}-{i}").encode()) as r:
+                        await r.read()
+                        non2xx += r.status != 200
+                    done += 1
+
+            started = loop.time()
+            await asyncio.gather(*(worker(w) for w in range(64)))
+            return {"rps": done / (loop.time() - started), "non2xx": float(non2xx), "socket_errors": 0.0}
+
+    print(json.dumps(asyncio.run(main())))
+
+
+def _wrk(*, url: str, body: Path, seconds: float, workdir: Path, ca: str) -> dict[str, float]:
+    if shutil.which("wrk") is None:  # apt-get install wrk; otherwise a pipelined Python client
+        out = subprocess.run(
+            ["taskset", "-c", str(CLIENT_CORE), sys.executable, __file__, "--saturate-client", url, str(body), ca, str(seconds)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+        return result
     script = workdir / "wrk.lua"
     script.write_text(WRK_SCRIPT % uuid.uuid4().hex[:8])
     out = subprocess.run(
@@ -286,7 +327,7 @@ def drive(args: argparse.Namespace) -> None:
             for r in range(args.rounds):
                 for label, (url, body) in targets.items():
                     cpu0, nats0 = _cpu_s(pids[label]), _cpu_s(nats.pid)
-                    sat = _wrk(url=url, body=body, seconds=args.duration, workdir=workdir)
+                    sat = _wrk(url=url, body=body, seconds=args.duration, workdir=workdir, ca=ca)
                     served = sat["rps"] * args.duration
                     cpu_us[label].append((_cpu_s(pids[label]) - cpu0) / served * 1e6)
                     nats_us[label].append((_cpu_s(nats.pid) - nats0) / served * 1e6)
@@ -299,6 +340,7 @@ def drive(args: argparse.Namespace) -> None:
                         f"nats-server CPU {nats_us[label][-1]:5.1f} us/request",
                         flush=True,
                     )
+            loader = "wrk" if shutil.which("wrk") else "python client"
             summary: dict[str, dict[str, float]] = {}
             for label in targets:
                 arr = np.array(lat[label])
@@ -311,7 +353,7 @@ def drive(args: argparse.Namespace) -> None:
                 }
                 m = summary[label]
                 print(
-                    f"{label:>9}: {m['rps']:7.0f} req/s (wrk -c64, median of {args.rounds}), {m['cpu_us']:.0f} us CPU/request "
+                    f"{label:>9}: {m['rps']:7.0f} req/s ({loader} -c64, median of {args.rounds}), {m['cpu_us']:.0f} us CPU/request "
                     f"| at {args.rate:.0f}/s "
                     f"({len(arr)} requests): p50 {m['p50']:.2f} ms, p99 {m['p99']:.2f} ms, max {m['max']:.1f} ms | "
                     f"errors {errors[label]:.0f}",
@@ -347,6 +389,9 @@ def drive(args: argparse.Namespace) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--bare-server":
         bare_server(port=int(sys.argv[2]), cert=sys.argv[3], key=sys.argv[4])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--saturate-client":
+        saturate_client(url=sys.argv[2], body_file=sys.argv[3], ca=sys.argv[4], seconds=float(sys.argv[5]))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--rate-client":
         rate_client(url=sys.argv[2], body_file=sys.argv[3], ca=sys.argv[4], rate=float(sys.argv[5]), seconds=float(sys.argv[6]))
