@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eventlog.events import PodSet
 from webhook import kinds, podsets
@@ -245,3 +247,57 @@ def test_errors_name_the_path(api_version: str, kind: str, obj: dict[str, Any], 
         _sets(api_version, kind, obj=obj)
     assert err.value.path == path
     assert fragment in err.value.message
+
+
+# ---- properties ------------------------------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.text(max_size=6) | st.sampled_from(["1", "500m", "2Gi", "x"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["spec", "template", "containers", "resources", "requests", "limits", "cpu", "replicas", "parallelism", "completions", "replicatedJobs", "name", "initContainers", "restartPolicy", "headGroupSpec", "workerGroupSpecs", "podSets", "components", "path", "count"]), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(kinds.SUPPORTED_KINDS), _json)
+def test_any_object_gives_pod_sets_or_a_located_error(info: kinds.KindInfo, spec: object) -> None:
+    try:
+        sets = podsets.pod_sets(info, {"apiVersion": info.api_version, "kind": info.kind, "metadata": {"name": "x"}, "spec": spec})
+    except podsets.PodSetError as err:
+        assert err.path.startswith("$")
+        return
+    except podsets.NotDispatchable:
+        return
+    for s in sets:
+        assert s.count >= 0 and all(isinstance(v, int) and v >= 0 for v in s.requests.values())
+
+
+_millis = st.integers(0, 4000)
+
+
+def _container(cpu: int, *, sidecar: bool = False) -> dict[str, object]:
+    c: dict[str, object] = {"name": "c", "resources": {"requests": {"cpu": f"{cpu}m"}}}
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    return c
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_millis, min_size=1, max_size=4), st.lists(st.tuples(_millis, st.booleans()), max_size=4), _millis)
+def test_the_request_rule_in_order(containers: list[int], inits: list[tuple[int, bool]], overhead: int) -> None:
+    """KINDS.md's rule for one resource, step by step: sidecars run alongside everything after
+    them, a regular init container runs alone with the sidecars started before it."""
+    spec = {
+        "containers": [_container(c) for c in containers],
+        "initContainers": [_container(c, sidecar=side) for c, side in inits],
+        "overhead": {"cpu": f"{overhead}m"},
+    }
+    peaks, running = [], 0
+    for cpu, side in inits:
+        if side:
+            running += cpu
+            peaks.append(running)
+        else:
+            peaks.append(cpu + running)
+    expected = max([sum(containers) + running, *peaks]) + overhead
+    assert _sets("v1", "Pod", obj={"spec": spec})[0].requests.get("cpu", 0) == expected
