@@ -7,7 +7,11 @@ a caller stopped waiting stay queued for the next call: with no acks, a delivery
 a message lost.
 
 If the consumer disappears (server restart, the node holding it stopped, idle too long), the
-next call recreates it from the sequence after the last one delivered.
+next call recreates it from the sequence after the last one delivered. Without acks, a delivery
+sent while the connection was down is simply gone; the consumer sequence of each delivery
+(consecutive for one consumer) shows it, and the consumer is then recreated from the last stream
+sequence received, as nats-py's ordered consumer does. (A gap in *stream* sequences alone is not
+a loss: messages may have been removed from the stream.)
 """
 
 from __future__ import annotations
@@ -33,10 +37,14 @@ _INACTIVE_S = 300.0
 _GRACE_S = 5.0
 
 
-def _stream_seq(reply: str) -> int:
+def _delivery_meta(reply: str) -> tuple[str, int, int]:
+    """(consumer, stream sequence, consumer sequence) from a delivery's ack subject:
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>…`` (v1) or the same after
+    ``<domain>.<account hash>`` (v2)."""
     tokens = reply.split(".")
-    # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>... (v1) or with <domain>.<account> (v2).
-    return int(tokens[5] if len(tokens) == 9 else tokens[7])
+    if len(tokens) == 9:
+        return tokens[3], int(tokens[5]), int(tokens[6])
+    return tokens[5], int(tokens[7]), int(tokens[8])
 
 
 class StreamFetcher:
@@ -57,7 +65,9 @@ class StreamFetcher:
         self._head: Msg | None = None  # received by ``wait``, first in line for ``take``
         self._outstanding = 0  # messages requested and not yet delivered or cancelled by a status
         self._deadline = 0.0  # by then every outstanding request should have been answered
-        self._stale = False
+        self._stale = False  # the consumer may be gone: check before the next request
+        self._dseq = 0  # consumer sequence of the last delivery taken
+        self._lost = False  # a delivery was lost: recreate the consumer before the next request
 
     async def open(self) -> StreamFetcher:
         # pending_msgs_limit=0: unbounded; what we request bounds what can arrive.
@@ -83,9 +93,9 @@ class StreamFetcher:
         info = await self._js.add_consumer(self.stream, config)
         self._consumer = info.name
         self._outstanding = 0
-        self._stale = False
-        # Anything still queued came from the old consumer; the new one starts at next_seq and
-        # ``take`` drops deliveries below it.
+        self._stale = self._lost = False
+        self._dseq = 0
+        # Anything still queued from the old consumer is dropped by ``take`` (another name).
 
     async def close(self) -> None:
         if self._sub is not None:
@@ -109,6 +119,9 @@ class StreamFetcher:
             )
             self._outstanding = 0
             self._stale = True
+        if self._lost:
+            log.warning("delivery_lost", stream=self.stream, next_seq=self.next_seq)
+            await self._create_consumer()
         if self._outstanding >= (n if reserve is None else reserve):
             return
         if self._stale:
@@ -171,9 +184,16 @@ class StreamFetcher:
             if not msg.reply:
                 self._handle_status(msg)
                 continue
-            self._outstanding -= 1
-            seq = _stream_seq(msg.reply)
-            if seq < next_seq:  # from a consumer we replaced
+            consumer, seq, dseq = _delivery_meta(msg.reply)
+            if consumer != self._consumer or self._lost:  # a replaced consumer's, or after a loss
+                continue
+            self._outstanding = max(0, self._outstanding - 1)
+            if dseq != self._dseq + 1:  # deliveries in between never arrived
+                self._lost = True
+                self._outstanding = 0
+                continue
+            self._dseq = dseq
+            if seq < next_seq:
                 continue
             out.append((seq, msg.subject, msg.data))
             next_seq = seq + 1
