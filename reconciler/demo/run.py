@@ -210,12 +210,13 @@ class Demo:
                 out[job.key] = phase
         return out
 
-    async def _wait_final(self) -> dict[str, str]:
+    async def _wait_final(self, tasks: list[asyncio.Task[Any]]) -> dict[str, str]:
+        """Until every job is final, the timeout passes, or a component died (no point waiting)."""
         deadline = time.monotonic() + self.opts.timeout_s
         while time.monotonic() < deadline:
             left = self._not_final()
-            if not left:
-                return {}
+            if not left or any(t.done() and not t.cancelled() and t.exception() for t in tasks):
+                return left
             await asyncio.sleep(0.25)
         return self._not_final()
 
@@ -226,14 +227,29 @@ class Demo:
 
         prepare_data_dir(self.data_dir)
         config_path, config = setup.write_config(self.data_dir)
-        log_file = (self.data_dir / "demo.log").open("a")
-        klog.configure(level="info", stream=log_file, role="demo")
         outcome = Outcome()
-        jlog = await connect(None, data_dir=self.data_dir, name="kdispatch-demo")
-        self.screen.say(f"embedded nats-server at {jlog.url}, data in {self.data_dir} (logs: demo.log)")
+        with (self.data_dir / "demo.log").open("a") as log_file:
+            klog.configure(level="info", stream=log_file, role="demo")
+            jlog = await connect(None, data_dir=self.data_dir, name="kdispatch-demo")
+            try:
+                self.screen.say(f"embedded nats-server at {jlog.url}, data in {self.data_dir} (logs: demo.log)")
+                follower = LogFollower(jlog.reader, self.recorder, on_story=lambda _e, s: self.screen.say(s))
+                await self._operate(jlog, config=config, config_path=config_path, follower=follower, outcome=outcome)
+                await self._verify(jlog, outcome)
+                await follower.catch_up()
+                self._check_scenario(outcome)
+                outcome.summary = self._summary_doc(outcome)
+            finally:
+                await jlog.close()
+        return outcome
+
+    async def _operate(
+        self, jlog: Any, *, config: Any, config_path: Path, follower: LogFollower, outcome: Outcome
+    ) -> None:
+        """Start every component, play the script, wait for the end, stop every component."""
         stop = asyncio.Event()
         tasks: list[asyncio.Task[Any]] = []
-        follower = LogFollower(jlog.reader, self.recorder, on_story=lambda _e, s: self.screen.say(s))
+        clusters: ClusterSet | None = None
         try:
             port = free_port()
             argv = [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(port), "--nats", jlog.url]
@@ -252,35 +268,34 @@ class Demo:
             self.screen.say(
                 f"4 simulated clusters: {', '.join(self.sims)}; webhook on https://127.0.0.1:{port} (child process)"
             )
-            async with ApiServer(f"https://127.0.0.1:{port}", ca_file=str(self.data_dir / "webhook-tls" / "ca.crt")) as api:
-                await self._wait_webhook(api, self.data_dir / "webhook-tls" / "ca.crt")
-                self.screen.say(f"webhook ready; submitting {len(self.plan.all)} jobs as AdmissionReviews over HTTPS")
-                await self._submit_all(api, self.plan.fillers)
-                self.screen.say(f"{len(self.plan.fillers)} long low-priority GPU jobs fill the GPU clusters")
-                await asyncio.sleep(1.5)
-                midway = asyncio.Event()
-                await asyncio.gather(self._stream(api, midway), self._fault_and_burst(api, midway))
+            ca = self.data_dir / "webhook-tls" / "ca.crt"
+            async with ApiServer(f"https://127.0.0.1:{port}", ca_file=str(ca)) as api:
+                await self._wait_webhook(api, ca)
+                await self._script(api)
             self.screen.say(f"all {self.submitted} jobs submitted; waiting for every job to finish")
-            left = await self._wait_final()
+            left = await self._wait_final(tasks)
             if left:
                 phases = Counter(left.values())
                 sample = ", ".join(sorted(left)[:5])
-                outcome.problems.append(f"{len(left)} jobs not in a final state after {self.opts.timeout_s:.0f}s: {dict(phases)} (e.g. {sample})")
+                outcome.problems.append(
+                    f"{len(left)} jobs not in a final state after {self.opts.timeout_s:.0f}s: {dict(phases)} (e.g. {sample})"
+                )
             await follower.catch_up()
             self._check_tasks(tasks, outcome)
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if clusters is not None:
+                await clusters.close()
             self.screen.done()
-        try:
-            await self._verify(jlog, outcome)
-            await follower.catch_up()
-            self._check_scenario(outcome)
-            outcome.summary = self._summary_doc(outcome)
-        finally:
-            await jlog.close()
-            log_file.close()
-        return outcome
+
+    async def _script(self, api: ApiServer) -> None:
+        self.screen.say(f"webhook ready; submitting {len(self.plan.all)} jobs as AdmissionReviews over HTTPS")
+        await self._submit_all(api, self.plan.fillers)
+        self.screen.say(f"{len(self.plan.fillers)} long low-priority GPU jobs fill the GPU clusters")
+        await asyncio.sleep(1.5)
+        midway = asyncio.Event()
+        await asyncio.gather(self._stream(api, midway), self._fault_and_burst(api, midway))
 
     def _check_tasks(self, tasks: list[asyncio.Task[Any]], outcome: Outcome) -> None:
         for task in tasks:
