@@ -56,7 +56,7 @@ def utilization(runs: list[ProfileRun], path: Path) -> Path:
     ax.set_ylim(0, 100)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper right")
+        ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, metadata=_META)
     plt.close(fig)
