@@ -20,10 +20,13 @@ from reconciler.shell.logsource import (
     open_source,
     parse_until,
 )
-from reconciler.shell.loop import load_snapshot
+from reconciler.shell.outcomes import differences
+from reconciler.shell.policy import load_policy_file
 from reconciler.shell.progress import Progress
+from reconciler.shell.rebuild import load_snapshot
 from reconciler.shell.render import line
 from reconciler.shell.replay import Mismatch, ReplayResult, replay
+from reconciler.shell.whatif import Observed, WhatIf, observe
 
 HELP = "rebuild state from the log (--until), verify every decision (--verify), or replay under another policy"
 
@@ -53,10 +56,8 @@ async def run_async(args: argparse.Namespace) -> int:
         print(f"kdispatch replay: {err}", file=sys.stderr)
         return 2
     if args.profile:
-        from reconciler.shell.whatif import run_whatif
-
         try:
-            return await run_whatif(args, until_seq=until_seq, until_ms=until_ms)
+            return await _run_whatif(args, until_seq=until_seq, until_ms=until_ms)
         except ConfigError as err:
             print(f"kdispatch replay: invalid --profile: {err}", file=sys.stderr)
             return 2
@@ -149,3 +150,65 @@ def _mismatch_json(m: Mismatch) -> dict[str, Any]:
         "recorded": [codec.to_builtins(e) for e in m.recorded],
         "recomputed": [codec.to_builtins(d) for d in m.recomputed],
     }
+
+
+async def _run_whatif(args: argparse.Namespace, *, until_seq: int | None, until_ms: int | None) -> int:
+    policy = load_policy_file(args.profile)
+    problems = core.validate_policy(policy)
+    if problems:
+        raise ConfigError("; ".join(problems), source=args.profile)
+    async with open_source(args) as source:
+        seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
+    run = WhatIf(seen, policy)
+    run.run()
+    before, after = seen.recorded.summary(), run.outcomes.summary()
+    diffs = differences(seen.recorded, run.outcomes)
+    if args.json:
+        doc = {
+            "profile": args.profile,
+            "recorded": before,
+            "whatif": after,
+            "changed": diffs,
+            "state": core.summary(run.state),
+        }
+        sys.stdout.write(codec.encode(doc).decode() + "\n")
+    else:
+        _print_whatif(args.profile, seen, before=before, after=after, diffs=diffs, out=sys.stdout)
+    return 0
+
+
+def _print_whatif(
+    profile: str,
+    seen: Observed,
+    *,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    diffs: list[dict[str, Any]],
+    out: TextIO,
+) -> None:
+    span = f"{format_ms(seen.inputs[0].at_ms)} .. {format_ms(seen.end_ms)}" if seen.inputs else "empty log"
+    out.write(f"what if {profile} had been in force ({len(seen.inputs)} outside inputs, {span})\n\n")
+    out.write(f"  {'':<24}{'recorded':>12}{'what-if':>12}\n")
+    for name in before:
+        out.write(f"  {name:<24}{_fmt(before[name]):>12}{_fmt(after[name]):>12}\n")
+    moved = [d for d in diffs if d["cluster"][0] != d["cluster"][1]]
+    out.write(f"\n  {len(diffs)} jobs with a different outcome, {len(moved)} placed elsewhere\n")
+    for d in diffs[:50]:
+        a, b = d["cluster"]
+        wa, wb = d["wait_s"]
+        out.write(
+            f"    {d['job']:<32} cluster {a or '-'} -> {b or '-'}   wait {_secs(wa)} -> {_secs(wb)}"
+            f"   copies {d['copies'][0]} -> {d['copies'][1]}"
+            + (f"   evictions {d['evictions'][0]} -> {d['evictions'][1]}" if d["evictions"][0] != d["evictions"][1] else "")
+            + "\n"
+        )
+    if len(diffs) > 50:
+        out.write(f"    … {len(diffs) - 50} more (use --json for all)\n")
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value}s"
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else str(value)

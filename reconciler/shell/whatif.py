@@ -20,20 +20,15 @@ the simulated quota stays the registered one; other tenants' usage is not modell
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
 
-from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader
 from reconciler import core
-from reconciler.config import ConfigError
-from reconciler.shell.logsource import format_ms, open_source
-from reconciler.shell.policy import load_policy_file
+from reconciler.shell.logsource import format_ms
+from reconciler.shell.outcomes import Outcomes
 from reconciler.sim.worker import SimWorker
 
 # A run that takes this many steps without time moving is stuck (a model bug), not busy.
@@ -52,86 +47,6 @@ OUTSIDE = (
     ev.ClusterRemoved,
     ev.ClusterHeartbeat,
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# Outcomes: the same measures computed on the recorded log and on the what-if run
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class JobOutcome:
-    submitted_ms: int | None = None
-    placed_ms: int | None = None  # first placement
-    cluster: str | None = None  # last placement
-    placements: list[str] = field(default_factory=list)
-    copies: int = 0  # remote copies asked for (clusters nominated, all rounds and attempts)
-    evictions: int = 0
-    finished_ms: int | None = None
-    unschedulable: bool = False
-
-
-class Outcomes:
-    def __init__(self) -> None:
-        self.jobs: dict[str, JobOutcome] = {}
-        self.preemptions = 0
-
-    def _job(self, ref: ev.JobRef) -> JobOutcome:
-        job = self.jobs.get(ref.key)
-        if job is None:
-            job = self.jobs[ref.key] = JobOutcome()
-        return job
-
-    def observe(self, entry: ev.LogEntry) -> None:
-        e = entry.event
-        at = entry.at_ms
-        match e:
-            case ev.JobSubmitted(job=ref):
-                job = self._job(ref)
-                if job.submitted_ms is None:
-                    job.submitted_ms = at
-            case ev.Nominated(job=ref, clusters=clusters):
-                self._job(ref).copies += len(clusters)
-            case ev.Placed(job=ref, cluster=cluster):
-                job = self._job(ref)
-                job.placed_ms = at if job.placed_ms is None else job.placed_ms
-                job.cluster = cluster
-                job.placements.append(cluster)
-                job.unschedulable = False
-            case ev.Unschedulable(job=ref):
-                self._job(ref).unschedulable = True
-            case ev.Evict(job=ref):
-                self._job(ref).evictions += 1
-            case ev.PreemptionClaimed():
-                self.preemptions += 1
-            case ev.Finished(job=ref):
-                self._job(ref).finished_ms = at
-            case _:
-                pass
-
-    def summary(self) -> dict[str, Any]:
-        jobs = [j for j in self.jobs.values() if j.submitted_ms is not None]
-        waits = sorted(j.placed_ms - j.submitted_ms for j in jobs if j.placed_ms is not None and j.submitted_ms)
-        return {
-            "jobs": len(jobs),
-            "placed": sum(1 for j in jobs if j.placed_ms is not None),
-            "finished": sum(1 for j in jobs if j.finished_ms is not None),
-            "unschedulable": sum(1 for j in jobs if j.unschedulable and j.placed_ms is None),
-            "wait_p50_s": _pct_s(waits, 50),
-            "wait_p95_s": _pct_s(waits, 95),
-            "wait_max_s": _pct_s(waits, 100),
-            "remote_copies_per_job": round(sum(j.copies for j in jobs) / len(jobs), 3) if jobs else 0.0,
-            "preemptions": self.preemptions,
-            "evictions": sum(j.evictions for j in jobs),
-            "replaced": sum(1 for j in jobs if len(j.placements) > 1),
-        }
-
-
-def _pct_s(sorted_ms: list[int], p: int) -> float | None:
-    if not sorted_ms:
-        return None
-    index = min(len(sorted_ms) - 1, max(0, (len(sorted_ms) * p + 99) // 100 - 1))
-    return round(sorted_ms[index] / 1000, 3)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,114 +239,3 @@ class WhatIf:
                 self._last_tick_deadline = deadline
             if inputs:
                 self._step(inputs)
-
-
-# ---------------------------------------------------------------------------------------------
-# The command
-# ---------------------------------------------------------------------------------------------
-
-
-def differences(recorded: Outcomes, whatif: Outcomes) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for key in sorted(recorded.jobs):
-        a = recorded.jobs[key]
-        b = whatif.jobs.get(key, JobOutcome())
-        if a.submitted_ms is None:
-            continue
-        same = (a.cluster, a.copies, a.evictions, a.placed_ms is None) == (
-            b.cluster,
-            b.copies,
-            b.evictions,
-            b.placed_ms is None,
-        )
-        if same and _close(_wait(a), _wait(b)):
-            continue
-        rows.append(
-            {
-                "job": key,
-                "cluster": [a.cluster, b.cluster],
-                "wait_s": [_wait(a), _wait(b)],
-                "copies": [a.copies, b.copies],
-                "evictions": [a.evictions, b.evictions],
-            }
-        )
-    return rows
-
-
-# Waits closer than this are the same outcome: the latency model is a median, not a replay of
-# each admission, so sub-second jitter between the two runs means nothing.
-WAIT_TOLERANCE_S = 0.5
-
-
-def _close(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return abs(a - b) <= WAIT_TOLERANCE_S
-
-
-def _wait(j: JobOutcome) -> float | None:
-    if j.placed_ms is None or j.submitted_ms is None:
-        return None
-    return round((j.placed_ms - j.submitted_ms) / 1000, 3)
-
-
-async def run_whatif(args: argparse.Namespace, *, until_seq: int | None, until_ms: int | None) -> int:
-    policy = load_policy_file(args.profile)
-    problems = core.validate_policy(policy)
-    if problems:
-        raise ConfigError("; ".join(problems), source=args.profile)
-    async with open_source(args) as source:
-        seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
-    run = WhatIf(seen, policy)
-    run.run()
-    before, after = seen.recorded.summary(), run.outcomes.summary()
-    diffs = differences(seen.recorded, run.outcomes)
-    if args.json:
-        doc = {
-            "profile": args.profile,
-            "recorded": before,
-            "whatif": after,
-            "changed": diffs,
-            "state": core.summary(run.state),
-        }
-        sys.stdout.write(codec.encode(doc).decode() + "\n")
-    else:
-        _print(args.profile, seen, before=before, after=after, diffs=diffs, out=sys.stdout)
-    return 0
-
-
-def _print(
-    profile: str,
-    seen: Observed,
-    *,
-    before: dict[str, Any],
-    after: dict[str, Any],
-    diffs: list[dict[str, Any]],
-    out: TextIO,
-) -> None:
-    span = f"{format_ms(seen.inputs[0].at_ms)} .. {format_ms(seen.end_ms)}" if seen.inputs else "empty log"
-    out.write(f"what if {profile} had been in force ({len(seen.inputs)} outside inputs, {span})\n\n")
-    out.write(f"  {'':<24}{'recorded':>12}{'what-if':>12}\n")
-    for name in before:
-        out.write(f"  {name:<24}{_fmt(before[name]):>12}{_fmt(after[name]):>12}\n")
-    moved = [d for d in diffs if d["cluster"][0] != d["cluster"][1]]
-    out.write(f"\n  {len(diffs)} jobs with a different outcome, {len(moved)} placed elsewhere\n")
-    for d in diffs[:50]:
-        a, b = d["cluster"]
-        wa, wb = d["wait_s"]
-        out.write(
-            f"    {d['job']:<32} cluster {a or '-'} -> {b or '-'}   wait {_secs(wa)} -> {_secs(wb)}"
-            f"   copies {d['copies'][0]} -> {d['copies'][1]}"
-            + (f"   evictions {d['evictions'][0]} -> {d['evictions'][1]}" if d["evictions"][0] != d["evictions"][1] else "")
-            + "\n"
-        )
-    if len(diffs) > 50:
-        out.write(f"    … {len(diffs) - 50} more (use --json for all)\n")
-
-
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value}s"
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else str(value)

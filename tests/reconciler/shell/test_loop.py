@@ -12,7 +12,8 @@ from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from eventlog.store import InboxItem
 from reconciler import core
-from reconciler.shell.loop import LeaderLoop, LoopSettings, decode_snapshot, rebuild_state, wait_ready
+from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
+from reconciler.shell.rebuild import decode_snapshot, rebuild_state
 from reconciler.shell.replay import replay
 
 from .scenario import (

@@ -1,0 +1,186 @@
+"""Rebuilding the core's state from the log: snapshots, the fold up to a bound, and the repair
+of a decision batch a crashed leader left short.
+
+A snapshot is the core's ``dump_state`` plus the policy in force (the last ``PolicyLoaded`` may lie
+before it), taken by the leader at a batch boundary. Rebuilding starts from the latest snapshot at
+or before the bound and folds the log after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from eventlog import codec
+from eventlog import events as ev
+from eventlog.store import LogReader, Sequencer, SnapshotStore
+from reconciler import core
+from reconciler.shell.logging import get_logger
+from reconciler.shell.progress import Progress
+from reconciler.shell.replay import replay
+
+log = get_logger("reconciler.rebuild")
+
+SNAPSHOT_VERSION = 1
+
+
+class LogHandle(Protocol):
+    """What the loop needs of a log backend (``JetStreamLog`` or ``MemoryLog``)."""
+
+    @property
+    def reader(self) -> LogReader: ...
+
+    @property
+    def snapshots(self) -> SnapshotStore: ...
+
+    def sequencer(self, leader_id: str, *, lease: Any = None) -> Sequencer: ...
+
+
+class Snapshot(msgspec.Struct, kw_only=True):
+    """What the leader stores as a snapshot: the core's state and the policy in force.
+
+    The policy rides along because the last ``PolicyLoaded`` may lie before the snapshot, and the
+    leader must know it to decide whether to record the configured one again.
+    """
+
+    v: int = SNAPSHOT_VERSION
+    seq: int
+    at_ms: int
+    state: bytes
+    policy: ev.PolicyLoaded | None = None
+
+
+_snap_encoder = msgspec.msgpack.Encoder()
+_snap_decoder = msgspec.msgpack.Decoder(Snapshot)
+
+
+def encode_snapshot(snap: Snapshot) -> bytes:
+    return _snap_encoder.encode(snap)
+
+
+def decode_snapshot(data: bytes) -> Snapshot:
+    return _snap_decoder.decode(data)
+
+
+@dataclass
+class Rebuilt:
+    state: core.State
+    last_seq: int
+    last_at_ms: int
+    policy: ev.PolicyLoaded | None
+    repair: list[ev.DecisionEvent]  # the missing tail of a batch cut short, to append
+    repair_at_ms: int = 0
+    repair_first_index: int = 0
+    repair_count: int = 0
+    snapshot_seq: int = 0
+
+
+async def load_snapshot(
+    snapshots: SnapshotStore | None, *, at_or_before: int
+) -> tuple[core.State, int, int, ev.PolicyLoaded | None]:
+    """(state, seq, at_ms, policy) from the latest usable snapshot, or a fresh state at seq 0."""
+    if snapshots is not None and at_or_before > 0:
+        found = await snapshots.latest(at_or_before=at_or_before)
+        if found is not None:
+            seq, data = found
+            try:
+                snap = decode_snapshot(data)
+                return core.load_state(snap.state), snap.seq, snap.at_ms, snap.policy
+            except Exception as err:  # a snapshot from another version is a cache miss, not a failure
+                log.warning("snapshot_unusable", seq=seq, error=str(err))
+    return core.new_state(), 0, 0, None
+
+
+@dataclass
+class Folded:
+    state: core.State
+    last_seq: int
+    last_at_ms: int
+    policy: ev.PolicyLoaded | None  # the last PolicyLoaded folded (or the snapshot's)
+    snapshot_seq: int = 0  # the snapshot it started from (0: from the beginning)
+
+
+async def rebuild_state(
+    reader: LogReader,
+    snapshots: SnapshotStore | None,
+    *,
+    until_seq: int | None = None,
+    until_ms: int | None = None,
+    label: str = "rebuild",
+    logger: Any = None,
+) -> Folded:
+    """Fold the log up to the bounds, from the latest snapshot at or before them when possible."""
+    last = until_seq if until_seq is not None else await reader.last_seq()
+    snap_at = last if until_ms is None else 0  # a time bound says nothing about snapshot seqs
+    state, seq, at_ms, policy = await load_snapshot(snapshots, at_or_before=snap_at)
+    if seq >= last and until_ms is None:
+        return Folded(state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, snapshot_seq=seq)
+    progress = Progress(total=max(last - seq, 0), label=label, logger=logger)
+    result = await replay(
+        reader, state=state, from_seq=seq + 1, until_seq=until_seq, until_ms=until_ms, progress=progress
+    )
+    return Folded(
+        state=result.state,
+        last_seq=result.last_seq or seq,
+        last_at_ms=result.last_at_ms or at_ms,
+        policy=result.last_policy or policy,
+        snapshot_seq=seq,
+    )
+
+
+async def rebuild_for_leader(log_: LogHandle, *, last_seq: int) -> Rebuilt:
+    """The leader's view of the log up to ``last_seq``, with the repair of a batch cut short."""
+    reader = log_.reader
+    last_entry: ev.LogEntry | None = None
+    if last_seq > 0:
+        async for chunk in reader.read(from_seq=last_seq, until_seq=last_seq):
+            last_entry = chunk[-1] if chunk else last_entry
+    cut = last_entry is not None and last_entry.batch is not None and last_entry.batch[0] < last_entry.batch[1] - 1
+    if not cut or last_entry is None or last_entry.batch is None:
+        f = await rebuild_state(reader, log_.snapshots, until_seq=last_seq, logger=log)
+        return Rebuilt(
+            state=f.state,
+            last_seq=f.last_seq,
+            last_at_ms=f.last_at_ms,
+            policy=f.policy,
+            repair=[],
+            snapshot_seq=f.snapshot_seq,
+        )
+    index, count = last_entry.batch
+    batch_start = last_entry.seq - index
+    f = await rebuild_state(reader, log_.snapshots, until_seq=batch_start - 1, logger=log)
+    state = f.state
+    recomputed = core.decide(state)
+    recorded: list[ev.LogEntry] = []
+    async for chunk in reader.read(from_seq=batch_start, until_seq=last_seq):
+        recorded.extend(chunk)
+    agrees = len(recomputed) == count and all(
+        codec.encode(e.event) == codec.encode(recomputed[i]) for i, e in enumerate(recorded)
+    )
+    for entry in recorded:
+        state = core.fold(state, entry)
+    rebuilt = Rebuilt(
+        state=state,
+        last_seq=last_seq,
+        last_at_ms=last_entry.at_ms,
+        policy=f.policy,
+        repair=[],
+        snapshot_seq=f.snapshot_seq,
+    )
+    if agrees:
+        rebuilt.repair = list(recomputed[index + 1 :])
+        rebuilt.repair_at_ms = last_entry.at_ms
+        rebuilt.repair_first_index = index + 1
+        rebuilt.repair_count = count
+    else:
+        # Another code version wrote this batch; appending our guess would mix two policies in one
+        # batch. Leave it short (replay --verify reports it) and decide afresh from here.
+        log.error(
+            "batch_repair_disagrees",
+            batch_seq=batch_start,
+            recorded=[codec.to_builtins(e.event) for e in recorded],
+            recomputed=[codec.to_builtins(d) for d in recomputed],
+        )
+    return rebuilt
