@@ -52,9 +52,20 @@ class JetStreamInbox:
             ) from err
         except nats.js.errors.NoStreamResponseError as err:
             raise LogError(
-                f"no stream answers on {subject}: stream {self._names.inbox_stream} is missing; "
-                "connect() creates it"
+                f"no stream answers on {subject} (the inbox stream {self._names.inbox_stream} takes "
+                f"{self._names.inbox_prefix}.>; connect() creates it if it is missing)"
             ) from err
+        except nats.js.errors.APIError as err:
+            if err.code == 503:  # JetStream up but without quorum (fail-over): try again later
+                raise PublishTimeout(
+                    f"inbox {self._names.inbox_stream} unavailable for {subject}: {err.description}"
+                ) from err
+            raise LogError(
+                f"inbox {self._names.inbox_stream} refused {subject}: {err.description} "
+                f"(code {err.code}/{err.err_code})"
+            ) from err
+        except (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError) as err:
+            raise PublishTimeout(f"not connected to NATS, {subject} not published: {err}") from err
         if ack.duplicate:
             log.debug("inbox_duplicate", subject=subject, msg_id=msg_id, seq=ack.seq)
         seq: int = ack.seq

@@ -11,6 +11,7 @@ from eventlog import events as ev
 from eventlog.embedded import EmbeddedError, EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.jetstream.connection import open_client
+from eventlog.store import LogError, PublishTimeout
 
 JOB = ev.JobRef(namespace="team-a", name="train.v1", uid="u-1")
 
@@ -73,3 +74,15 @@ async def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
         assert not clash.running()
     finally:
         await busy.stop_async()
+
+
+async def test_publishing_outside_the_inbox_is_an_error_a_person_can_act_on(jslog: JetStreamLog) -> None:
+    with pytest.raises(LogError, match=r"no stream answers on nowhere\.x .*takes t\w+\.in\.>"):
+        await jslog.inbox.publish_raw("nowhere.x", b"{}")
+
+
+async def test_publishing_on_a_closed_connection_is_a_publish_timeout(nats_url: str, log_root: str) -> None:
+    jlog = await connect(nats_url, root=log_root)
+    await jlog.close()
+    with pytest.raises(PublishTimeout, match="not connected"):
+        await jlog.inbox.publish(ev.Tick())
