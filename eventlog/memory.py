@@ -39,7 +39,9 @@ class MemoryInbox:
         return self.publish_raw_nowait(subject, data, msg_id=msg_id)
 
     def publish_raw_nowait(self, subject: str, data: bytes, *, msg_id: str | None = None) -> int:
-        if msg_id is not None and msg_id in self._msg_ids:
+        if not subject.startswith(self.prefix + "."):
+            raise LogError(f"no stream answers on {subject} (the inbox takes {self.prefix}.>)")
+        if msg_id is not None and msg_id in self._msg_ids:  # (kept forever; JetStream: 2 minutes)
             return self._msg_ids[msg_id]
         self.messages.append((subject, data))
         seq = len(self.messages)
@@ -130,7 +132,10 @@ class MemorySequencer:
         start = self._pulled
         chunk = inbox.messages[start : start + max_items]
         self._pulled += len(chunk)
-        return [inbox_item(start + 1 + i, subject, data) for i, (subject, data) in enumerate(chunk)]
+        return [
+            inbox_item(seq=start + 1 + i, subject=subject, data=data)
+            for i, (subject, data) in enumerate(chunk)
+        ]
 
     async def append_inputs(self, items: Sequence[InboxItem], *, at_ms: int) -> list[LogEntry]:
         seq = await self._ensure_resumed()
@@ -212,7 +217,7 @@ class MemorySnapshots:
 class _LeaseKey:
     __slots__ = ("expires_at", "holder", "revision")
 
-    def __init__(self, holder: str, revision: int, expires_at: float) -> None:
+    def __init__(self, *, holder: str, revision: int, expires_at: float) -> None:
         self.holder, self.revision, self.expires_at = holder, revision, expires_at
 
 
@@ -250,7 +255,9 @@ class MemoryLease:
         self._mlog.lease_revision += 1
         self._revision = self._mlog.lease_revision
         now = self._now()
-        self._mlog.leases[self.name] = _LeaseKey(self.holder, self._revision, now + self.ttl_s)
+        self._mlog.leases[self.name] = _LeaseKey(
+            holder=self.holder, revision=self._revision, expires_at=now + self.ttl_s
+        )
         self._valid_until = now + self.ttl_s * 0.8
 
     async def try_acquire(self) -> bool:

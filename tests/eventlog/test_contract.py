@@ -17,7 +17,7 @@ from eventlog import codec, jsonl
 from eventlog import events as ev
 from eventlog.jetstream import connect
 from eventlog.memory import MemoryLog
-from eventlog.store import Fenced, InboxItem, NotLeader
+from eventlog.store import Fenced, InboxItem, LogError, NotLeader
 from tests.eventlog import samples
 
 AT = 1_700_000_000_000
@@ -113,6 +113,10 @@ class LogContract:
         assert not_json.raw.endswith("not json at all")
         assert isinstance(wrong_schema, ev.Rejected) and "$.job.namespace" in wrong_schema.reason
         assert isinstance(decision, ev.Rejected) and "leader only" in decision.reason
+
+    async def test_publishing_outside_the_inbox_is_refused(self, log: Any) -> None:
+        with pytest.raises(LogError, match=r"no stream answers on elsewhere\.x"):
+            await log.inbox.publish_raw("elsewhere.x", b"{}")
 
     async def test_restarted_sequencer_resumes_after_the_last_copied_inbox_entry(self, log: Any) -> None:
         for i in range(5):
