@@ -197,7 +197,27 @@ def _target(request: AdmissionRequest) -> tuple[KindInfo, dict[str, Any]] | None
     obj = request.old_object if request.operation == "DELETE" else request.object
     if info is None or not isinstance(obj, dict) or not opted_in(obj):
         return None
+    if _part_of_another(info, obj):
+        return None
     return info, obj
+
+
+def _part_of_another(info: KindInfo, obj: Mapping[str, Any]) -> bool:
+    """Made by a controller whose own object is the unit of dispatch (a JobSet's Jobs, a TrainJob's
+    JobSet) or runs here (any controller's Pods): children inherit the queue label from their
+    templates, and holding them would hold them forever. Kueue skips them alike ("an ancestor is
+    already managed"). A CronJob's Jobs are submissions of their own."""
+    owners = _meta(obj).get("ownerReferences")
+    if not isinstance(owners, list):
+        return False
+    for owner in owners:
+        if not isinstance(owner, dict) or owner.get("controller") is not True:
+            continue
+        if info.kind == "Pod":
+            return True
+        if kinds.lookup_api_version(str(owner.get("apiVersion", "")), str(owner.get("kind", ""))) is not None:
+            return True
+    return False
 
 
 def _recorded(obj: Mapping[str, Any] | None) -> bool:

@@ -118,6 +118,34 @@ def test_pods_are_held_by_a_scheduling_gate() -> None:
     ]
 
 
+def test_pods_made_by_a_controller_are_left_alone() -> None:
+    # A Job that runs here (not submitted to kdispatch) with the queue label on its pod template.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "local-job-x7k2p",
+            "labels": {kinds.QUEUE_LABEL: "q"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "local-job", "uid": "u", "controller": True}],
+        },
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    for hook in (admit.mutate, admit.validate):
+        outcome = hook(_request(pod), SETTINGS)
+        assert outcome.allowed and outcome.response.patch is None and not outcome.records
+
+
+@pytest.mark.parametrize(
+    ("owner_kind", "owner_api", "touched"),
+    [("JobSet", "jobset.x-k8s.io/v1alpha2", False), ("CronJob", "batch/v1", True)],
+)
+def test_jobs_of_a_dispatched_kind_are_left_alone_but_a_cronjobs_are_submissions(owner_kind: str, owner_api: str, touched: bool) -> None:
+    obj = _job()
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": owner_api, "kind": owner_kind, "name": "o", "uid": "u", "controller": True}]
+    outcome = admit.mutate(_request(obj), SETTINGS)
+    assert outcome.allowed and (outcome.response.patch is not None) == touched
+
+
 def test_workloads_are_held_inactive() -> None:
     wl = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "w", "annotations": {"kdispatch.io/profile": "gpu"}}, "spec": {"podSets": []}}
     assert _ops(admit.mutate(_request(wl), SETTINGS))[1:] == [{"op": "add", "path": "/spec/active", "value": False}]
