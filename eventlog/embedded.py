@@ -12,6 +12,7 @@ starting thread's life (parent-death signal), so a crashed test run leaves no se
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import ctypes
 import fcntl
@@ -179,6 +180,7 @@ class EmbeddedNats:
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
             log.info("nats_server_started", pid=self._proc.pid, url=self.url, data_dir=str(self.data_dir))
+            atexit.register(self.stop)  # an interpreter exiting without stop() still stops it
             if wait:
                 self.wait_ready()
         except BaseException:
@@ -222,6 +224,7 @@ class EmbeddedNats:
     def stop(self, *, timeout_s: float = 10.0) -> None:
         """SIGTERM, then wait; SIGKILL only if it does not exit in time."""
         proc, self._proc = self._proc, None
+        atexit.unregister(self.stop)
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -242,6 +245,7 @@ class EmbeddedNats:
     def kill(self) -> None:
         """SIGKILL (for failure tests)."""
         proc, self._proc = self._proc, None
+        atexit.unregister(self.stop)
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
