@@ -1,9 +1,10 @@
 """``decide(state)``: everything the state calls for, as one batch of decisions. Pure.
 
 Order within a batch (the actuator carries decisions out in this order):
-1. cluster health (ClusterLost / ClusterRecovered), claims that expired;
+1. cluster health (ClusterLost / ClusterRecovered);
 2. jobs already dispatched: reports, loss, suspension, admission, drift, taints, timeouts, and
-   withdrawal of unwanted copies — all capacity releases happen here;
+   withdrawal of unwanted copies; then claims that expired or whose preemptor is gone, and
+   Evicts a claim still owes — all capacity releases happen here;
 3. dispatch of waiting jobs (Nominated, PreemptionClaimed + Evict);
 4. Unschedulable summaries, computed against the final capacity.
 Folding the batch and deciding again yields nothing (the fixpoint replay relies on).
@@ -23,8 +24,6 @@ from reconciler.core.state import State
 def decide(state: State) -> list[ev.DecisionEvent]:
     s = Scratch.start(state)
     lost, recovered = cluster_health(s)
-    expire_claims(s)
-    evict_claimed(s)
     keys = dict(state.pending)
     for cluster in (*lost, *recovered):
         for key in state.by_cluster.get(cluster, {}):
@@ -35,6 +34,8 @@ def decide(state: State) -> list[ev.DecisionEvent]:
         if job is None:
             continue
         drafts[key] = handle_job(s, job)
+    expire_claims(s, drafts)
+    evict_claimed(s)
     released = s.help
     candidates = [d for d in drafts.values() if d.phase in phases.WAITING]
     if released:  # capacity came free: every waiting job gets another look

@@ -44,14 +44,16 @@ def cluster_health(s: Scratch) -> tuple[list[str], list[str]]:
     return lost, recovered
 
 
-def expire_claims(s: Scratch) -> None:
+def expire_claims(s: Scratch, drafts: dict[str, Draft]) -> None:
+    """Claims past their expiry, or whose preemptor no longer waits (as of this pass)."""
     state = s.state
     table = state.clusters
     for key in sorted(s.claims):
         claim = s.claims[key]
         job = state.jobs.get(key)
         slot = table.index.get(claim.cluster)
-        gone = job is None or job.phase not in phases.WAITING or job.suspended
+        phase = drafts[key].phase if key in drafts else job.phase if job else phases.DELETED
+        gone = job is None or phase not in phases.WAITING or job.suspended
         if s.now >= claim.expires_ms or gone or slot is None or not s.ready[slot]:
             s.emit(ev.ClaimExpired(preemptor=job.ref if job else _ref(key), cluster=claim.cluster))
             s.drop_claim(key)
@@ -67,6 +69,8 @@ def evict_claimed(s: Scratch) -> None:
         for victim_key in claim.victims:
             victim = state.jobs.get(victim_key)
             if victim is None or victim.phase != phases.PLACED or victim.cluster != claim.cluster:
+                continue
+            if victim_key in s.gone_jobs:  # stopped running earlier in this pass
                 continue
             if victim.evicting_for is None:
                 s.emit(evict_event(victim, preemptor=preemptor, cluster=claim.cluster))
