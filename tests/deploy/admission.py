@@ -9,6 +9,8 @@ from typing import Any
 
 import celpy
 
+from webhook.kinds import lookup_api_version
+
 Obj = dict[str, Any]
 
 
@@ -66,6 +68,12 @@ def entry_calls_webhook(entry: Obj, *, operation: str, obj: Obj, namespace_label
     if not selector_matches(entry.get("objectSelector"), labels):
         return False
     new, old = (None, obj) if operation == "DELETE" else (obj, None)
-    request = {"operation": operation, "namespace": obj.get("metadata", {}).get("namespace", "")}
+    info = lookup_api_version(obj["apiVersion"], obj["kind"])
+    group, _, version = obj["apiVersion"].rpartition("/")
+    request = {
+        "operation": operation,
+        "namespace": obj.get("metadata", {}).get("namespace", ""),
+        "resource": {"group": group, "version": version, "resource": info.plural if info else ""},
+    }
     activation = {"object": new, "oldObject": old, "request": request}
     return all(cel(cond["expression"], activation) for cond in entry.get("matchConditions", []))

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from tests.deploy import kustomize
 from tests.deploy.admission import entry_calls_webhook, rule_resources
 from tests.deploy.conftest import OVERLAYS, REPO, find, one, rendered
-from webhook.admit import opted_in
+from webhook import admit
 from webhook.kinds import QUEUE_LABEL, SUPPORTED_KINDS
+from webhook.review import decode_review
 
 KINDS = {(k.group, k.version, k.plural) for k in SUPPORTED_KINDS}
 CONFIG_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
@@ -98,14 +99,30 @@ def test_entry_settings_and_service(overlay: str) -> None:
 
 
 def _job(
-    *, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    kind: str = "Job",
+    owners: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "train", "namespace": "team-a"}
+    meta: dict[str, Any] = {
+        "name": "train",
+        "namespace": "team-a",
+        "uid": "0b5e6c1a-0000-4000-8000-000000000001",
+    }
     if labels is not None:
         meta["labels"] = labels
     if annotations is not None:
         meta["annotations"] = annotations
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {}}
+    if owners is not None:
+        meta["ownerReferences"] = owners
+    if kind == "Pod":
+        spec: dict[str, Any] = {
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]
+        }
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {"template": template}}
 
 
 def _called(kind: str, operation: str, obj: dict[str, Any], namespace_labels: dict[str, str]) -> bool:
@@ -114,6 +131,26 @@ def _called(kind: str, operation: str, obj: dict[str, Any], namespace_labels: di
         for entry in entries("overlays/cert-manager", kind)
         if operation in {op for rule in entry["rules"] for op in rule["operations"]}
     )
+
+
+def _webhook_acts(obj: dict[str, Any]) -> bool:
+    """What the webhook itself does with this object's CREATE: anything but "ignored"."""
+    group, _, version = obj["apiVersion"].rpartition("/")
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "r-1",
+            "kind": {"group": group, "version": version, "kind": obj["kind"]},
+            "operation": "CREATE",
+            "namespace": "team-a",
+            "name": "train",
+            "userInfo": {"username": "alice"},
+            "object": obj,
+        },
+    }
+    _, request = decode_review(json.dumps(body).encode())
+    return admit.mutate(request, admit.Settings()).reason != "ignored"
 
 
 KEYS = st.sampled_from(
@@ -136,23 +173,53 @@ KEYS = st.sampled_from(
     ]
 )
 MAPS = st.none() | st.dictionaries(KEYS, st.sampled_from(["", "q", "{}"]), max_size=4)
+OWNER = st.builds(
+    lambda kind, controller: {
+        "apiVersion": kind[0],
+        "kind": kind[1],
+        "name": "parent",
+        "uid": "u",
+        "controller": controller,
+    },
+    st.sampled_from(
+        [
+            ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+            ("batch/v1", "Job"),
+            ("batch/v1", "CronJob"),
+            ("apps/v1", "ReplicaSet"),
+        ]
+    ),
+    st.sampled_from([True, False]),
+)
+OWNERS = st.none() | st.lists(OWNER, max_size=2)
 
 
 @settings(max_examples=150, deadline=None)
-@given(labels=MAPS, annotations=MAPS, operation=st.sampled_from(["CREATE", "UPDATE", "DELETE"]))
-def test_the_api_server_calls_the_webhook_exactly_for_objects_that_opt_in(
-    labels: dict[str, str] | None, annotations: dict[str, str] | None, operation: str
+@given(
+    labels=MAPS,
+    annotations=MAPS,
+    owners=OWNERS,
+    kind=st.sampled_from(["Job", "Pod"]),
+    operation=st.sampled_from(["CREATE", "UPDATE", "DELETE"]),
+)
+def test_the_api_server_calls_the_webhook_exactly_for_objects_it_acts_on(
+    labels: dict[str, str] | None,
+    annotations: dict[str, str] | None,
+    owners: list[dict[str, Any]] | None,
+    kind: str,
+    operation: str,
 ) -> None:
-    """objectSelector + CEL matchConditions == the webhook's own opt-in rule (admit.opted_in)."""
-    obj = _job(labels=labels, annotations=annotations)
-    want = opted_in(obj)
-    for kind in CONFIG_KINDS:
-        if kind == "MutatingWebhookConfiguration" and operation == "DELETE":
-            assert not _called(kind, operation, obj, ENABLED_NS)
+    """Selectors + CEL matchConditions == the webhook's own decision (opt-in, and not a child of
+    a controller), so with failurePolicy Fail an outage blocks nothing the webhook would ignore."""
+    obj = _job(labels=labels, annotations=annotations, kind=kind, owners=owners)
+    want = _webhook_acts(obj)
+    for config in CONFIG_KINDS:
+        if config == "MutatingWebhookConfiguration" and operation == "DELETE":
+            assert not _called(config, operation, obj, ENABLED_NS)
             continue
-        assert _called(kind, operation, obj, ENABLED_NS) == want, (kind, operation, obj["metadata"])
+        assert _called(config, operation, obj, ENABLED_NS) == want, (config, operation, obj["metadata"])
         # Namespaces opt in too: nothing is intercepted where kdispatch is not enabled.
-        assert not _called(kind, operation, obj, {"kubernetes.io/metadata.name": "team-a"})
+        assert not _called(config, operation, obj, {"kubernetes.io/metadata.name": "team-a"})
 
 
 def test_opt_in_examples() -> None:
@@ -170,6 +237,25 @@ def test_opt_in_examples() -> None:
         ENABLED_NS,
     )
     assert not _called("MutatingWebhookConfiguration", "CREATE", _job(labels={"app": "x"}), ENABLED_NS)
+    # A JobSet's Jobs and a ReplicaSet's Pods inherit the queue label, and are left alone.
+    child = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "name": "js",
+        "uid": "u",
+        "controller": True,
+    }
+    assert not _called(
+        "MutatingWebhookConfiguration", "CREATE", _job(labels={QUEUE_LABEL: "q"}, owners=[child]), ENABLED_NS
+    )
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}
+    pod = _job(labels={QUEUE_LABEL: "q"}, kind="Pod", owners=[rs])
+    assert not _called("MutatingWebhookConfiguration", "CREATE", pod, ENABLED_NS)
+    # A CronJob's Jobs are submissions of their own.
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "uid": "u", "controller": True}
+    assert _called(
+        "MutatingWebhookConfiguration", "CREATE", _job(labels={QUEUE_LABEL: "q"}, owners=[cron]), ENABLED_NS
+    )
 
 
 def test_cert_manager_injects_the_ca_of_the_serving_certificate() -> None:
