@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from reconciler.demo.workload import DemoJob
 from reconciler.simulate.metrics import percentile, seconds
 from reconciler.simulate.recorder import Recorder
-from reconciler.simulate.report import _table
+from reconciler.simulate.report import text_table
 
 FINAL_PHASES = ("Finished", "Deleted")
 
@@ -118,7 +118,7 @@ def cluster_table(recorder: Recorder, summary: Mapping[str, Any] | None, names: 
                 )
             ]
         )
-    return _table(rows)
+    return text_table(rows)
 
 
 def class_table(recorder: Recorder, jobs: list[DemoJob]) -> str:
@@ -137,7 +137,7 @@ def class_table(recorder: Recorder, jobs: list[DemoJob]) -> str:
             [cls, str(len(waits)), str(finished[cls])]
             + [_fmt(seconds(percentile(known, p))) for p in (50, 95, 100)]
         )
-    return _table(rows)
+    return text_table(rows)
 
 
 def _fmt(value: float | None) -> str:

@@ -29,7 +29,7 @@ def _cell(value: Any, fmt: str) -> str:
     return format(value, fmt)
 
 
-def _table(rows: list[list[str]]) -> str:
+def text_table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for n, row in enumerate(rows):
@@ -44,7 +44,7 @@ def profiles_table(profiles: dict[str, dict[str, Any]]) -> str:
     rows = [["profile"] + [h for h, _, _ in _COLUMNS]]
     for name, res in profiles.items():
         rows.append([name] + [_cell(res.get(key), fmt) for _, key, fmt in _COLUMNS])
-    return _table(rows)
+    return text_table(rows)
 
 
 def class_table(profiles: dict[str, dict[str, Any]]) -> str:
@@ -56,4 +56,4 @@ def class_table(profiles: dict[str, dict[str, Any]]) -> str:
                 [name, cls, str(st["jobs"]), str(st["placed"])]
                 + [_cell(st.get(k), ".1f") for k in ("wait_p50_s", "wait_p95_s", "wait_p99_s")]
             )
-    return _table(rows)
+    return text_table(rows)

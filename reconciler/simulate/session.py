@@ -22,12 +22,11 @@ from reconciler.simulate.runner import (
     CoreApi,
     Observer,
     RunSettings,
-    TraceCluster,
     VirtualRun,
     WorkerModel,
     sim_worker,
 )
-from reconciler.simulate.trace import Trace
+from reconciler.simulate.trace import Trace, TraceCluster
 
 
 @dataclass
