@@ -28,9 +28,9 @@ GOAL_P95_RATIO = 1.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", required=True, type=Path, help="trace file (or the Alibaba trace directory)")
+    parser.add_argument("--trace", required=True, type=Path, metavar="FILE", help="trace file (or the Alibaba trace directory)")
     parser.add_argument("--format", choices=FORMATS, help="trace format (default: guessed from the file)")
-    parser.add_argument("--clusters", type=Path, help="YAML cluster file (the config file's clusters: section)")
+    parser.add_argument("--clusters", type=Path, metavar="FILE", help="YAML cluster file (the config file's clusters: section)")
     parser.add_argument(
         "--profile",
         type=Path,
@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="profile/policy YAML; repeat to compare (default: all-at-once, incremental-3, topk-1, topk-2)",
     )
-    parser.add_argument("--out", type=Path, help="write results.json, placements.jsonl and PNG plots here")
-    parser.add_argument("--limit", type=int, help="only the first N jobs of the trace (by submission time)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="write results.json, placements.jsonl and PNG plots here")
+    parser.add_argument("--limit", type=int, metavar="N", help="only the first N jobs of the trace (by submission time)")
     parser.add_argument(
         "--capacity-scale", type=float, metavar="F", help="multiply every cluster's capacity by F (e.g. 0.01)"
     )
@@ -75,6 +75,9 @@ def _goal_lines(profiles: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.save_logs and args.out is None:
+        print("kdispatch simulate: --save-logs writes into the --out directory; give --out DIR", file=sys.stderr)
+        return 2
     try:
         trace = load_trace(args.trace, fmt=args.format, clusters=args.clusters)
         profiles = load_profiles(args.profile) if args.profile else [(p, PolicyDefaults()) for p in default_profiles()]
