@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 from aiohttp import web
@@ -55,6 +55,7 @@ class WebhookServer:
         self.max_body = max_body
         self.read_timeout_s = read_timeout_s
         self.metrics = Metrics()
+        self._published_by_type: dict[str, Any] = {}
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -132,24 +133,28 @@ class WebhookServer:
         inbox = self.inbox()
         for record in records:
             event = record.event
-            job = getattr(event, "job", None)
-            fields = {"job": job.key if isinstance(job, ev.JobRef) else "", "type": type(event).__name__, "msg_id": record.msg_id}
             if inbox is None:
                 self.metrics.publish_failures.labels("unavailable").inc()
-                log.warning("publish_skipped", reason="NATS not connected; the manager watcher will backfill", **fields)
+                log.warning("publish_skipped", reason="NATS not connected; the manager watcher will backfill", **_fields(record))
                 continue
             try:
                 async with asyncio.timeout(self.publish_timeout_s):
                     seq = await inbox.publish(event, msg_id=record.msg_id, timeout_s=self.publish_timeout_s)
             except (TimeoutError, PublishTimeout):
                 self.metrics.publish_failures.labels("timeout").inc()
-                log.warning("publish_timeout", bound_s=self.publish_timeout_s, **fields)
+                log.warning("publish_timeout", bound_s=self.publish_timeout_s, **_fields(record))
             except Exception as err:  # any NATS failure: the review is answered regardless
                 self.metrics.publish_failures.labels("error").inc()
-                log.warning("publish_failed", error=f"{type(err).__name__}: {err}", **fields)
+                log.warning("publish_failed", error=f"{type(err).__name__}: {err}", **_fields(record))
             else:
-                self.metrics.published.labels(type(event).__name__).inc()
-                log.debug("published", inbox_seq=seq, **fields)  # the inbox itself is the record
+                self._published(type(event).__name__).inc()
+                log.debug("published", inbox_seq=seq, msg_id=record.msg_id)  # the inbox itself is the record
+
+    def _published(self, name: str) -> Any:
+        counter = self._published_by_type.get(name)
+        if counter is None:
+            counter = self._published_by_type[name] = self.metrics.published.labels(name)
+        return counter
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -161,6 +166,12 @@ class WebhookServer:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+def _fields(record: admit.Record) -> dict[str, str]:
+    """Log context of a record: the job and what was recorded about it."""
+    job = getattr(record.event, "job", None)
+    return {"job": job.key if isinstance(job, ev.JobRef) else "", "type": type(record.event).__name__, "msg_id": record.msg_id}
 
 
 def _error(status: int, message: str) -> web.Response:
