@@ -20,7 +20,7 @@ def rejected_item(*, seq: int, subject: str, data: bytes, reason: str) -> InboxI
     return InboxItem(seq, Rejected(inbox_seq=seq, subject=subject, reason=reason, raw=raw), subject)
 
 
-def inbox_item(seq: int, subject: str, data: bytes) -> InboxItem:
+def inbox_item(*, seq: int, subject: str, data: bytes) -> InboxItem:
     """Decode one inbox message; anything that is not a valid input fact becomes ``Rejected``."""
     try:
         event = codec.decode_event(data)

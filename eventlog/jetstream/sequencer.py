@@ -129,7 +129,7 @@ class JetStreamSequencer:
         got = fetcher.take(max_items)
         if not got and await fetcher.wait(timeout_s):
             got = fetcher.take(max_items)
-        return [inbox_item(seq, subject, data) for seq, subject, data in got]
+        return [inbox_item(seq=seq, subject=subject, data=data) for seq, subject, data in got]
 
     # ---- appending to the log ----------------------------------------------------------------
 
@@ -211,7 +211,7 @@ class JetStreamSequencer:
                 recovering = True
                 ack = await self._retry(out, entry.seq)
             assert ack is not None
-            await self._check_ack(entry.seq, ack, out[1])
+            await self._check_ack(seq=entry.seq, ack=ack, payload=out[1])
 
     def _headers(self, seq: int, mark: int | None) -> dict[str, str]:
         headers = {"Nats-Expected-Last-Sequence": str(seq - 1), "Nats-Msg-Id": f"log-{seq}"}
@@ -235,7 +235,7 @@ class JetStreamSequencer:
             f"(stream {self._jlog.names.log_stream}, url {self._jlog.url})?"
         )
 
-    async def _check_ack(self, seq: int, ack: PubAck, payload: bytes) -> None:
+    async def _check_ack(self, *, seq: int, ack: PubAck, payload: bytes) -> None:
         if ack.error is not None:
             if ack.error.err_code == WRONG_LAST_SEQUENCE:
                 # JetStream checks the expected sequence before Nats-Msg-Id, so a retry of an
