@@ -49,9 +49,8 @@ def priority_class(*, kind: str, obj: dict[str, Any], sets: Sequence[PodSetSpec]
 
 
 def priority_value(name: str | None, classes: Mapping[str, int]) -> int:
-    if name is None:
-        return classes.get("", 0)  # "" = the default class's value, if one is configured
-    return classes.get(name, 0)
+    """The class's value when it is configured here, else 0 (the reconciler resolves the name)."""
+    return classes.get(name, 0) if name is not None else 0
 
 
 def parse_mapping(text: str) -> dict[str, int]:
