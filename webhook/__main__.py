@@ -145,6 +145,12 @@ async def _reload_tls(certs: CertFiles, every_s: float) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
+    stop = asyncio.Event()  # first, so a SIGTERM during start-up is a graceful stop too
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if args.exit_with_parent:
+        exit_with_parent()
     config = read_config(args.config)
     try:
         classes = {**config.get("priority_classes", {}), **parse_mapping(args.priority_classes)}
@@ -185,12 +191,6 @@ async def run(args: argparse.Namespace) -> int:
     tune_gc()
     log.info("webhook_listening", url=f"https://{args.host}:{args.port}", ca_bundle=str(ca) if ca else None, cert=str(cert))
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if args.exit_with_parent:
-        exit_with_parent()
     await stop.wait()
 
     log.info("webhook_stopping", in_flight=server.in_flight)
