@@ -128,14 +128,19 @@ class Lease:
         deadline = None if timeout_s is None else loop.time() + timeout_s
         poll = poll_s if poll_s is not None else max(0.05, min(1.0, self.ttl_s / 4))
         waiting_logged = False
-        while not await self.try_acquire():
-            if not waiting_logged:
-                self._log.info("lease_waiting", current=await self.current_holder())
-                waiting_logged = True
+        while True:
+            try:
+                if await self.try_acquire():
+                    return
+                if not waiting_logged:
+                    self._log.info("lease_waiting", current=await self.current_holder())
+                    waiting_logged = True
+            except (NotLeader, ValueError):
+                raise
+            except Exception as err:  # NATS unreachable or failing over: keep waiting
+                self._log.warning("lease_attempt_failed", error=str(err) or type(err).__name__)
             if deadline is not None and loop.time() >= deadline:
-                raise NotLeader(
-                    f"lease {self.name} is held by {await self.current_holder()}; gave up after {timeout_s}s"
-                )
+                raise NotLeader(f"lease {self.name} not acquired by {self.holder} within {timeout_s}s")
             await asyncio.sleep(poll)
 
     async def renew(self) -> None:

@@ -271,6 +271,14 @@ class LogContract:
         assert await first.try_acquire()  # released: free at once, no TTL wait
         await first.release()
 
+    async def test_waiting_for_a_held_lease_gives_up_at_its_timeout(self, log: Any) -> None:
+        holder = log.lease("sequencer", 5.0, holder="holder")
+        await holder.acquire(timeout_s=5)
+        with pytest.raises(NotLeader):
+            await log.lease("sequencer", 5.0, holder="waiter").acquire(timeout_s=0.3)
+        assert await holder.current_holder() == "holder"
+        await holder.release()
+
     async def test_a_new_lease_ttl_replaces_the_old_one(self, log: Any) -> None:
         first = log.lease("sequencer", 5.0, holder="a")
         await first.acquire(timeout_s=5)
