@@ -526,8 +526,16 @@ _EXTRACTORS: dict[str, Callable[[dict[str, Any]], list[PodSetSpec]]] = {
 
 
 def extract(info: KindInfo, obj: dict[str, Any]) -> list[PodSetSpec]:
-    """The pod sets of ``obj`` (a ``info.kind``), in the kind's fixed order."""
-    return _EXTRACTORS[info.kind]({**obj, "kind": info.kind})
+    """The pod sets of ``obj`` (a ``info.kind``), in the kind's fixed order; names are unique, as
+    the dispatcher and the workers' quota refer to sets by name (a Ray worker group may not be
+    called ``head``)."""
+    sets = _EXTRACTORS[info.kind]({**obj, "kind": info.kind})
+    seen: dict[str, PodSetSpec] = {}
+    for s in sets:
+        if s.name in seen:
+            raise PodSetError(f"pod set name {short(s.name)} is used twice (also at {seen[s.name].path})", path=s.path)
+        seen[s.name] = s
+    return sets
 
 
 def pod_sets(info: KindInfo, obj: dict[str, Any]) -> list[ev.PodSet]:

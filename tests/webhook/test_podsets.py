@@ -121,6 +121,14 @@ def test_raycluster_autoscaler_and_gcs_fault_tolerance() -> None:
     assert _sets("ray.io/v1", "RayCluster", obj=rc) == [PodSet(name="head", count=1, requests={"cpu": 700, "memory": GI + 512 * MI})]
 
 
+def test_a_ray_worker_group_may_not_be_called_head() -> None:
+    rc = {"spec": {"headGroupSpec": {"template": {"spec": {}}}, "workerGroupSpecs": [{"groupName": "head", "template": {"spec": {}}}]}}
+    with pytest.raises(podsets.PodSetError) as err:
+        _sets("ray.io/v1", "RayCluster", obj=rc)
+    assert err.value.path == "$.spec.workerGroupSpecs[0].template.spec"
+    assert "'head' is used twice (also at $.spec.headGroupSpec.template.spec)" in err.value.message
+
+
 def test_rayjob_on_an_existing_cluster_is_not_dispatchable() -> None:
     with pytest.raises(podsets.NotDispatchable):
         _sets("ray.io/v1", "RayJob", obj={"spec": {"clusterSelector": {"ray.io/cluster": "c"}}})
