@@ -304,6 +304,18 @@ class TestJetStreamLog(LogContract):
     async def log(self, jslog: Any) -> Any:
         return jslog
 
+    async def test_a_holder_notices_by_itself_when_its_lease_is_taken(self, log: Any) -> None:
+        first = log.lease("sequencer", 1.5, holder="first")
+        await first.acquire(timeout_s=5)
+        kv = await log.js.key_value(log.names.lease_bucket)
+        await kv.delete("sequencer")  # an operator forces a fail-over (`nats kv del`)
+        second = log.lease("sequencer", 1.5, holder="second")
+        assert await second.try_acquire()
+        await asyncio.wait_for(first.lost.wait(), 5)  # its next renewal fails: it steps down
+        assert not first.valid()
+        assert await first.current_holder() == "second"
+        await second.release()
+
     async def test_a_second_connection_sees_the_same_log(self, log: Any, nats_url: str) -> None:
         seq = log.sequencer("a")
         await seq.append_decisions(samples.DECISIONS[:3], at_ms=AT)
