@@ -195,7 +195,10 @@ def _deny(uid: str, err: _Denied) -> Outcome:
 def _target(request: AdmissionRequest) -> tuple[KindInfo, dict[str, Any]] | None:
     info = kinds.lookup(group=request.kind.group, version=request.kind.version, kind=request.kind.kind)
     obj = request.old_object if request.operation == "DELETE" else request.object
-    if info is None or not isinstance(obj, dict) or not opted_in(obj):
+    if info is None or not isinstance(obj, dict):
+        return None
+    # A submitted job stays kdispatch's even if an update drops every opt-in mark.
+    if not opted_in(obj) and not (request.operation == "UPDATE" and _recorded(request.old_object)):
         return None
     if _part_of_another(info, obj):
         return None

@@ -298,6 +298,20 @@ def test_update_that_keeps_the_placement_is_allowed_without_patch() -> None:
     assert not admit.validate(_request(new, operation="UPDATE", old=old), SETTINGS).records
 
 
+def test_an_update_cannot_strip_the_placement() -> None:
+    old = _admitted(_job(**{"kdispatch.io/cluster-selector": "region=eu"}))
+    stripped = json.loads(json.dumps(old))
+    stripped["metadata"]["annotations"] = {}
+    del stripped["metadata"]["labels"][kinds.QUEUE_LABEL]
+    outcome = admit.mutate(_request(stripped, operation="UPDATE", old=old), SETTINGS)
+    assert not outcome.allowed and outcome.reason == "placement-changed"
+    plain_old = _admitted(_job())
+    plain = json.loads(json.dumps(plain_old))
+    plain["metadata"]["annotations"] = {}
+    outcome = admit.mutate(_request(plain, operation="UPDATE", old=plain_old), SETTINGS)
+    assert outcome.allowed and [op["path"] for op in _ops(outcome)] == ["/metadata/annotations/kdispatch.io~1placement"]
+
+
 def test_update_that_changes_pod_sets_is_recorded() -> None:
     old = _admitted(_job())
     new = json.loads(json.dumps(old))
