@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+import weakref
 from pathlib import Path
 from types import TracebackType
 
@@ -67,13 +68,13 @@ class JetStreamLog:
         self.inbox = JetStreamInbox(js, names)
         self.reader = JetStreamReader(self)
         self.snapshots = JetStreamSnapshots(self)
-        self._sequencers: list[JetStreamSequencer] = []
+        self._sequencers: weakref.WeakSet[JetStreamSequencer] = weakref.WeakSet()  # closed with the log
 
     def sequencer(self, leader_id: str, *, lease: Lease | None = None) -> JetStreamSequencer:
         """The writer side for ``leader_id``. With ``lease``, every append first checks the lease
         is still valid (``NotLeader`` if not); fencing on the last sequence backs that up."""
         seq = JetStreamSequencer(self, leader_id, lease=lease)
-        self._sequencers.append(seq)
+        self._sequencers.add(seq)
         return seq
 
     def lease(self, name: str, ttl_s: float, *, holder: str | None = None) -> Lease:
@@ -116,7 +117,7 @@ class JetStreamLog:
         )
 
     async def close(self) -> None:
-        for seq in self._sequencers:
+        for seq in list(self._sequencers):
             await seq.close()
         try:
             if not self.nc.is_closed:

@@ -188,6 +188,7 @@ class JetStreamSequencer:
         try:
             await self._publish_fenced(entries, marks)
         except Fenced:
+            await self.close()  # done for good: stop reading the inbox
             raise
         except BaseException as err:
             # Some entries of the batch may be stored and some not: only the log knows now.
