@@ -127,7 +127,10 @@ async def run_async(args: argparse.Namespace) -> int:
         )
         if clusters is not None:
             tasks.append(
-                asyncio.create_task(clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop), name="clusters")
+                asyncio.create_task(
+                    clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop, registry=metrics.registry),
+                    name="clusters",
+                )
             )
         if args.webhook:
             argv = _webhook_argv(args, nats_url=jlog.url, data_dir=data_dir)

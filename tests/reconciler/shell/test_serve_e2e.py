@@ -130,17 +130,26 @@ async def _until(check: object, *, timeout_s: float, what: str) -> object:
         await asyncio.sleep(0.1)
 
 
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
 async def test_serve_with_webhook_and_simulated_clusters(
     jslog: JetStreamLog, nats_url: str, log_root: str, tmp_path: Path
 ) -> None:
     config = tmp_path / "kdispatch.yaml"
     config.write_text(CONFIG)
     data_dir = tmp_path / "data"
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     log_file = (tmp_path / "serve.log").open("wb")
     argv = [sys.executable, "-m", "reconciler", "serve", "--nats", nats_url, "--root", log_root]
     proc = subprocess.Popen(
-        [*argv, "--config", str(config), "--data-dir", str(data_dir), "--webhook", "--webhook-port", str(port)],
+        [
+            *argv,
+            *("--config", str(config), "--data-dir", str(data_dir), "--metrics-port", str(metrics_port)),
+            *("--webhook", "--webhook-port", str(port)),
+        ],
         stdout=log_file,
         stderr=subprocess.STDOUT,
     )
@@ -165,6 +174,10 @@ async def test_serve_with_webhook_and_simulated_clusters(
         assert {"job-2", "job-3", "job-4", "job-5"} <= set(placed)
         assert any(isinstance(e.event, ev.ClusterRegistered) and e.event.cluster == "east" for e in entries)
         assert any(isinstance(e.event, ev.RemoteAdmitted) for e in entries)
+        # The actuator's work shows on the same /metrics as the leader's.
+        text = await run(None, _scrape, metrics_port)
+        created = [r for r in text.splitlines() if r.startswith("kdispatch_actuator_applied_total{") and 'intent="run"' in r]
+        assert sum(float(r.rsplit(" ", 1)[1]) for r in created) >= 5, text
 
         # The webhook child dies: the supervisor starts another.
         (child,) = _children(proc.pid)
