@@ -32,7 +32,7 @@ from reconciler.demo import setup
 from reconciler.demo.apiserver import AdmissionFailed, ApiServer
 from reconciler.demo.follower import LogFollower
 from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_line
-from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, main_jobs
+from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, long_cpu_jobs, main_jobs
 from reconciler.shell import logging as klog
 from reconciler.shell.child import Supervised
 from reconciler.shell.clusters.setup import ClusterSet
@@ -88,7 +88,8 @@ class Plan:
 def make_plan(opts: Options) -> Plan:
     rng = random.Random(opts.seed)
     pace = Pace.fast() if opts.fast else Pace()
-    fillers = filler_jobs(8, rng, pace)  # 8 x 4 GPUs = every GPU of the three GPU clusters
+    # 8 x 4 GPUs = every GPU of the three GPU clusters, plus long CPU jobs that prefer east.
+    fillers = filler_jobs(8, rng, pace) + long_cpu_jobs(4, rng, pace)
     burst = burst_jobs(max(4, opts.jobs // 20), rng, pace)
     main = main_jobs(max(opts.jobs - len(fillers) - len(burst), 4), rng, pace)
     return Plan(fillers=fillers, main=main, burst=burst)
@@ -292,7 +293,10 @@ class Demo:
     async def _script(self, api: ApiServer) -> None:
         self.screen.say(f"webhook ready; submitting {len(self.plan.all)} jobs as AdmissionReviews over HTTPS")
         await self._submit_all(api, self.plan.fillers)
-        self.screen.say(f"{len(self.plan.fillers)} long low-priority GPU jobs fill the GPU clusters")
+        self.screen.say(
+            f"{len(self.plan.fillers)} long jobs first: low-priority GPU training filling the GPU clusters, "
+            "and CPU jobs that prefer east"
+        )
         await asyncio.sleep(1.5)
         midway = asyncio.Event()
         await asyncio.gather(self._stream(api, midway), self._fault_and_burst(api, midway))

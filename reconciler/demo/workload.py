@@ -198,6 +198,25 @@ def filler_jobs(count: int, rng: random.Random, pace: Pace) -> list[DemoJob]:
     return out
 
 
+EAST_PREFERRED = {
+    "preferred": [
+        {"weight": 100, "preference": {"matchExpressions": [{"key": "region", "operator": "In", "values": ["east"]}]}}
+    ]
+}
+
+
+def long_cpu_jobs(count: int, rng: random.Random, pace: Pace) -> list[DemoJob]:
+    """Long CPU jobs that prefer (not require) east: running there when it goes silent, they are
+    what the loss visibly re-places elsewhere."""
+    out = []
+    for i in range(count):
+        name = f"long-{i:03d}"
+        doc = batch_job(name, pods=2, cpu="2", runtime_s=rng.uniform(*pace.filler_s), priority_class="normal")
+        annotate(doc, cluster_affinity=EAST_PREFERRED)
+        out.append(DemoJob(name, "Job", "cpu-long", "normal", doc, 0, "filler"))
+    return out
+
+
 def burst_jobs(count: int, rng: random.Random, pace: Pace) -> list[DemoJob]:
     """Urgent high-priority GPU jobs: they only fit by preempting the fillers."""
     out = []
