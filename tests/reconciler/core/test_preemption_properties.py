@@ -44,7 +44,7 @@ def test_preemption_worlds(data: st.DataObject) -> None:
     h.inputs(*(cluster(f"c{i}", cpu=8_000) for i in range(3)))
     h.step()
     n = 0
-    for _ in range(35):
+    for _ in range(int(os.environ.get("KD_STEPS", "35"))):
         op = data.draw(st.sampled_from(["submit", "submit", "admit", "evicted", "time", "silence", "finish"]))
         if op == "submit":
             h.inputs(

@@ -177,7 +177,7 @@ def run_world(data: st.DataObject, *, steps: int) -> Harness:
 @settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_worlds_replay_exactly_and_keep_the_invariants(data: st.DataObject) -> None:
-    h = run_world(data, steps=40)
+    h = run_world(data, steps=int(os.environ.get("KD_STEPS", "40")))
     check_log_invariants(h.log)
     check_state_invariants(h.state)
     replayed = replay_verify(h.log)
