@@ -221,3 +221,21 @@ def test_spec_drift_while_nominated_withdraws_copies_that_no_longer_fit() -> Non
     assert [type(d).__name__ for d in decisions] == ["Withdrawn", "Requeued", "Nominated"]
     assert decisions[0].reason == "spec changed: ClusterFeasibility: insufficient nvidia.com/gpu"
     assert decisions[2].clusters == ["gpu"]
+
+
+def test_on_return_stale_copies_are_withdrawn_before_anything_new_lands_there() -> None:
+    h = Harness()
+    h.inputs(cluster("a", cpu=4_000), cluster("b", cpu=4_000))
+    assert place(h, "old", cpu=4_000) == "a"
+    h.silent.add("a")
+    decisions = h.advance(LOST_AFTER)
+    [moved] = of_type(decisions, ev.Nominated)
+    assert moved.clusters == ["b"]
+    h.feed(ev.RemoteAdmitted(job=ref("old"), cluster="b", attempt=2))
+    [waiting] = h.feed(job("new", cpu=4_000))
+    assert isinstance(waiting, ev.Unschedulable)  # a is lost, b is full
+    h.silent.discard("a")
+    back = h.advance(1_000)
+    kinds = [(type(d).__name__, getattr(d, "cluster", None) or getattr(d, "clusters", None)) for d in back]
+    assert kinds == [("ClusterRecovered", "a"), ("Withdrawn", "a"), ("Nominated", ["a"])]
+    assert back[1].job == ref("old") and back[2].job == ref("new")
