@@ -94,6 +94,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.limit is not None:
         trace = msgspec.structs.replace(trace, jobs=trace.jobs[: max(args.limit, 0)])
+    for resource, count in trace.undeclared_resources().items():
+        print(
+            f"kdispatch simulate: warning: {count} jobs request {resource}, which no cluster declares; "
+            "they can never be placed (add it to the clusters' capacity)",
+            file=sys.stderr,
+        )
     core = CoreApi.real()
     runs: list[ProfileRun] = []
     for profile, settings in profiles:

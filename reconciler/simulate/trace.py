@@ -65,6 +65,17 @@ class Trace(Struct, frozen=True, kw_only=True):
     def total_capacity(self, resource: str) -> int:
         return sum(c.capacity.get(resource, 0) for c in self.clusters)
 
+    def undeclared_resources(self) -> dict[str, int]:
+        """Resources jobs request that no cluster declares -> how many jobs ask for each. The core
+        counts an undeclared resource as zero capacity, so those jobs can never be placed."""
+        declared = {name for c in self.clusters for name in c.capacity}
+        out: dict[str, int] = {}
+        for job in self.jobs:
+            wanted = {name for ps in job.pod_sets for name, amount in ps.requests.items() if amount > 0}
+            for name in sorted(wanted - declared):
+                out[name] = out.get(name, 0) + 1
+        return out
+
 
 class TraceError(ValueError):
     """A trace or cluster file that cannot be read; the message names the file and line."""

@@ -125,3 +125,18 @@ def test_saved_logs_replay_and_verify_like_a_real_log(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
         assert "all identical" in proc.stdout
+
+
+def test_a_resource_no_cluster_declares_is_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clusters = tmp_path / "gpu-only.yaml"
+    clusters.write_text("- {name: g, simulated: {capacity: {nvidia.com/gpu: 8}}}\n")
+    assert main(["simulate", "--trace", str(TIRESIAS), "--clusters", str(clusters), "--limit", "3", "--quiet",
+                 "--profile", str(_write(tmp_path / "p.yaml", TOPK1))]) == 0
+    captured = capsys.readouterr()
+    assert "warning: 3 jobs request cpu, which no cluster declares" in captured.err
+    assert "unfinished" in captured.out
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
