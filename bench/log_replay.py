@@ -106,13 +106,22 @@ async def bare_drain(jlog: JetStreamLog, n: int) -> float:
     return n / elapsed
 
 
-async def replay(reader: object, n: int, *, batch: int) -> tuple[float, list[ev.LogEntry]]:
-    t0 = time.perf_counter()
+BATCH_GAPS: list[float] = []  # seconds between consecutive batches from NATS (all rounds)
+
+
+async def replay(
+    reader: object, n: int, *, batch: int, gaps: list[float] | None = None
+) -> tuple[float, list[ev.LogEntry]]:
+    t0 = prev = time.perf_counter()
     count = 0
     last: list[ev.LogEntry] = []
     async for entries in reader.read(batch=batch):  # type: ignore[attr-defined]
         count += len(entries)
         last = entries
+        if gaps is not None:
+            now = time.perf_counter()
+            gaps.append(now - prev)
+            prev = now
     elapsed = time.perf_counter() - t0
     assert count == n, f"replayed {count} of {n}"
     return n / elapsed, last
@@ -143,7 +152,7 @@ async def main() -> None:
                 print(f"wrote {n:,} log entries in {time.perf_counter() - t0:.1f}s (set-up, not measured)")
                 for _ in range(args.rounds):  # alternate, so machine load hits both alike
                     drains.append(await bare_drain(jlog, n))
-                    rate, last = await replay(jlog.reader, n, batch=args.batch)
+                    rate, last = await replay(jlog.reader, n, batch=args.batch, gaps=BATCH_GAPS)
                     replays.append(rate)
                     assert last[-1] == entries[-1]
                 path = Path(tmp) / "log.jsonl"
@@ -166,6 +175,11 @@ async def main() -> None:
     )
     print(
         f"kdispatch reader, decoded LogEntry      {ours:>10,.0f} events/s   (rounds: {', '.join(f'{r:,.0f}' for r in replays)})"
+    )
+    q = statistics.quantiles(BATCH_GAPS, n=100)
+    print(
+        f"time per batch of {args.batch} from NATS (ms)  p50 {q[49] * 1000:.1f}  p90 {q[89] * 1000:.1f}"
+        f"  p99 {q[98] * 1000:.1f}"
     )
     print(f"JSONL export                            {n / export_s:>10,.0f} events/s")
     print(f"kdispatch JsonlLog, decoded LogEntry    {from_file:>10,.0f} events/s")
