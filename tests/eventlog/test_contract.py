@@ -49,6 +49,14 @@ async def copy_all(seq: Any, *, at_ms: int = AT) -> list[ev.LogEntry]:
     return out
 
 
+def test_the_samples_cover_every_event_type() -> None:
+    """A new event type needs a sample here, or the round trips below would not cover it."""
+    assert sorted(type(e).__name__ for e in samples.INPUTS) == sorted(t.__name__ for t in ev.INPUT_TYPES)
+    assert sorted(type(e).__name__ for e in samples.DECISIONS) == sorted(
+        t.__name__ for t in ev.DECISION_TYPES
+    )
+
+
 class LogContract:
     """Subclasses provide the ``log`` fixture."""
 
