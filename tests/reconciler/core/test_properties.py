@@ -119,7 +119,8 @@ def run_world(data: st.DataObject, *, steps: int) -> Harness:
     for _ in range(steps):
         op = data.draw(
             st.sampled_from(
-                ["submit", "submit", "fact", "fact", "fact", "time", "time", "silence", "update", "taint", "policy"]
+                ["submit", "submit", "fact", "fact", "fact", "time", "time", "silence", "update", "taint", "policy",
+                 "remove"]
             ),
             label="op",
         )
@@ -163,6 +164,13 @@ def run_world(data: st.DataObject, *, steps: int) -> Harness:
             taints[name] = [*taints[name], MAINT] if MAINT not in taints[name] else [t for t in taints[name] if t != MAINT]
             base = _cluster(i, taints=taints[name])
             h.inputs(ev.ClusterUpdated(cluster=name, labels=base.labels, taints=base.taints, capacity=base.capacity))
+        elif op == "remove":
+            i = data.draw(st.integers(0, len(CLUSTERS) - 1), label="cluster")
+            record = h.state.clusters.records[h.state.clusters.index[CLUSTERS[i]]]
+            if record.health == "Removed":  # it comes back, registered again
+                h.inputs(_cluster(i, taints=taints[CLUSTERS[i]]))
+            else:
+                h.inputs(ev.ClusterRemoved(cluster=CLUSTERS[i]))
         elif op == "policy":
             h.inputs(_policy(data.draw(st.sampled_from(["topk", "top2", "all", "inc"]), label="policy")))
         if op == "fact" and not jobs:
