@@ -324,9 +324,16 @@ def job_ref(info: KindInfo, obj: Mapping[str, Any], *, request: AdmissionRequest
     return ev.JobRef(namespace=str(namespace), name=str(name), uid=str(uid), api_version=info.api_version, kind=info.kind)
 
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
 def _manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The object for the remote copy, without the fields that belong to the manager cluster."""
+    """The object for the remote copy, without what belongs to the manager cluster: status,
+    managedFields, and kubectl's copy of the object as last applied there (often half the size)."""
     meta = {k: v for k, v in _meta(obj).items() if k != "managedFields"}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
     return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 
 

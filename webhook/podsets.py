@@ -9,19 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from eventlog import events as ev
 from webhook.kinds import KindInfo
-from webhook.quantity import QuantityError, parse_quantity, to_integer
+from webhook.quantity import QuantityError, parse_nanos, to_integer
 from webhook.quote import short
 
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 
-Amounts = dict[str, Fraction]
+Amounts = dict[str, int]  # nano-units
 
 
 class PodSetError(ValueError):
@@ -102,7 +101,7 @@ def _pod_spec(template: dict[str, Any], path: str) -> tuple[dict[str, Any], str]
 def _add(a: Amounts, b: Amounts) -> Amounts:
     out = dict(a)
     for k, v in b.items():
-        out[k] = out.get(k, Fraction(0)) + v
+        out[k] = out.get(k, 0) + v
     return out
 
 
@@ -117,7 +116,7 @@ def _amounts(raw: dict[str, Any], path: str) -> Amounts:
     out: Amounts = {}
     for name, value in raw.items():
         try:
-            out[name] = parse_quantity(value)
+            out[name] = parse_nanos(value)
         except QuantityError as err:
             raise PodSetError(str(err), path=f"{path}.{name}") from None
     return out
@@ -293,17 +292,13 @@ def _with_gcs_minimum(hspec: dict[str, Any], path: str) -> dict[str, Any]:
     first = containers[0]
     requests = _requests(first, f"{path}.containers[0]")
     raised = _max(requests, _amounts(_GCS_FT_MIN, "$"))
-    requests_out = {k: _fraction_quantity(v) for k, v in raised.items()}
+    requests_out = {k: _nano_quantity(v) for k, v in raised.items()}
     resources = {**_obj(first, "resources", path=f"{path}.containers[0]"), "requests": requests_out}
     return {**hspec, "containers": [{**first, "resources": resources}, *containers[1:]]}
 
 
-def _fraction_quantity(value: Fraction) -> str:
-    """A quantity string ``parse_quantity`` reads back (nano units when not whole)."""
-    if value.denominator == 1:
-        return str(value.numerator)
-    nano = value * 10**9
-    return f"{-(-nano.numerator // nano.denominator)}n"
+def _nano_quantity(nanos: int) -> str:
+    return f"{nanos}n"
 
 
 def _raycluster(obj: dict[str, Any]) -> list[PodSetSpec]:

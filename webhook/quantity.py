@@ -3,7 +3,8 @@
 Grammar: ``<sign>?<digits>(.<digits>)?<suffix>`` where the suffix is a binary SI one (Ki … Ei),
 a decimal SI one (n u m "" k M G T P E) or a decimal exponent (``e3``, ``E-2``). Values are kept
 as ``Fraction`` while they are summed and maxed, and turned into integers only at the end, the
-way Kueue does: CPU in millicores, everything else ``Value()``; both round up.
+way Kueue does: CPU in millicores, everything else ``Value()``; both round up. Pod-set arithmetic
+uses ``parse_nanos`` (integers in nano-units, Kubernetes' finest precision).
 """
 
 from __future__ import annotations
@@ -81,10 +82,28 @@ def _parse_text(raw: str) -> Fraction:
     return -amount if sign == "-" else amount
 
 
-def to_integer(resource: str, amount: Fraction) -> int:
+NANO = 10**9
+
+
+def parse_nanos(value: object) -> int:
+    """The quantity in nano-units, an integer: Kubernetes keeps no precision below nano and rounds
+    finer values up, and integers make sums and maxima cheap."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * NANO
+    if isinstance(value, str) and len(value) <= _MAX_LENGTH:
+        return _nanos_of_text(value)
+    return math.ceil(parse_quantity(value) * NANO)
+
+
+@functools.lru_cache(maxsize=4096)
+def _nanos_of_text(text: str) -> int:
+    return math.ceil(_parse_text(text) * NANO)
+
+
+def to_integer(resource: str, nanos: int) -> int:
     """CPU → millicores, anything else → units; both rounded up; negatives floored to 0."""
-    if amount <= 0:
+    if nanos <= 0:
         return 0
     if resource == "cpu":
-        return math.ceil(amount * 1000)
-    return math.ceil(amount)
+        return -(-nanos // 10**6)
+    return -(-nanos // NANO)

@@ -207,7 +207,9 @@ def test_generate_name_objects_are_patched_at_mutate() -> None:
 
 
 def test_validate_records_one_submission_with_everything_the_dispatcher_needs() -> None:
-    stored = _admitted(_job(**{"kdispatch.io/cluster-names": "east,west", "kdispatch.io/simulated-runtime": "90s"}))
+    stored = _admitted(
+        _job(**{"kdispatch.io/cluster-names": "east,west", "kdispatch.io/simulated-runtime": "90s", admit.LAST_APPLIED: "{}"})
+    )
     outcome = admit.validate(_request(stored, uid="rev-7"), SETTINGS)
     assert outcome.allowed
     [record] = outcome.records
@@ -220,6 +222,8 @@ def test_validate_records_one_submission_with_everything_the_dispatcher_needs() 
     assert event.placement == ev.Placement(cluster_names=["east", "west"])
     assert (event.queue, event.runtime_ms, event.source) == ("user-queue", 90_000, "webhook")
     assert event.manifest is not None and "managedFields" not in event.manifest["metadata"]
+    assert admit.LAST_APPLIED not in event.manifest["metadata"]["annotations"]
+    assert placement.PLACEMENT_ANNOTATION in event.manifest["metadata"]["annotations"]
     assert event.manifest["spec"]["suspend"] is True
 
 

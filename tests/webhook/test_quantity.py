@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.quantity import QuantityError, parse_quantity, to_integer
+from webhook.quantity import NANO, QuantityError, parse_nanos, parse_quantity, to_integer
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,15 @@ def test_rejects(text: object) -> None:
     ],
 )
 def test_integer_conversion(resource: str, text: str, expected: int) -> None:
-    assert to_integer(resource, parse_quantity(text)) == expected
+    assert to_integer(resource, parse_nanos(text)) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "nanos"),
+    [("1", NANO), ("1n", 1), ("1e-12", 1), ("-1e-12", 0), (2, 2 * NANO), (0.5, NANO // 2), ("1Ki", 1024 * NANO)],
+)
+def test_nano_units_round_finer_values_up_as_kubernetes_does(value: object, nanos: int) -> None:
+    assert parse_nanos(value) == nanos
 
 
 @given(st.integers(min_value=0, max_value=10**12), st.sampled_from(["", "m", "k", "Ki", "Mi", "Gi", "M", "G"]))
