@@ -14,6 +14,7 @@ from eventlog import events as ev
 from reconciler.core import phases
 from reconciler.core.clusters import REMOVED, taint_id
 from reconciler.core.draft import Draft
+from reconciler.core.framework.cycle import run_filter
 from reconciler.core.framework.interface import CycleInput
 from reconciler.core.framework.tolerations import eviction_delay_ms
 from reconciler.core.jobs import JobRecord
@@ -250,7 +251,7 @@ def _no_longer_fits(state: State, job: JobRecord, *, slot: int) -> str:
     here = np.array([slot], dtype=np.intp)
     for name, plugin in profile.filters:
         if plugin.static:
-            result = plugin.filter(inp, here)
+            result = run_filter(name, plugin, inp, here)
             if result.verdict[0]:
                 return f"{name}: {result.reasons[int(result.verdict[0]) - 1].message}"
     return ""

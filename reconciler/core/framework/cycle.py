@@ -20,9 +20,17 @@ import numpy as np
 import numpy.typing as npt
 
 from reconciler.core.clusters import Mask
-from reconciler.core.framework.interface import MAX_SCORE, CycleInput, FilterResult, Scores, Slots
+from reconciler.core.framework.interface import (
+    MAX_SCORE,
+    CycleInput,
+    FilterPlugin,
+    FilterResult,
+    ScorePlugin,
+    Scores,
+    Slots,
+)
 from reconciler.core.framework.profile import CompiledProfile
-from reconciler.core.framework.status import Code
+from reconciler.core.framework.status import Code, Reason
 
 _CACHE_LIMIT = 4_096
 
@@ -36,6 +44,32 @@ class Evaluation:
     filters: list[tuple[str, FilterResult]] = field(default_factory=list)
     passed: Mask | None = None
     resolvable: Mask | None = None  # rejected only by UNSCHEDULABLE codes (preemption helps)
+
+
+def run_filter(name: str, plugin: FilterPlugin, inp: CycleInput, slots: Slots) -> FilterResult:
+    """A plugin that raises rejects every cluster with code ERROR and the exception as the
+    reason: the job shows up as unschedulable with the cause, and the leader keeps running."""
+    try:
+        result = plugin.filter(inp, slots)
+        if len(result.verdict) != len(slots):
+            raise ValueError(f"returned {len(result.verdict)} verdicts for {len(slots)} clusters")
+        return result
+    except Exception as err:  # a third-party bug must not stop dispatching for everyone
+        reason = Reason(Code.ERROR, f"{name} failed: {type(err).__name__}: {err}")
+        return FilterResult(verdict=np.ones(len(slots), dtype=np.int32), reasons=[reason])
+
+
+def run_score(plugin: ScorePlugin, inp: CycleInput, candidates: Slots) -> Scores:
+    """Normalized, range-checked scores; a plugin that raises scores 0 everywhere."""
+    try:
+        raw = plugin.score(inp, candidates)
+        norm = plugin.normalize(raw)
+        if len(norm) != len(candidates):
+            raise ValueError("wrong number of scores")
+    except Exception:  # a third-party bug must not stop dispatching for everyone
+        return np.zeros(len(candidates), dtype=np.int64)
+    out: Scores = np.minimum(np.maximum(norm, 0), MAX_SCORE).astype(np.int64, copy=False)
+    return out
 
 
 def _fresh(profile: CompiledProfile, version: int) -> None:
@@ -52,16 +86,16 @@ def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> S
     static_ok = profile.static_ok.get(inp.job.static_key)
     if static_ok is None:
         slots = np.flatnonzero(table.present)
-        for _, plugin in profile.filters:
+        for name, plugin in profile.filters:
             if plugin.static and len(slots):
-                slots = slots[plugin.filter(inp, slots).passed()]
+                slots = slots[run_filter(name, plugin, inp, slots).passed()]
         static_ok = np.zeros(len(table), dtype=np.bool_)
         static_ok[slots] = True
         profile.static_ok[inp.job.static_key] = static_ok
     slots = np.flatnonzero(static_ok)
-    for _, plugin in profile.filters:
+    for name, plugin in profile.filters:
         if not plugin.static and len(slots):
-            slots = slots[plugin.filter(inp, slots).passed()]
+            slots = slots[run_filter(name, plugin, inp, slots).passed()]
     return slots
 
 
@@ -72,8 +106,7 @@ def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Eva
     totals = np.zeros(len(candidates), dtype=np.int64)
     per_plugin = []
     for name, weight, plugin in profile.scores:
-        raw = plugin.score(inp, candidates)
-        norm = np.minimum(np.maximum(plugin.normalize(raw), 0), MAX_SCORE).astype(np.int64, copy=False)
+        norm = run_score(plugin, inp, candidates)
         totals += norm * weight
         per_plugin.append((name, weight, norm))
     if len(candidates) == 1:
@@ -105,10 +138,10 @@ def evaluate(
             key = (inp.job.static_key, i)
             result = profile.cache.get(key)
             if result is None:
-                result = plugin.filter(inp, every)
+                result = run_filter(name, plugin, inp, every)
                 profile.cache[key] = result
         else:
-            result = plugin.filter(inp, every)
+            result = run_filter(name, plugin, inp, every)
         results.append((name, result))
     passed = table.present.copy()
     hard = np.zeros(n, dtype=np.bool_)

@@ -211,3 +211,21 @@ def test_duplicate_plugin_names_are_an_error() -> None:
     registry.register(A)
     with pytest.raises(PluginError, match="duplicate plugin name 'Same'"):
         registry.register(B)
+
+
+def test_a_plugin_that_raises_makes_the_job_unschedulable_with_the_cause_not_the_leader_crash() -> None:
+    from reconciler.core.framework.registry import REGISTRY as registry
+
+    class Broken(FilterPlugin):
+        name = "BrokenForTest"
+
+        def filter(self, inp: object, slots: object) -> object:  # type: ignore[override]
+            raise RuntimeError("boom")
+
+    registry.register(Broken)
+    profile = ev.Profile(name="default", filters=[ev.FilterSpec(name="BrokenForTest")])
+    h = Harness(policy=ev.PolicyLoaded(profiles=[profile]))
+    h.inputs(cluster("a"), cluster("b"))
+    [u] = h.feed(job("j"))
+    assert isinstance(u, ev.Unschedulable)
+    assert u.message == "2 clusters: BrokenForTest failed: RuntimeError: boom"
