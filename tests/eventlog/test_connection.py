@@ -15,6 +15,7 @@ from cryptography.x509.oid import NameOID
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import TlsFiles, connect
+from tests.eventlog.nats_jwt import operator_setup
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
@@ -117,3 +118,21 @@ async def test_reconnecting_keeps_what_an_operator_tuned(nats_url: str, log_root
         for stream in (jlog.names.inbox_stream, jlog.names.log_stream):
             await jlog.js.delete_stream(stream)
         await jlog.close()
+
+
+async def test_credentials_file_login_on_an_operator_mode_server(tmp_path: Path) -> None:
+    conf, creds = operator_setup(tmp_path)
+    async with EmbeddedNats(data_dir=tmp_path / "store", extra_args=["--config", str(conf)]) as server:
+        jlog = await connect(server.url, creds=creds, root="creds")
+        try:
+            assert await jlog.inbox.publish(ev.ClusterRemoved(cluster="east")) == 1
+            seq = jlog.sequencer("a")
+            await seq.append_inputs(await seq.pull(max_items=10, timeout_s=1.0), at_ms=1)
+            assert [e.event async for batch in jlog.reader.read() for e in batch] == [
+                ev.ClusterRemoved(cluster="east")
+            ]
+        finally:
+            await jlog.close()
+        # Without credentials the server refuses, and connect says where and why.
+        with pytest.raises(ConnectionError, match="cannot reach NATS .*Authorization Violation"):
+            await connect(server.url, root="creds", connect_timeout_s=1.0)
