@@ -134,5 +134,5 @@ async def test_credentials_file_login_on_an_operator_mode_server(tmp_path: Path)
         finally:
             await jlog.close()
         # Without credentials the server refuses, and connect says where and why.
-        with pytest.raises(ConnectionError, match="cannot reach NATS .*Authorization Violation"):
+        with pytest.raises(ConnectionError, match=r"cannot reach NATS .*Authorization Violation"):
             await connect(server.url, root="creds", connect_timeout_s=1.0)
