@@ -309,6 +309,8 @@ def _nominated(state: State, e: ev.Nominated) -> None:
     job.nominated = list(e.clusters)
     job.deadline_ms = e.deadline_ms
     job.winner = None
+    if job.unschedulable is not None:  # the summary no longer applies
+        job.last_reason = ""
     job.unschedulable = None
     job.not_before_ms = None
     for cluster in e.clusters:
