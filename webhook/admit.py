@@ -68,13 +68,15 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _strings(meta: Mapping[str, Any], key: str) -> Mapping[str, str]:
+def _strings(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """Labels or annotations. Their values are strings when the API server sends them; readers
+    check the type of any value they use, so a hand-made review cannot slip anything else in."""
     values = meta.get(key)
-    if not isinstance(values, dict):
-        return {}
-    if all(isinstance(v, str) for v in values.values()):  # always, from the API server: no copy
-        return values
-    return {k: v for k, v in values.items() if isinstance(v, str)}
+    return values if isinstance(values, dict) else {}
+
+
+def _string_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def opted_in(obj: Mapping[str, Any]) -> bool:
@@ -377,7 +379,7 @@ def _validate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str
         priority=priority.priority_value(name, settings.priority_classes),
         priority_class=name,
         placement=spec,
-        queue=_strings(_meta(obj), "labels").get(kinds.QUEUE_LABEL),
+        queue=_string_or_none(_strings(_meta(obj), "labels").get(kinds.QUEUE_LABEL)),
         runtime_ms=runtime_ms,
         manifest=_manifest(obj),
     )
