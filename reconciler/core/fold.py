@@ -97,6 +97,7 @@ def _submitted(state: State, e: ev.JobSubmitted) -> None:
     old = state.jobs.get(e.job.key)
     if old is not None and old.ref.uid == e.job.uid:
         return  # the same job seen again (webhook and watch both report it)
+    state.unsubmitted.pop(e.job.key, None)
     demand = gang_demand(e.pod_sets)
     job = JobRecord(
         ref=e.job,
@@ -117,6 +118,14 @@ def _submitted(state: State, e: ev.JobSubmitted) -> None:
     state.jobs[job.key] = job
     state.set_phase(job, phases.SUSPENDED if e.suspended else phases.QUEUED)
     state.mark(job.key)
+
+
+def _observed(state: State, e: ev.JobObserved) -> None:
+    """The manager watcher saw a job. One the log never had a submission for is listed in the
+    summary (``unsubmitted``) so the shell can submit it from the manager object."""
+    job = state.jobs.get(e.job.key)
+    if job is None or job.ref.uid != e.job.uid:
+        state.unsubmitted[e.job.key] = e.job.uid
 
 
 def _updated(state: State, e: ev.JobUpdated) -> None:
@@ -151,6 +160,7 @@ def _updated(state: State, e: ev.JobUpdated) -> None:
 
 
 def _deleted(state: State, e: ev.JobDeleted) -> None:
+    state.unsubmitted.pop(e.job.key, None)
     job = _job(state, e.job)
     if job is None or job.phase == phases.DELETED:
         return
@@ -476,6 +486,7 @@ def _finished(state: State, e: ev.Finished) -> None:
 
 _HANDLERS: dict[type, Callable[[State, Any], None]] = {
     ev.JobSubmitted: _submitted,
+    ev.JobObserved: _observed,
     ev.JobUpdated: _updated,
     ev.JobDeleted: _deleted,
     ev.ClusterRegistered: _registered,

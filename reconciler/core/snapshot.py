@@ -33,6 +33,7 @@ class Snapshot(Struct, kw_only=True):
     timers: list[tuple[int, str]]
     last_was_decision: bool
     open_batch: tuple[list[str], bool] | None = None
+    unsubmitted: dict[str, str] = {}
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -60,6 +61,7 @@ def dump_state(state: State) -> bytes:
             timers=list(state.timers),
             last_was_decision=state.last_was_decision,
             open_batch=state.open_batch,
+            unsubmitted=dict(state.unsubmitted),
         )
     )
 
@@ -101,4 +103,5 @@ def load_state(raw: bytes) -> State:
     state.timers = [tuple(t) for t in snap.timers]  # type: ignore[misc]
     state.last_was_decision = snap.last_was_decision
     state.open_batch = (list(snap.open_batch[0]), snap.open_batch[1]) if snap.open_batch else None
+    state.unsubmitted = dict(snap.unsubmitted)
     return state

@@ -42,6 +42,7 @@ class State:
     timers: list[tuple[int, str]] = field(default_factory=list)  # heap of (deadline ms, job key)
     last_was_decision: bool = False
     open_batch: tuple[list[str], bool] | None = None  # (pending keys, help) while folding a batch
+    unsubmitted: dict[str, str] = field(default_factory=dict)  # seen by the watcher, never submitted
     pool: RunningPool = field(init=False)
     # Pure memo (never affects results): job key -> (table version, spec key, priority, view).
     view_memo: dict[str, tuple[int, bytes, int, Any]] = field(default_factory=dict)

@@ -53,4 +53,11 @@ def summary(state: State) -> dict[str, Any]:
         }
         for _, c in sorted(state.claims.items())
     ]
-    return {"seq": state.seq, "now_ms": state.now_ms, "jobs": jobs, "clusters": clusters, "claims": claims}
+    return {
+        "seq": state.seq,
+        "now_ms": state.now_ms,
+        "jobs": jobs,
+        "clusters": clusters,
+        "claims": claims,
+        "unsubmitted": sorted(state.unsubmitted),
+    }

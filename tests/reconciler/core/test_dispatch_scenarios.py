@@ -154,3 +154,12 @@ def test_explain_does_not_count_the_job_against_itself() -> None:
     h.feed(job("k", cpu=4_000))
     [other] = explain(h.state, "team/k").clusters
     assert not other.feasible and other.rejections[0].reason == "insufficient free cpu"
+
+
+def test_jobs_the_watcher_sees_but_the_log_never_had_are_listed_as_unsubmitted() -> None:
+    h = Harness()
+    h.inputs(cluster("a"), ev.JobObserved(job=ref("ghost")), ev.JobObserved(job=ref("known")))
+    h.feed(job("known"))
+    assert summary(h.state)["unsubmitted"] == ["team/ghost"]
+    h.feed(job("ghost"))
+    assert summary(h.state)["unsubmitted"] == []
