@@ -9,6 +9,7 @@ per-message cost of the NATS client; idle, a batch is a single event and costs o
 from __future__ import annotations
 
 import asyncio
+import collections
 
 import msgspec
 import structlog
@@ -48,6 +49,11 @@ class BatchingInbox:
         self._max_batch = max_batch
         self._queue: list[_Pending] = []
         self._task: asyncio.Task[None] | None = None
+        # Every waiter's deadline, in arrival order (one bound for all, so also in deadline order).
+        # One timer walks it, instead of a timer per publish: the bound holds even for events
+        # queued behind a batch that is still waiting for its acks.
+        self._deadlines: collections.deque[tuple[float, asyncio.Future[int], str]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
 
     async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
         loop = asyncio.get_running_loop()
@@ -56,10 +62,23 @@ class BatchingInbox:
         if msg_id:
             headers["Nats-Msg-Id"] = msg_id
         payload = _fitting(event, limit=self._nc.max_payload - 1024)  # headroom for the headers
-        self._queue.append(((self._inbox.subject(event), payload, headers), future, timeout_s))
+        subject = self._inbox.subject(event)
+        self._queue.append(((subject, payload, headers), future, timeout_s))
+        self._deadlines.append((loop.time() + timeout_s, future, subject))
+        if self._timer is None:
+            self._timer = loop.call_at(self._deadlines[0][0], self._expire)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain(), name="inbox-batches")
         return await future
+
+    def _expire(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self._deadlines and (self._deadlines[0][1].done() or self._deadlines[0][0] <= now):
+            _, future, subject = self._deadlines.popleft()
+            if not future.done():
+                future.set_exception(PublishTimeout(f"inbox {self._stream} did not acknowledge {subject} in time"))
+        self._timer = loop.call_at(self._deadlines[0][0], self._expire) if self._deadlines else None
 
     async def _drain(self) -> None:
         while self._queue:
