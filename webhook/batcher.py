@@ -9,7 +9,8 @@ per-message cost of the NATS client; idle, a batch is a single event and costs o
 from __future__ import annotations
 
 import asyncio
-import collections
+import heapq
+import itertools
 
 import msgspec
 import structlog
@@ -49,10 +50,10 @@ class BatchingInbox:
         self._max_batch = max_batch
         self._queue: list[_Pending] = []
         self._task: asyncio.Task[None] | None = None
-        # Every waiter's deadline, in arrival order (one bound for all, so also in deadline order).
-        # One timer walks it, instead of a timer per publish: the bound holds even for events
-        # queued behind a batch that is still waiting for its acks.
-        self._deadlines: collections.deque[tuple[float, asyncio.Future[int], str]] = collections.deque()
+        # Every waiter's deadline, earliest first. One timer walks them, instead of a timer per
+        # publish: the bound holds even for events queued behind a batch still waiting for acks.
+        self._deadlines: list[tuple[float, int, asyncio.Future[int], str]] = []
+        self._arrivals = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
 
     async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
@@ -64,9 +65,12 @@ class BatchingInbox:
         payload = _fitting(event, limit=self._nc.max_payload - 1024)  # headroom for the headers
         subject = self._inbox.subject(event)
         self._queue.append(((subject, payload, headers), future, timeout_s))
-        self._deadlines.append((loop.time() + timeout_s, future, subject))
-        if self._timer is None:
-            self._timer = loop.call_at(self._deadlines[0][0], self._expire)
+        deadline = loop.time() + timeout_s
+        heapq.heappush(self._deadlines, (deadline, next(self._arrivals), future, subject))
+        if self._timer is None or deadline < self._timer.when():
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain(), name="inbox-batches")
         return await future
@@ -74,8 +78,8 @@ class BatchingInbox:
     def _expire(self) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
-        while self._deadlines and (self._deadlines[0][1].done() or self._deadlines[0][0] <= now):
-            _, future, subject = self._deadlines.popleft()
+        while self._deadlines and (self._deadlines[0][2].done() or self._deadlines[0][0] <= now):
+            _, _, future, subject = heapq.heappop(self._deadlines)
             if not future.done():
                 future.set_exception(PublishTimeout(f"inbox {self._stream} did not acknowledge {subject} in time"))
         self._timer = loop.call_at(self._deadlines[0][0], self._expire) if self._deadlines else None

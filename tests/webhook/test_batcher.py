@@ -4,10 +4,17 @@ de-duplicated by message id like a plain publish."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
 
 from eventlog import codec
 from eventlog import events as ev
+from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
+from eventlog.store import PublishTimeout
 from webhook.batcher import BatchingInbox
 
 
@@ -45,3 +52,27 @@ async def test_an_event_too_large_for_nats_goes_without_its_manifest(jslog: JetS
     assert msg.data is not None
     stored = codec.decode_event(msg.data)
     assert isinstance(stored, ev.JobSubmitted) and stored.job.name == "huge" and stored.manifest is None
+
+
+async def test_each_waiter_gets_its_own_bound_when_nats_stalls(tmp_path: Path) -> None:
+    server = EmbeddedNats(data_dir=tmp_path / "nats")
+    await server.start_async()
+    jlog = await connect(server.url, root="stall")
+    try:
+        inbox = BatchingInbox(jlog)
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGSTOP)  # connected, but nothing is acknowledged
+        try:
+            slow = asyncio.ensure_future(inbox.publish(_event(1), msg_id="a", timeout_s=3))
+            fast = asyncio.ensure_future(inbox.publish(_event(2), msg_id="b", timeout_s=0.3))
+            done, _ = await asyncio.wait({slow, fast}, return_when=asyncio.FIRST_COMPLETED)
+            assert done == {fast}  # queued after the slow one, bounded by its own deadline
+            with pytest.raises(PublishTimeout):
+                await fast
+            with pytest.raises(PublishTimeout):
+                await slow
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+    finally:
+        await jlog.close()
+        await server.stop_async()
