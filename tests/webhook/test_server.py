@@ -357,3 +357,21 @@ def test_exit_with_parent_leaves_no_orphan(tmp_path: Path, nats_url: str) -> Non
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(pid)
+
+
+SAMPLES = sorted(p for p in Path("/work/shared/corpus/admissionreview").glob("*.json") if not p.name.startswith("k8sdocs-response"))
+BROKEN = {"connaisseur-21_broken_admission_request.json", "connaisseur-25_null_request.json"}
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=[p.name for p in SAMPLES])
+def test_real_review_samples_over_https(webhook: Webhook, path: Path) -> None:
+    raw = json.loads(path.read_bytes())
+    for endpoint in ("/mutate", "/validate"):
+        status, body = webhook.request("POST", endpoint, body=path.read_bytes())
+        if path.name in BROKEN:
+            assert status == 400 and json.loads(body)["error"].startswith("not an AdmissionReview")
+            continue
+        answer = json.loads(body)
+        assert status == 200 and answer["kind"] == "AdmissionReview"
+        assert answer["apiVersion"] == raw.get("apiVersion", "admission.k8s.io/v1")
+        assert answer["response"]["uid"] == raw.get("request", raw).get("uid", "")
