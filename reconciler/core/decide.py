@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from eventlog import events as ev
 from reconciler.core import phases
-from reconciler.core.dispatch import dispatch, report_unschedulable
+from reconciler.core.dispatch import dispatch, report_unschedulable, worth_a_look
 from reconciler.core.draft import Draft
 from reconciler.core.lifecycle import cluster_health, evict_claimed, expire_claims, handle_job
 from reconciler.core.scratch import Scratch
@@ -36,12 +36,21 @@ def decide(state: State) -> list[ev.DecisionEvent]:
         drafts[key] = handle_job(s, job)
     expire_claims(s, drafts)
     evict_claimed(s)
-    released = s.help
     candidates = [d for d in drafts.values() if d.phase in phases.WAITING]
-    if released:  # capacity came free: every waiting job gets another look
+    # Capacity came free (or may, when a preemptor's claim turns into its nomination), or new
+    # jobs run that could be preempted: waiting jobs get another look. Dispatch skips, cheaply,
+    # those that cannot fit where capacity came free and cannot preempt the newcomers.
+    if s.help or s.freed or s.claims or s.victims_below() is not None:
+        # With no claim that could turn into a nomination mid-pass, capacity only shrinks while
+        # dispatching, so the cheap check can run up front instead of at each job's turn.
+        early = not s.help and not s.claims
         for key in state.waiting:
-            if key not in drafts:
-                candidates.append(Draft.of(state.jobs[key]))
+            if key in drafts:
+                continue
+            job = state.jobs[key]
+            if early and not worth_a_look(s, job):
+                continue
+            candidates.append(Draft.of(job, capacity_only=True))
     left = dispatch(s, candidates)
     report_unschedulable(s, left)
     return s.out

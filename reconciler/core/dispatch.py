@@ -13,12 +13,18 @@ import numpy as np
 from eventlog import events as ev
 from reconciler.core import phases
 from reconciler.core.draft import Draft
-from reconciler.core.framework.cycle import Evaluation, evaluate, rejection_summary, summary_message
+from reconciler.core.framework.cycle import (
+    Evaluation,
+    evaluate,
+    rejection_summary,
+    static_survivors,
+    summary_message,
+)
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
 from reconciler.core.preemption import select_victims
-from reconciler.core.scratch import Scratch
+from reconciler.core.scratch import Scratch, job_view
 from reconciler.core.strategies import round_deadline, width
 
 
@@ -41,6 +47,8 @@ def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
         if d.not_before_ms is not None and s.now < d.not_before_ms:
             continue
         profile = profile_for(s, job)
+        if d.capacity_only and not worth_a_look(s, job):
+            continue  # nothing it could use came free and no new victims: its last verdict stands
         if profile is None:
             left.append(d)
             continue
@@ -71,6 +79,46 @@ def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
         failed_specs.add(memo)
         left.append(d)
     return left
+
+
+def worth_a_look(s: Scratch, job: JobRecord) -> bool:
+    """Whether a waiting job that nothing happened to could now fit or preempt."""
+    profile = profile_for(s, job)
+    if profile is None:
+        return False
+    return s.help or _may_preempt(s, job) or could_fit(s, job, profile)
+
+
+def _may_preempt(s: Scratch, job: JobRecord) -> bool:
+    low = s.victims_below()
+    return (
+        low is not None
+        and low < job.priority
+        and job.placement.preemption_policy == "PreemptLowerPriority"
+        and job.key not in s.claims
+    )
+
+
+def could_fit(s: Scratch, job: JobRecord, profile: CompiledProfile) -> bool:
+    """Whether the job fits, right now, on a cluster whose free capacity grew. A waiting job
+    could not fit anywhere when it was last looked at, and elsewhere capacity only shrank since
+    (or it would have been marked), so when this is False nothing changed for it."""
+    if not s.freed:
+        return False
+    view = job_view(s.state, job)
+    if view.missing:
+        return False
+    slots = np.fromiter(s.freed, dtype=np.intp, count=len(s.freed))
+    ok = s.ready[slots]
+    static_ok = profile.static_ok.get(view.static_key) if profile.cache_version == s.state.clusters.version else None
+    if static_ok is None:
+        static_ok = static_survivors(profile, s.cycle_input(job))
+    ok &= static_ok[slots]
+    if not ok.any():
+        return False
+    slots = slots[ok]
+    free = s.free_for(job)[slots]
+    return bool((free >= view.demand_vec).all(axis=1).any())
 
 
 def _choose(

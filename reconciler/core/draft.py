@@ -37,11 +37,14 @@ class Draft:
     copies: dict[tuple[str, int], CopyView]  # (cluster, attempt) -> what fold will hold
     requeued: bool = False
     timed_out: bool = False
+    # Only here because capacity came free somewhere: skip it unless it could fit there.
+    capacity_only: bool = False
     notes: list[str] = field(default_factory=list)
 
     @staticmethod
-    def of(job: JobRecord) -> Draft:
+    def of(job: JobRecord, *, capacity_only: bool = False) -> Draft:
         return Draft(
+            capacity_only=capacity_only,
             job=job,
             attempt=job.attempt,
             phase=job.phase,

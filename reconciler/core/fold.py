@@ -49,7 +49,11 @@ def fold(state: State, entry: ev.LogEntry) -> State:
 
 def _batch_opens(state: State) -> None:
     state.open_batch = (list(state.pending), state.help)
+    state.open_freed = list(state.freed)
+    state.open_placed_low = state.placed_low
     state.help = False  # help raised by this batch's own decisions must survive its close
+    state.freed = {}
+    state.placed_low = None
 
 
 def _batch_closes(state: State) -> None:
@@ -63,13 +67,24 @@ def _batch_closes(state: State) -> None:
             job.reports.clear()
             job.spec_changed = False
     state.open_batch = None
+    state.open_freed = []
+    state.open_placed_low = None
 
 
 def _batch_cut_short(state: State) -> None:
     if state.open_batch is None:
         return
     state.help = state.help or state.open_batch[1]
+    for cluster in state.open_freed:
+        state.freed[cluster] = None
+    state.placed_low = _lowest(state.placed_low, state.open_placed_low)
     state.open_batch = None
+    state.open_freed = []
+    state.open_placed_low = None
+
+
+def _lowest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _fire_timers(state: State) -> None:
@@ -236,7 +251,7 @@ def _heartbeat(state: State, e: ev.ClusterHeartbeat) -> None:
     if record.health == LOST:
         record.heard_while_lost = True
     if any(before.get(k, 0) > e.usage.get(k, 0) for k in before):
-        state.help = True
+        state.freed[e.cluster] = None
     if before != e.usage:
         table.set_reported(slot, e.usage)
 
@@ -346,6 +361,7 @@ def _placed(state: State, e: ev.Placed) -> None:
         copy.state = phases.COPY_ADMITTED
         state.count(job, copy)
     state.set_phase(job, phases.PLACED)
+    state.placed_low = _lowest(state.placed_low, job.priority)
     slot = state.clusters.index[e.cluster]
     state.pool.add(job.key, cluster=slot, priority=job.priority, started_ms=state.now_ms, demand=job.demand, seqno=job.submitted_seq)
 

@@ -32,6 +32,7 @@ class Scratch:
     out: list[ev.DecisionEvent] = field(default_factory=list)
     gone_jobs: set[str] = field(default_factory=set)  # stopped running in this pass
     placed_now: dict[str, str] = field(default_factory=dict)  # job -> cluster, Placed in this pass
+    freed: set[int] = field(default_factory=set)  # clusters whose free capacity grew (slots)
     _holds: dict[str, tuple[int, npt.NDArray[np.int64]]] = field(default_factory=dict)
     _pool: tuple[int, RunningPool] | None = None
 
@@ -48,7 +49,16 @@ class Scratch:
             free_base=table.capacity - np.maximum(table.reported, assumed),
             claims=dict(state.claims),
             help=state.help,
+            freed={table.index[c] for c in state.freed if c in table.index},
         )
+
+    def victims_below(self) -> int | None:
+        """Lowest priority among jobs placed since the last batch, this pass included."""
+        low = self.state.placed_low
+        for key in self.placed_now:
+            priority = self.state.jobs[key].priority
+            low = priority if low is None else min(low, priority)
+        return low
 
     def emit(self, event: ev.DecisionEvent) -> None:
         self.out.append(event)
@@ -66,7 +76,9 @@ class Scratch:
 
     def release(self, cluster: str, demand: Resources) -> None:
         self._shift(cluster, demand, sign=-1)
-        self.help = True
+        slot = self.state.clusters.index.get(cluster)
+        if slot is not None:
+            self.freed.add(slot)
 
     def gone(self, key: str) -> None:
         """The job stops running in this pass (requeued, finished, its placement withdrawn)."""

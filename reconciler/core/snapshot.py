@@ -34,6 +34,10 @@ class Snapshot(Struct, kw_only=True):
     last_was_decision: bool
     open_batch: tuple[list[str], bool] | None = None
     unsubmitted: dict[str, str] = {}
+    freed: list[str] = []
+    open_freed: list[str] = []
+    placed_low: int | None = None
+    open_placed_low: int | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -62,6 +66,10 @@ def dump_state(state: State) -> bytes:
             last_was_decision=state.last_was_decision,
             open_batch=state.open_batch,
             unsubmitted=dict(state.unsubmitted),
+            freed=list(state.freed),
+            open_freed=list(state.open_freed),
+            placed_low=state.placed_low,
+            open_placed_low=state.open_placed_low,
         )
     )
 
@@ -104,4 +112,8 @@ def load_state(raw: bytes) -> State:
     state.last_was_decision = snap.last_was_decision
     state.open_batch = (list(snap.open_batch[0]), snap.open_batch[1]) if snap.open_batch else None
     state.unsubmitted = dict(snap.unsubmitted)
+    state.freed = dict.fromkeys(snap.freed)
+    state.open_freed = list(snap.open_freed)
+    state.placed_low = snap.placed_low
+    state.open_placed_low = snap.open_placed_low
     return state

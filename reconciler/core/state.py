@@ -37,6 +37,12 @@ class State:
     # changed in a way that could let waiting jobs fit (then every waiting job is re-evaluated).
     pending: dict[str, None] = field(default_factory=dict)
     help: bool = False
+    # Clusters whose free capacity grew: waiting jobs that could fit there get another look.
+    freed: dict[str, None] = field(default_factory=dict)
+    open_freed: list[str] = field(default_factory=list)  # freed, set aside while folding a batch
+    # Lowest priority among jobs placed since: waiting jobs above it may now have victims.
+    placed_low: int | None = None
+    open_placed_low: int | None = None
     waiting: dict[str, None] = field(default_factory=dict)  # Queued/Unschedulable, not suspended
     by_cluster: dict[str, dict[str, None]] = field(default_factory=dict)  # cluster -> jobs with copies
     timers: list[tuple[int, str]] = field(default_factory=list)  # heap of (deadline ms, job key)
@@ -105,7 +111,7 @@ class State:
         if copy.counted:
             self.clusters.add_assumed(self.clusters.index[copy.cluster], job.demand, sign=-1)
             copy.counted = False
-            self.help = True
+            self.freed[copy.cluster] = None
 
     def add_copy(self, job: JobRecord, *, cluster: str, attempt: int, state: str) -> Copy:
         copy = job.copy(cluster, attempt)

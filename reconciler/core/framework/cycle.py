@@ -79,11 +79,11 @@ def _fresh(profile: CompiledProfile, version: int) -> None:
         profile.cache_version = version
 
 
-def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
-    """Clusters passing every filter, by cascading: each filter sees the previous survivors."""
+def static_survivors(profile: CompiledProfile, inp: CycleInput) -> Mask:
+    """Clusters passing every static filter (bool mask), cached per job spec and table version."""
     table = inp.clusters
     _fresh(profile, table.version)
-    static_ok = profile.static_ok.get(inp.job.static_key)
+    static_ok: Mask | None = profile.static_ok.get(inp.job.static_key)
     if static_ok is None:
         slots = np.flatnonzero(table.present)
         for name, plugin in profile.filters:
@@ -92,7 +92,12 @@ def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> S
         static_ok = np.zeros(len(table), dtype=np.bool_)
         static_ok[slots] = True
         profile.static_ok[inp.job.static_key] = static_ok
-    slots = np.flatnonzero(static_ok)
+    return static_ok
+
+
+def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
+    """Clusters passing every filter, by cascading: each filter sees the previous survivors."""
+    slots = np.flatnonzero(static_survivors(profile, inp))
     for name, plugin in profile.filters:
         if not plugin.static and len(slots):
             slots = slots[run_filter(name, plugin, inp, slots).passed()]
