@@ -167,3 +167,18 @@ def test_leader_killed_between_claim_and_evict_the_next_leader_carries_on_from_t
     h.inputs(ev.RemoteEvicted(job=ref("low2"), cluster="a", attempt=1))
     [n] = [d for d in of_type(h.step(), ev.Nominated) if d.job == ref("hi")]
     assert n.clusters == ["a"]
+
+
+def test_a_waiting_job_preempts_a_lower_priority_job_that_starts_later() -> None:
+    h = Harness()
+    # Other tenants use 6 of 8 cpus (reported usage): hi (4) does not fit and has no victims.
+    h.inputs(cluster("a", cpu=8_000), ev.ClusterHeartbeat(cluster="a", usage={"cpu": 6_000}))
+    [u] = h.feed(job("hi", cpu=4_000, priority=5))
+    assert isinstance(u, ev.Unschedulable)
+    # A small low-priority job fits in the 2 left and starts: now evicting it would make room.
+    h.inputs(job("small", cpu=2_000, priority=0))
+    [n] = of_type(h.step(), ev.Nominated)
+    assert n.job == ref("small")
+    decisions = h.feed(ev.RemoteAdmitted(job=ref("small"), cluster="a", attempt=1))
+    assert [type(d).__name__ for d in decisions] == ["Placed", "PreemptionClaimed", "Evict"]
+    assert decisions[1].preemptor == ref("hi") and [v.name for v in decisions[1].victims] == ["small"]
