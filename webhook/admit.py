@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventlog import events as ev
-from webhook import jsonpatch, kinds, placement, podsets, priority
+from webhook import jsonpatch, kinds, placement, podsets, priority, stamps
 from webhook.kinds import KindInfo
 from webhook.quote import short
 from webhook.review import AdmissionRequest, AdmissionResponse, Status, encode_patch
@@ -176,8 +176,24 @@ def _hold_ops(info: KindInfo, obj: dict[str, Any]) -> list[jsonpatch.Op]:
     return [op for key, value in wanted.items() for op in jsonpatch.set_value(obj, (*parent, key), value=value)]
 
 
-def _annotation_ops(obj: dict[str, Any], canonical: str) -> list[jsonpatch.Op]:
-    return jsonpatch.set_value(obj, ("metadata", "annotations", placement.PLACEMENT_ANNOTATION), value=canonical)
+def _annotation_ops(obj: dict[str, Any], values: Mapping[str, str]) -> list[jsonpatch.Op]:
+    annotations = _get(obj, ("metadata", "annotations"))
+    if not isinstance(annotations, dict):  # one add for the whole map: later adds would replace it
+        return jsonpatch.set_value(obj, ("metadata", "annotations"), value=dict(values))
+    return [op for name, value in values.items() for op in jsonpatch.set_value(obj, ("metadata", "annotations", name), value=value)]
+
+
+def _stamps(info: KindInfo, obj: dict[str, Any], *, sets: list[podsets.PodSetSpec], settings: Settings) -> dict[str, str]:
+    """The pod sets and priority the manager watcher reads back (see webhook/stamps.py)."""
+    try:
+        resolved = podsets.to_pod_sets(sets)
+    except podsets.PodSetError as err:
+        raise _Denied("invalid-podsets", f"kdispatch: cannot read the pod sets of this {info.kind}: {err}") from None
+    name = priority.priority_class(kind=info.kind, obj=obj, sets=sets)
+    return {
+        placement.POD_SETS_ANNOTATION: stamps.pod_sets_json(resolved),
+        placement.PRIORITY_ANNOTATION: stamps.priority_json(name, priority.priority_value(name, settings.priority_classes)),
+    }
 
 
 def _allow(uid: str, reason: str, *, ops: list[jsonpatch.Op] | None = None, warnings: list[str] | None = None) -> Outcome:
@@ -260,17 +276,15 @@ def mutate(request: AdmissionRequest, settings: Settings) -> Outcome:
     info, obj = target
     try:
         if request.operation == "UPDATE":
-            return _mutate_update(request, info, obj=obj)
-        return _mutate_create(request, info, obj=obj)
+            return _mutate_update(request, info, obj=obj, settings=settings)
+        return _mutate_create(request, info, obj=obj, settings=settings)
     except _Denied as err:
         return _deny(request.uid, err)
 
 
-def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any]) -> Outcome:
+def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any], settings: Settings) -> Outcome:
     _, canonical = _placement_canonical(obj)
     try:
-        # The pod sets' shape only: their requests (quantities) are read and checked at /validate,
-        # which denies with the same message, so /mutate does not pay for them twice.
         sets = podsets.extract(info, obj)
     except podsets.PodSetError as err:
         return _deny(request.uid, _Denied("invalid-podsets", f"kdispatch: cannot read the pod sets of this {info.kind}: {err}"))
@@ -278,14 +292,15 @@ def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, 
         return _allow(request.uid, "not-dispatchable", warnings=[f"kdispatch: {err}"])
     _runtime_ms(obj)
     _check_managed_by(info, obj)
-    ops = _annotation_ops(obj, canonical) + _hold_ops(info, obj)
+    values = {placement.PLACEMENT_ANNOTATION: canonical, **_stamps(info, obj, sets=sets, settings=settings)}
+    ops = _annotation_ops(obj, values) + _hold_ops(info, obj)
     warnings = None
     if not sets:  # e.g. an AppWrapper of components whose pods kdispatch cannot infer
         warnings = [f"kdispatch: no pod sets found in this {info.kind}: it is dispatched as needing no resources"]
     return _allow(request.uid, "allowed", ops=ops, warnings=warnings)
 
 
-def _mutate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any]) -> Outcome:
+def _mutate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any], settings: Settings) -> Outcome:
     if not _recorded(request.old_object):
         return _allow(
             request.uid,
@@ -295,7 +310,12 @@ def _mutate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, 
     spec, canonical = _placement_canonical(obj)
     assert request.old_object is not None
     _check_placement_kept(info, request.old_object, new=spec)
-    return _allow(request.uid, "allowed", ops=_annotation_ops(obj, canonical))
+    values = {placement.PLACEMENT_ANNOTATION: canonical}
+    try:
+        values.update(_stamps(info, obj, sets=podsets.extract(info, obj), settings=settings))
+    except (podsets.PodSetError, podsets.NotDispatchable):
+        pass  # /validate denies unreadable pod sets with the same message, or leaves the job alone
+    return _allow(request.uid, "allowed", ops=_annotation_ops(obj, values))
 
 
 # ---- /validate -----------------------------------------------------------------------------------
@@ -420,7 +440,15 @@ def _validate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str
         manifest=_manifest(obj),
     )
     outcome = _allow(request.uid, "allowed")
-    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, _msg_id(request, ref))])
+    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, _update_msg_id(request, ref, old))])
+
+
+def _update_msg_id(request: AdmissionRequest, ref: ev.JobRef, old: Mapping[str, Any]) -> str:
+    """The same id the manager watcher gives this change, so the inbox records it once."""
+    version = _meta(old).get("resourceVersion")
+    if not ref.uid or not isinstance(version, str) or not version:
+        return _msg_id(request, ref)
+    return stamps.update_msg_id(ref.uid, version)
 
 
 def _validate_delete(request: AdmissionRequest, info: KindInfo, *, old: dict[str, Any]) -> Outcome:

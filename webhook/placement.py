@@ -28,6 +28,10 @@ ALIAS_PREFIX = "kueue.x-k8s.io/"
 PLACEMENT_ANNOTATION = PREFIX + "placement"
 RUNTIME_ANNOTATION = PREFIX + "simulated-runtime"
 CLUSTER_ANNOTATION = PREFIX + "cluster"  # written by kdispatch on the manager object: where it runs
+# Written by the webhook for the manager watcher (which may not import our per-kind code): the
+# pod sets and priority it computed, recomputed at every UPDATE so a user cannot forge them.
+POD_SETS_ANNOTATION = PREFIX + "pod-sets"
+PRIORITY_ANNOTATION = PREFIX + "priority"
 
 FIELDS = (
     "cluster-selector",
@@ -41,8 +45,15 @@ FIELDS = (
 )
 ALIASED_FIELDS = ("cluster-selector", "cluster-affinity", "cluster-tolerations", "dispatch-mode")
 ALIAS_ANNOTATIONS = tuple(ALIAS_PREFIX + f for f in ALIASED_FIELDS)
-KNOWN_ANNOTATIONS = (*(PREFIX + f for f in FIELDS), PLACEMENT_ANNOTATION, RUNTIME_ANNOTATION, CLUSTER_ANNOTATION)
-_NOT_PLACEMENT = (RUNTIME_ANNOTATION, CLUSTER_ANNOTATION)
+KNOWN_ANNOTATIONS = (
+    *(PREFIX + f for f in FIELDS),
+    PLACEMENT_ANNOTATION,
+    RUNTIME_ANNOTATION,
+    CLUSTER_ANNOTATION,
+    POD_SETS_ANNOTATION,
+    PRIORITY_ANNOTATION,
+)
+_NOT_PLACEMENT = (RUNTIME_ANNOTATION, CLUSTER_ANNOTATION, POD_SETS_ANNOTATION, PRIORITY_ANNOTATION)
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 TOLERATION_OPERATORS = ("Equal", "Exists")

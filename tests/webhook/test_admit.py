@@ -72,6 +72,8 @@ def test_create_is_patched_with_canonical_annotation_suspend_and_managed_by() ->
     canonical = placement.canonical_json(ev.Placement(cluster_selector={"region": "eu"}))
     assert _ops(outcome) == [
         {"op": "add", "path": "/metadata/annotations/kdispatch.io~1placement", "value": canonical},
+        {"op": "add", "path": "/metadata/annotations/kdispatch.io~1pod-sets", "value": '[{"count":2,"name":"main","requests":{"cpu":1000}}]'},
+        {"op": "add", "path": "/metadata/annotations/kdispatch.io~1priority", "value": '{"class":"high","value":1000}'},
         {"op": "add", "path": "/spec/suspend", "value": True},
         {"op": "add", "path": "/spec/managedBy", "value": "kueue.x-k8s.io/multikueue"},
     ]
@@ -148,7 +150,7 @@ def test_jobs_of_a_dispatched_kind_are_left_alone_but_a_cronjobs_are_submissions
 
 def test_workloads_are_held_inactive() -> None:
     wl = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "w", "annotations": {"kdispatch.io/profile": "gpu"}}, "spec": {"podSets": []}}
-    assert _ops(admit.mutate(_request(wl), SETTINGS))[1:] == [{"op": "add", "path": "/spec/active", "value": False}]
+    assert _ops(admit.mutate(_request(wl), SETTINGS))[3:] == [{"op": "add", "path": "/spec/active", "value": False}]
 
 
 @pytest.mark.parametrize(
@@ -178,11 +180,12 @@ def test_invalid_placement_is_denied_with_every_reason() -> None:
 def test_bad_quantities_are_denied_at_validate_with_their_path() -> None:
     obj = _job()
     obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "one"
-    assert admit.mutate(_request(obj), SETTINGS).allowed  # the shape is fine; quantities are read once, at /validate
-    outcome = admit.validate(_request(_admitted(obj)), SETTINGS)
-    assert not outcome.allowed and outcome.reason == "invalid-podsets"
-    assert outcome.response.status is not None
-    assert "$.spec.template.spec.containers[0].resources.requests.cpu: 'one' is not a quantity" in outcome.response.status.message
+    message = "$.spec.template.spec.containers[0].resources.requests.cpu: 'one' is not a quantity"
+    # /mutate writes the pod sets onto the object, so it reads the quantities too
+    for outcome in (admit.mutate(_request(obj), SETTINGS), admit.validate(_request(obj), SETTINGS)):
+        assert not outcome.allowed and outcome.reason == "invalid-podsets"
+        assert outcome.response.status is not None
+        assert message in outcome.response.status.message
 
 
 def test_a_job_managed_by_another_controller_is_denied() -> None:
@@ -313,7 +316,11 @@ def test_an_update_cannot_strip_the_placement() -> None:
     plain = json.loads(json.dumps(plain_old))
     plain["metadata"]["annotations"] = {}
     outcome = admit.mutate(_request(plain, operation="UPDATE", old=plain_old), SETTINGS)
-    assert outcome.allowed and [op["path"] for op in _ops(outcome)] == ["/metadata/annotations/kdispatch.io~1placement"]
+    assert outcome.allowed and [op["path"] for op in _ops(outcome)] == [
+        "/metadata/annotations/kdispatch.io~1placement",
+        "/metadata/annotations/kdispatch.io~1pod-sets",
+        "/metadata/annotations/kdispatch.io~1priority",
+    ]
 
 
 def test_update_that_changes_pod_sets_is_recorded() -> None:
@@ -343,3 +350,33 @@ def test_delete_is_recorded() -> None:
     assert record == admit.Record(ev.JobDeleted(job=admit.job_ref(kinds.SUPPORTED_KINDS[0], old, request=_request(old))), "rev-d")
     assert not admit.validate(_request(None, operation="DELETE", old=old, dry_run=True), SETTINGS).records
     assert admit.mutate(_request(None, operation="DELETE", old=old), SETTINGS).allowed
+
+
+def test_pod_sets_and_priority_travel_with_the_object_and_cannot_be_forged() -> None:
+    stored = _admitted(_job())
+    annotations = stored["metadata"]["annotations"]
+    assert json.loads(annotations[placement.POD_SETS_ANNOTATION]) == [{"count": 2, "name": "main", "requests": {"cpu": 1000}}]
+    assert json.loads(annotations[placement.PRIORITY_ANNOTATION]) == {"class": "high", "value": 1000}
+    # mutating what was stored changes nothing, at CREATE and at UPDATE
+    assert admit.mutate(_request(stored), SETTINGS).response.patch is None
+    assert admit.mutate(_request(stored, operation="UPDATE", old=stored), SETTINGS).response.patch is None
+    forged = json.loads(json.dumps(stored))
+    forged["metadata"]["annotations"][placement.POD_SETS_ANNOTATION] = '[{"count":1,"name":"main","requests":{}}]'
+    forged["metadata"]["annotations"][placement.PRIORITY_ANNOTATION] = '{"class":"high","value":99999}'
+    for operation in ("CREATE", "UPDATE"):
+        ops = _ops(admit.mutate(_request(forged, operation=operation, old=stored), SETTINGS))
+        assert jsonpatch.apply(forged, ops)["metadata"]["annotations"] == annotations
+    grown = json.loads(json.dumps(stored))
+    grown["spec"]["parallelism"] = 3
+    patched = jsonpatch.apply(grown, _ops(admit.mutate(_request(grown, operation="UPDATE", old=stored), SETTINGS)))
+    assert json.loads(patched["metadata"]["annotations"][placement.POD_SETS_ANNOTATION])[0]["count"] == 3
+
+
+def test_an_update_is_recorded_under_the_id_the_manager_watcher_gives_the_same_change() -> None:
+    old = _admitted(_job())
+    old["metadata"]["resourceVersion"] = "41"
+    new = json.loads(json.dumps(old))
+    new["spec"]["suspend"] = True
+    new["spec"]["parallelism"] = 4
+    [record] = admit.validate(_request(new, operation="UPDATE", old=old, uid="rev-7"), SETTINGS).records
+    assert record.msg_id == "upd/obj-uid-1/41"  # the version the change was made to (webhook/stamps.py)
