@@ -17,6 +17,7 @@ touched; everything else is allowed as it is.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -311,10 +312,9 @@ def _mutate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, 
     assert request.old_object is not None
     _check_placement_kept(info, request.old_object, new=spec)
     values = {placement.PLACEMENT_ANNOTATION: canonical}
-    try:
+    # /validate denies unreadable pod sets with the same message, or leaves the job alone
+    with contextlib.suppress(podsets.PodSetError, podsets.NotDispatchable):
         values.update(_stamps(info, obj, sets=podsets.extract(info, obj), settings=settings))
-    except (podsets.PodSetError, podsets.NotDispatchable):
-        pass  # /validate denies unreadable pod sets with the same message, or leaves the job alone
     return _allow(request.uid, "allowed", ops=_annotation_ops(obj, values))
 
 
