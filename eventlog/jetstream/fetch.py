@@ -12,6 +12,14 @@ sent while the connection was down is simply gone; the consumer sequence of each
 (consecutive for one consumer) shows it, and the consumer is then recreated from the last stream
 sequence received, as nats-py's ordered consumer does. (A gap in *stream* sequences alone is not
 a loss: messages may have been removed from the stream.)
+
+Losing the server we are connected to: the client reconnects to another one at once, but a pull
+request held by the dead server (or for a consumer that lived there) is never answered. So a
+reconnect writes off every outstanding request: the next ``ensure`` checks the consumer and
+requests again, instead of waiting for the old request to expire. While the cluster elects new
+leaders (a few seconds; the meta leader creates consumers), the JetStream API may not answer:
+the fetcher asks with short timeouts and, when ``patient``, keeps trying on later calls
+(``ensure`` returns without a request outstanding) rather than failing its caller.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ from typing import Any
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 log = structlog.get_logger("eventlog.fetch")
 
@@ -34,7 +44,17 @@ log = structlog.get_logger("eventlog.fetch")
 Delivery = tuple[int, str, bytes]
 
 _INACTIVE_S = 300.0
-_GRACE_S = 5.0
+_GRACE_S = 2.0  # beyond its expiry, how long an unanswered request is waited for
+_API_TIMEOUT_S = 2.0  # consumer info / create while recovering: an answer takes milliseconds
+_RETRY_MAX_S = 2.0  # longest pause between recovery attempts while the API does not answer
+_GIVE_UP_S = 30.0  # an impatient fetcher raises once recovery has failed this long
+
+# What the JetStream API does while the cluster elects leaders: no answer, or "no responders".
+_UNAVAILABLE = (NatsTimeout, TimeoutError, NoRespondersError, ServiceUnavailableError)
+
+
+class FetchUnavailable(Exception):
+    """The stream could not be read for ``_GIVE_UP_S``: the consumer cannot be (re)created."""
 
 
 def _delivery_meta(reply: str) -> tuple[str, int, int]:
@@ -51,10 +71,18 @@ class StreamFetcher:
     """Deliveries of ``stream`` (subjects ``filter_subject``) from ``next_seq`` on, in order."""
 
     def __init__(
-        self, *, nc: Client, js: JetStreamContext, stream: str, filter_subject: str, next_seq: int
+        self,
+        *,
+        nc: Client,
+        js: JetStreamContext,
+        stream: str,
+        filter_subject: str,
+        next_seq: int,
+        patient: bool = False,
     ) -> None:
         self._nc = nc
         self._js = js
+        self.patient = patient  # keep trying through outages (the sequencer) or give up (replay)
         self.stream = stream
         self.filter_subject = filter_subject
         self.next_seq = next_seq
@@ -68,18 +96,27 @@ class StreamFetcher:
         self._stale = False  # the consumer may be gone: check before the next request
         self._dseq = 0  # consumer sequence of the last delivery taken
         self._lost = False  # a delivery was lost: recreate the consumer before the next request
+        self._reconnects = self._reconnect_count()
+        self._retry_at = 0.0  # recovery failed: not before then again
+        self._retry_delay = 0.0
+        self._failing_since: float | None = None
+
+    def _reconnect_count(self) -> int:
+        count: int = self._nc.stats["reconnects"]
+        return count
 
     async def open(self) -> StreamFetcher:
         # pending_msgs_limit=0: unbounded; what we request bounds what can arrive.
         self._sub = await self._nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
         self._queue = self._sub._pending_queue  # drained in bulk: see the module docstring
-        await self._create_consumer()
+        self._stale = True  # no consumer yet
+        while not await self._recovered() and not self.patient:
+            await asyncio.sleep(self._retry_delay)  # a reader waits; the sequencer asks again on its next pull
         return self
 
     async def _create_consumer(self) -> None:
         if self._consumer is not None:
-            with contextlib.suppress(Exception):  # gone already, or the server is failing over
-                await self._js.delete_consumer(self.stream, self._consumer)
+            await self._delete_consumer()
         config = ConsumerConfig(
             ack_policy=AckPolicy.NONE,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -90,22 +127,30 @@ class StreamFetcher:
             num_replicas=1,
             max_waiting=512,
         )
-        info = await self._js.add_consumer(self.stream, config)
+        info = await self._js.add_consumer(self.stream, config, timeout=_API_TIMEOUT_S)
         self._consumer = info.name
         self._outstanding = 0
         self._stale = self._lost = False
         self._dseq = 0
         # Anything still queued from the old consumer is dropped by ``take`` (another name).
 
+    async def _delete_consumer(self) -> None:
+        """Ask the server to delete our consumer without waiting for the answer: during a
+        fail-over nobody may answer for seconds, and an ephemeral consumer that survives goes
+        away by itself when inactive."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is None:
+            return
+        prefix = getattr(self._js, "_prefix", "$JS.API")
+        with contextlib.suppress(Exception):  # not connected: the inactivity threshold cleans up
+            await self._nc.publish(f"{prefix}.CONSUMER.DELETE.{self.stream}.{consumer}", b"")
+
     async def close(self) -> None:
         if self._sub is not None:
             with contextlib.suppress(Exception):  # the connection is closing: the sub goes with it
                 await self._sub.unsubscribe()
             self._sub = None
-        if self._consumer is not None:
-            with contextlib.suppress(Exception):  # ephemeral: the server drops it when inactive
-                await self._js.delete_consumer(self.stream, self._consumer)
-            self._consumer = None
+        await self._delete_consumer()
 
     async def ensure(self, n: int, *, expires_s: float | None = None, reserve: int | None = None) -> None:
         """Keep at least ``reserve`` (default ``n``) requested: if fewer are outstanding, ask for ``n``
@@ -113,19 +158,25 @@ class StreamFetcher:
         without, it answers with what it has. A request that was never answered (consumer lost
         with its node, connection dropped) is written off once overdue."""
         loop = asyncio.get_running_loop()
+        reconnects = self._reconnect_count()
+        if reconnects != self._reconnects:
+            # Requests held by the server we lost are never answered: ask again now.
+            self._reconnects = reconnects
+            if self._outstanding:
+                log.info("pull_reissued_after_reconnect", stream=self.stream, next_seq=self.next_seq)
+            self._outstanding = 0
+            self._stale = True
         if self._outstanding > 0 and loop.time() > self._deadline:
             log.info(
                 "pull_overdue", stream=self.stream, outstanding=self._outstanding, next_seq=self.next_seq
             )
             self._outstanding = 0
             self._stale = True
-        if self._lost:
-            log.warning("delivery_lost", stream=self.stream, next_seq=self.next_seq)
-            await self._create_consumer()
-        if self._outstanding >= (n if reserve is None else reserve):
+        wanted = n if reserve is None else reserve
+        if self._outstanding >= wanted:
             return
-        if self._stale:
-            await self._recover()
+        if (self._lost or self._stale) and (loop.time() < self._retry_at or not await self._recovered()):
+            return
         body: dict[str, Any] = {"batch": n}
         if expires_s is None:
             body["no_wait"] = True
@@ -139,14 +190,50 @@ class StreamFetcher:
         self._outstanding += n
         self._deadline = max(self._deadline, loop.time() + (expires_s or 0.0) + _GRACE_S)
 
-    async def _recover(self) -> None:
+    async def _recovered(self) -> bool:
+        """Make the consumer usable again; False (retry later) if the API does not answer now."""
+        loop = asyncio.get_running_loop()
         try:
-            await self._js.consumer_info(self.stream, self._consumer or "")
-            self._stale = False
+            await self._recover()
+        except _UNAVAILABLE as err:
+            now = loop.time()
+            if self._failing_since is None:
+                self._failing_since = now
+            if not self.patient and now - self._failing_since > _GIVE_UP_S:
+                raise FetchUnavailable(
+                    f"cannot read stream {self.stream}: the JetStream API has not answered for "
+                    f"{_GIVE_UP_S:.0f}s ({type(err).__name__}); is a NATS server with JetStream reachable?"
+                ) from err
+            self._retry_delay = min(max(self._retry_delay * 2, 0.1), _RETRY_MAX_S)
+            self._retry_at = now + self._retry_delay
+            log.warning(
+                "consumer_unavailable",
+                stream=self.stream,
+                next_seq=self.next_seq,
+                error=str(err) or type(err).__name__,
+                retry_in_s=self._retry_delay,
+            )
+            return False
+        self._failing_since = None
+        self._retry_delay = 0.0
+        return True
+
+    async def _recover(self) -> None:
+        if self._lost:
+            log.warning("delivery_lost", stream=self.stream, next_seq=self.next_seq)
+            await self._create_consumer()
             return
-        except NotFoundError:
-            pass
-        log.warning("consumer_recreated", stream=self.stream, next_seq=self.next_seq)
+        if self._consumer is not None:
+            try:
+                await self._js.consumer_info(self.stream, self._consumer, timeout=_API_TIMEOUT_S)
+                self._stale = False
+                return
+            except NotFoundError:
+                pass
+            except _UNAVAILABLE:
+                # Its node may be the one that died: a consumer elsewhere serves as well.
+                pass
+            log.warning("consumer_recreated", stream=self.stream, next_seq=self.next_seq)
         await self._create_consumer()
 
     def _handle_status(self, msg: Msg) -> None:

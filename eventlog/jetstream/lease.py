@@ -58,7 +58,11 @@ class Lease:
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
-            js, bucket = self._jlog.js, self._jlog.names.lease_bucket
+            # Each lease operation gets a short timeout: a request lost while the bucket's stream
+            # elects a leader (a node died) would otherwise be waited for longer than the lease
+            # lives; failing fast lets the next renewal or attempt go out at once.
+            js = self._jlog.nc.jetstream(timeout=max(1.0, min(2.0, self.ttl_s / 3)))
+            bucket = self._jlog.names.lease_bucket
             try:
                 self._kv = await js.key_value(bucket)
             except BucketNotFoundError:

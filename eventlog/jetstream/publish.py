@@ -33,6 +33,9 @@ class PubAck(msgspec.Struct, frozen=True):
 _ack_decoder = msgspec.json.Decoder(PubAck)
 _NO_STREAM = PubAck(error=ApiError(code=503, description="no stream answers on this subject (no responders)"))
 
+_POLL_S = 0.25  # how often a wait for acks looks at the connection
+_AFTER_RECONNECT_S = 0.5  # acks still awaited after a reconnect
+
 # One outgoing message: (subject, payload, headers).
 Outgoing = tuple[str, bytes, dict[str, str] | None]
 
@@ -82,15 +85,21 @@ class Publisher:
         remaining = count
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        reconnects = self._nc.stats["reconnects"]
         while remaining:
             if queue.empty():
+                if self._nc.stats["reconnects"] != reconnects:
+                    # The connection the batch went out on is gone: acks routed through it never
+                    # come. Give the others a moment, then let the caller publish again.
+                    reconnects = self._nc.stats["reconnects"]
+                    deadline = min(deadline, loop.time() + _AFTER_RECONNECT_S)
                 left = deadline - loop.time()
                 if left <= 0:
                     break
                 try:
-                    msg = await asyncio.wait_for(queue.get(), left)
+                    msg = await asyncio.wait_for(queue.get(), min(left, _POLL_S))
                 except TimeoutError:
-                    break
+                    continue
             else:
                 msg = queue.get_nowait()
             idx = int(msg.subject.rsplit(".", 1)[1]) - base

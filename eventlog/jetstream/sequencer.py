@@ -122,6 +122,7 @@ class JetStreamSequencer:
                 stream=self._jlog.names.inbox_stream,
                 filter_subject=f"{self._jlog.names.inbox_prefix}.>",
                 next_seq=self._last_inbox + 1,
+                patient=True,  # through a fail-over the leader keeps its term and asks again
             ).open()
         fetcher = self._fetcher
         # Keep a lingering request open: messages are pushed as they arrive, no polling.
@@ -205,10 +206,12 @@ class JetStreamSequencer:
         acks = await self._publisher.publish(batch, timeout_s=self._jlog.publish_timeout_s)
         recovering = False
         for entry, out, ack in zip(entries, batch, acks, strict=True):
-            # No ack (timeout, fail-over): publish again. Once one entry of the batch needed that,
-            # the later ones may have been refused only because it was missing: again too.
+            # No ack (timeout, fail-over), or no stream leader to take it (503, an election in
+            # progress): publish again. Once one entry of the batch needed that, the later ones
+            # may have been refused only because it was missing: again too.
             refused = ack is not None and ack.error is not None and ack.error.err_code == WRONG_LAST_SEQUENCE
-            if ack is None or (recovering and refused):
+            unavailable = ack is not None and ack.error is not None and ack.error.code == 503
+            if ack is None or unavailable or (recovering and refused):
                 recovering = True
                 ack = await self._retry(out, entry.seq)
             assert ack is not None

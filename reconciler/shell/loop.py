@@ -68,6 +68,7 @@ class LeaderLoop:
         self._warned_deadline: int | None = None
         self._policy: ev.PolicyLoaded | None = None  # the policy in force (for snapshots)
         self._lag_checked = 0.0
+        self._lag_task: asyncio.Task[None] | None = None
         self._counters: dict[type, Any] = {}
         self.snapshot_seq = 0  # the snapshot the current term started from (0: none)
         self.ready = asyncio.Event()  # set once a term has rebuilt and repaired (tests, readiness)
@@ -109,6 +110,8 @@ class LeaderLoop:
         finally:
             self.metrics.leader.set(0)
             self.ready.clear()
+            if self._lag_task is not None:
+                self._lag_task.cancel()
             close = getattr(seqr, "close", None)
             if close is not None:
                 with contextlib.suppress(Exception):  # the connection may be what failed
@@ -174,20 +177,26 @@ class LeaderLoop:
             await self._snapshot(bound)
 
     async def _measure_lag(self, seqr: Sequencer) -> None:
-        """Inbox messages not yet sequenced, every couple of seconds (JetStream logs only)."""
+        """Inbox messages not yet sequenced, every couple of seconds (JetStream logs only).
+
+        Asked in the background: during a NATS fail-over the answer can take seconds, and a
+        metric must never hold up sequencing."""
         now = time.monotonic()
-        if now - self._lag_checked < LAG_CHECK_S:
+        if now - self._lag_checked < LAG_CHECK_S or (self._lag_task is not None and not self._lag_task.done()):
             return
         self._lag_checked = now
         js, names = getattr(self.log, "js", None), getattr(self.log, "names", None)
-        copied = getattr(seqr, "last_inbox_seq", None)
-        if js is None or names is None or copied is None:
+        if js is None or names is None or getattr(seqr, "last_inbox_seq", None) is None:
             return
+        self._lag_task = asyncio.create_task(self._lag_from(js, names.inbox_stream, seqr), name="inbox-lag")
+
+    async def _lag_from(self, js: Any, stream: str, seqr: Sequencer) -> None:
         try:
-            info = await js.stream_info(names.inbox_stream)
+            info = await js.stream_info(stream)
         except Exception:  # a metric is not worth failing a term for
             return
-        self.metrics.inbox_lag.set(max(int(info.state.last_seq) - int(copied), 0))
+        copied = int(getattr(seqr, "last_inbox_seq", 0))
+        self.metrics.inbox_lag.set(max(int(info.state.last_seq) - copied, 0))
 
     def _tick_due(self, deadline: int | None, now: int, *, bound: Any) -> bool:
         if deadline is None or now < deadline:

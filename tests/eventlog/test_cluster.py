@@ -11,36 +11,18 @@ from pathlib import Path
 import pytest
 
 from eventlog import events as ev
-from eventlog.embedded import EmbeddedNats, free_port
+from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.store import LogError
+from tests.eventlog.cluster import three_nodes
 
 N = 600
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[list[EmbeddedNats]]:
-    ports = [free_port() for _ in range(3)]
-    routes = [f"nats://127.0.0.1:{p}" for p in ports]
-    nodes = [
-        EmbeddedNats(
-            data_dir=tmp_path / f"n{i}",
-            server_name=f"n{i}",
-            cluster_name="kd-test",
-            cluster_port=ports[i],
-            routes=[r for j, r in enumerate(routes) if j != i],
-        )
-        for i in range(3)
-    ]
-    try:
-        for node in nodes:
-            node.start(wait=False)
-        for node in nodes:
-            node.wait_ready()
+    with three_nodes(tmp_path) as nodes:
         yield nodes
-    finally:
-        for node in nodes:
-            node.stop()
 
 
 async def publish_all(jlog: JetStreamLog, acked: dict[int, int]) -> None:
