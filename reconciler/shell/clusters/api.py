@@ -47,6 +47,24 @@ def _error(err: ApiException, what: str) -> ApiError:
     return cls(int(err.status or 0), message, what=what)
 
 
+class _CorePaths:
+    """The ApiClient as ``CustomObjectsApi`` sees it, with the core group (plain Pods) routed to
+    ``/api/v1/...``: that API writes ``/apis/{group}/{version}/...`` for every group."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._client = api_client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def call_api(
+        self, resource_path: str, method: str, path_params: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        if isinstance(path_params, dict) and path_params.get("group") == "":
+            resource_path = resource_path.replace("/apis/{group}/", "/api/", 1)
+        return self._client.call_api(resource_path, method, path_params, *args, **kwargs)
+
+
 class KubeApi:
     def __init__(
         self, api_client: client.ApiClient, *, role: rbac.Role, cluster: str, timeout_s: float = 10.0
@@ -55,7 +73,7 @@ class KubeApi:
         self.role: rbac.Role = role
         self.cluster = cluster
         self.timeout_s = timeout_s
-        self._custom = client.CustomObjectsApi(api_client)
+        self._custom = client.CustomObjectsApi(_CorePaths(api_client))
         self._core = client.CoreV1Api(api_client)
         self._version = client.VersionApi(api_client)
 

@@ -1,8 +1,9 @@
-"""A ``JobSubmitted`` rebuilt from a manager object, for jobs the webhook could not record.
+"""What the manager watcher reads off a job object: a ``JobSubmitted`` rebuilt for jobs the
+webhook could not record, and the pod sets and priority of a ``JobUpdated``.
 
-Only batch/v1 Job is supported here (reconciler may not import the webhook's per-kind pod-set
-code): one pod set of ``parallelism`` pods with the template's requests. Other kinds are reported
-as ``JobObserved`` only and a warning names them (see docs/clusters.md).
+Any kind: the reconciler may not import the webhook's per-kind pod-set code, so the webhook leaves
+its result on the object (``kdispatch.io/pod-sets`` and ``kdispatch.io/priority``, canonical JSON,
+recomputed at every CREATE and UPDATE: see webhook/stamps.py) and this module reads it back.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import msgspec
 
 from eventlog import events as ev
 from reconciler.shell.clusters.base import PLACEMENT_ANNOTATION
-from reconciler.shell.clusters.usage import pod_requests
+from reconciler.shell.clusters.kinds import Kind
 
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+POD_SETS_ANNOTATION = "kdispatch.io/pod-sets"
+PRIORITY_ANNOTATION = "kdispatch.io/priority"
 RUNTIME_ANNOTATION = "kdispatch.io/simulated-runtime"
 MANAGED_BY = "kueue.x-k8s.io/multikueue"  # held by kdispatch, not suspended by the user
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
@@ -93,24 +95,84 @@ def _runtime_ms(annotations: dict[str, Any]) -> int | None:
     return round(total) if pos == len(text) and text else None
 
 
+class _PodSetStamp(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    name: str
+    count: int
+    requests: dict[str, int] = msgspec.field(default_factory=dict)
+    min_count: int | None = None
+
+
+class _PriorityStamp(msgspec.Struct, rename={"class_": "class"}):
+    value: int = 0
+    class_: str | None = None
+
+
+_pod_sets_decoder = msgspec.json.Decoder(list[_PodSetStamp])
+_priority_decoder = msgspec.json.Decoder(_PriorityStamp)
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
+
+
 def pod_sets_of(obj: dict[str, Any]) -> list[ev.PodSet]:
-    if obj.get("apiVersion") != "batch/v1" or obj.get("kind") != "Job":
+    """The pod sets the webhook computed, from its ``kdispatch.io/pod-sets`` annotation (any kind)."""
+    text = _annotations(obj).get(POD_SETS_ANNOTATION)
+    if not isinstance(text, str):
         raise NotBackfillable(
-            f"{obj.get('apiVersion')} {obj.get('kind')}: only batch/v1 Job can be backfilled"
+            f"no {POD_SETS_ANNOTATION} annotation (admitted by an older kdispatch webhook?): "
+            "update the object once so that the webhook writes it"
         )
-    spec = obj.get("spec") or {}
-    template = spec.get("template") or {}
-    count = int(spec.get("parallelism", 1) or 0)
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    raw_min = annotations.get(MIN_PARALLELISM_ANNOTATION)
-    min_count = int(raw_min) if isinstance(raw_min, str) and raw_min.isdigit() else None
-    return [ev.PodSet(name="main", count=count, requests=pod_requests(template), min_count=min_count)]
+    try:
+        stamps = _pod_sets_decoder.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise NotBackfillable(f"unreadable {POD_SETS_ANNOTATION}: {err}") from None
+    return [ev.PodSet(name=s.name, count=s.count, requests=s.requests, min_count=s.min_count) for s in stamps]
 
 
-def submission_of(obj: dict[str, Any]) -> ev.JobSubmitted:
+def priority_of(obj: dict[str, Any]) -> tuple[str | None, int]:
+    """(priority class, value) from the webhook's ``kdispatch.io/priority`` annotation; without
+    it, the class label (the reconciler resolves the class through its policy)."""
+    text = _annotations(obj).get(PRIORITY_ANNOTATION)
+    if isinstance(text, str):
+        try:
+            stamp = _priority_decoder.decode(text)
+            return stamp.class_, stamp.value
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
+    label = ((obj.get("metadata") or {}).get("labels") or {}).get(PRIORITY_CLASS_LABEL)
+    return (label if isinstance(label, str) else None), 0
+
+
+def _get(obj: dict[str, Any], path: tuple[str, ...] | None) -> Any:
+    node: Any = obj
+    for key in path or ():
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def user_suspended(kind: Kind, obj: dict[str, Any]) -> bool:
+    """Did the *user* suspend it? A job kdispatch holds (managedBy MultiKueue, suspended by the
+    webhook; a Pod's gate; an inactive Workload) is not suspended in that sense, as the webhook
+    records it (``suspended=False``)."""
+    if kind.hold != "suspend":
+        return False
+    if kind.managed_by_path is not None and _get(obj, kind.managed_by_path) == MANAGED_BY:
+        return False
+    return _get(obj, kind.suspend_path) is True
+
+
+def manifest_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object for the remote copy, as the webhook records it: no status, no managedFields."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+
+def submission_of(obj: dict[str, Any], kind: Kind) -> ev.JobSubmitted:
     """The ``JobSubmitted`` the webhook would have recorded (source ``watch``)."""
     meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
+    annotations = _annotations(obj)
     labels = meta.get("labels") or {}
     text = annotations.get(PLACEMENT_ANNOTATION)
     if not isinstance(text, str):
@@ -119,18 +181,16 @@ def submission_of(obj: dict[str, Any]) -> ev.JobSubmitted:
         placement = placement_of(text)
     except (ValueError, msgspec.ValidationError) as err:
         raise NotBackfillable(f"unreadable {PLACEMENT_ANNOTATION}: {err}") from None
-    template_spec = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-    priority_class = labels.get(PRIORITY_CLASS_LABEL) or template_spec.get("priorityClassName")
+    priority_class, priority = priority_of(obj)
     return ev.JobSubmitted(
         job=job_ref(obj),
         pod_sets=pod_sets_of(obj),
-        priority=int(template_spec.get("priority", 0) or 0),
+        priority=priority,
         priority_class=priority_class,
         placement=placement,
         queue=labels.get(QUEUE_LABEL),
-        suspended=bool((obj.get("spec") or {}).get("suspend"))
-        and (obj.get("spec") or {}).get("managedBy") != MANAGED_BY,
+        suspended=user_suspended(kind, obj),
         runtime_ms=_runtime_ms(annotations),
-        manifest=obj,
+        manifest=manifest_of(obj),
         source="watch",
     )

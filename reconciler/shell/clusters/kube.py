@@ -34,7 +34,7 @@ from reconciler.shell.clusters.base import (
     Unreachable,
     remote_fact_id,
 )
-from reconciler.shell.clusters.kinds import KINDS, Kind, kind_for
+from reconciler.shell.clusters.kinds import KINDS, Kind, by_resource, kind_for
 from reconciler.shell.clusters.remote import (
     Origin,
     PermanentFailure,
@@ -51,6 +51,9 @@ from reconciler.shell.logging import get_logger
 log = get_logger("reconciler.clusters.kube")
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
+WORKLOAD_VERSIONS = tuple(k for k in KINDS if k.plural == "workloads") or (
+    Kind(KUEUE_GROUP, KUEUE_VERSION, "Workload", "workloads"),
+)
 MAX_UNMATCHED_WORKLOADS = 2_000
 
 StatusListener = Callable[[str, Origin, dict[str, Any]], Awaitable[None]]
@@ -192,18 +195,9 @@ class KubeWorker:
 
     async def copies(self) -> list[CopyRef]:
         out: list[CopyRef] = []
-        for kind in self.kinds:
-            if self._served.get(kind.kind) is False:
-                continue
-            try:
-                listing = await self.api.list_objects(
-                    kind.group, kind.version, kind.plural, label_selector=self.selector
-                )
-            except ApiError as err:
-                if err.status == 404:
-                    continue
-                raise
-            for obj in listing.get("items") or []:
+        for versions in by_resource(self.kinds):
+            listing = await self._list_served(versions)
+            for obj in (listing or {}).get("items") or []:
                 origin = origin_of(obj, manager_id=self.manager_id)
                 if origin is not None:
                     out.append(
@@ -216,6 +210,20 @@ class KubeWorker:
                         )
                     )
         return out
+
+    async def _list_served(self, versions: tuple[Kind, ...]) -> dict[str, Any] | None:
+        """Our copies of one resource, through the first of its versions the cluster serves."""
+        for kind in versions:
+            if self._served.get(f"{kind.kind}/{kind.version}") is False:
+                continue
+            try:
+                return await self.api.list_objects(
+                    kind.group, kind.version, kind.plural, label_selector=self.selector
+                )
+            except ApiError as err:
+                if err.status != 404:
+                    raise
+        return None
 
     # -- reporting ------------------------------------------------------------------------------
 
@@ -245,13 +253,10 @@ class KubeWorker:
         self.reporter = reporter
         await self._detect_kueue()
         tasks = [asyncio.create_task(self._heartbeats(stop)), asyncio.create_task(self._usage_loop(stop))]
-        for kind in self.kinds:
-            tasks.append(
-                asyncio.create_task(self._watch_loop(kind.group, kind.version, kind.plural, kind.kind, stop))
-            )
-        tasks.append(
-            asyncio.create_task(self._watch_loop(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload", stop))
-        )
+        for versions in by_resource(self.kinds):
+            if versions[0].plural != "workloads":  # the Workload watch below sees our Workload copies
+                tasks.append(asyncio.create_task(self._watch_loop(versions, stop)))
+        tasks.append(asyncio.create_task(self._watch_loop(WORKLOAD_VERSIONS, stop)))
         try:
             await stop.wait()
         finally:
@@ -329,19 +334,21 @@ class KubeWorker:
             await self._report(update, msg_id=f"{self.name}/updated/{digest}")
             self._log.info("capacity_changed", capacity=capacity)
 
-    async def _watch_loop(
-        self, group: str, version: str, plural: str, kind_name: str, stop: asyncio.Event
-    ) -> None:
-        """List, then watch from the list's resourceVersion; re-list on 410 and every resync."""
+    async def _watch_loop(self, versions: tuple[Kind, ...], stop: asyncio.Event) -> None:
+        """List, then watch from the list's resourceVersion; re-list on 410 and every resync. One
+        resource, through the first of its versions the cluster serves."""
         backoff = Backoff(base_s=0.2, cap_s=30.0)
-        selector = "" if plural == "workloads" else self.selector
         known: dict[str, dict[str, Any]] = {}
+        index = 0
         while not stop.is_set():
+            kind = versions[index]
+            group, version, plural = kind.group, kind.version, kind.plural
+            selector = "" if plural == "workloads" else self.selector
             if plural == "workloads" and not self.kueue:
                 return
             try:
                 listing = await self.api.list_objects(group, version, plural, label_selector=selector)
-                self._served[kind_name] = True
+                self._served[f"{kind.kind}/{version}"] = True
                 rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
                 current = {self._key(o): o for o in listing.get("items") or []}
                 for key, obj in known.items():
@@ -369,8 +376,10 @@ class KubeWorker:
                 self._log.info("watch_expired_relisting", resource=plural)
             except ApiError as err:
                 if err.status == 404:
-                    self._served[kind_name] = False
-                    await _sleep_or_stop(stop, self.resync_s)  # not served here: look again later
+                    self._served[f"{kind.kind}/{version}"] = False
+                    index = (index + 1) % len(versions)
+                    if index == 0:
+                        await _sleep_or_stop(stop, self.resync_s)  # not served here: look again later
                     continue
                 delay = backoff.next_delay()
                 self._log.warning("watch_failed", resource=plural, error=str(err), retry_in_s=round(delay, 2))
@@ -394,10 +403,10 @@ class KubeWorker:
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
     async def _on_event(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
-        if plural == "workloads":
+        origin = origin_of(obj, manager_id=self.manager_id)
+        if plural == "workloads" and origin is None:  # Kueue's Workload of one of our copies
             await self._on_workload(kind, obj)
             return
-        origin = origin_of(obj, manager_id=self.manager_id)
         if origin is None:
             return
         if kind == "DELETED":

@@ -1,10 +1,12 @@
 """The manager cluster: watch the submitted jobs, and write back where and how they run.
 
-``ManagerWatcher`` lists and watches every served job kind (resourceVersion, re-list on 410,
-periodic resync) and, for objects carrying ``kdispatch.io/placement``, reports ``JobObserved``
-(on every list), ``JobUpdated`` (generation or suspend changed), ``JobDeleted``, and backfills
-``JobSubmitted`` (batch Job only) for a job the log still does not know ``backfill_after_s``
-after it was first seen: the webhook could not record it.
+``ManagerWatcher`` lists and watches every job kind the webhook holds (resourceVersion, re-list
+on 410, periodic resync; one watch per resource, on the first version the cluster serves) and, for
+objects carrying ``kdispatch.io/placement``, reports ``JobObserved`` (first seen, then when its
+generation or suspend changed), ``JobUpdated`` (its pod sets, suspend or priority changed),
+``JobDeleted``, and backfills ``JobSubmitted`` for a job the log still does not know
+``backfill_after_s`` after it was first seen: the webhook could not record it. Pod sets and
+priority come from the annotations the webhook writes, so every kind is handled alike.
 
 ``ManagerSync`` marks a placed job with ``kdispatch.io/cluster`` and copies the status of the
 placed remote copy onto the manager object's status subresource.
@@ -20,36 +22,55 @@ from typing import Any
 
 from eventlog import events as ev
 from reconciler.shell.clusters.api import ApiError, Gone, KubeApi
-from reconciler.shell.clusters.backfill import NotBackfillable, job_ref, pod_sets_of, submission_of
+from reconciler.shell.clusters.backfill import (
+    POD_SETS_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    NotBackfillable,
+    job_ref,
+    manifest_of,
+    pod_sets_of,
+    priority_of,
+    submission_of,
+    user_suspended,
+)
 from reconciler.shell.clusters.backoff import Backoff
 from reconciler.shell.clusters.base import CLUSTER_ANNOTATION, PLACEMENT_ANNOTATION, Reporter, Unreachable
 from reconciler.shell.clusters.desired import Desired
-from reconciler.shell.clusters.kinds import KINDS, Kind, kind_for
+from reconciler.shell.clusters.kinds import KINDS, Kind, by_resource, kind_for
 from reconciler.shell.clusters.remote import Origin
 from reconciler.shell.logging import get_logger
 
 log = get_logger("reconciler.clusters.manager")
 
-MANAGED_BY = "kueue.x-k8s.io/multikueue"  # what the webhook sets to hold a job (see KINDS.md)
+POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
 
 
-def _has_placement(obj: dict[str, Any]) -> bool:
-    return PLACEMENT_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {})
+def update_msg_id(uid: str, previous_resource_version: str) -> str:
+    """The Nats-Msg-Id of a ``JobUpdated``: the webhook gives the same change the same id (it sees
+    the old object's resourceVersion at /validate; see webhook/stamps.py), so the inbox keeps one."""
+    return f"upd/{uid}/{previous_resource_version}"
 
 
-def _get(obj: dict[str, Any], path: tuple[str, ...] | None) -> Any:
-    node: Any = obj
-    for key in path or ():
-        node = node.get(key) if isinstance(node, dict) else None
-    return node
-
-
-def _suspended(kind: Kind, obj: dict[str, Any]) -> bool:
-    """Did the *user* suspend it? A job kdispatch holds (managedBy MultiKueue, suspended by the
-    webhook) is not suspended in that sense, as the webhook records it (``suspended=False``)."""
-    if kind.managed_by_path is not None and _get(obj, kind.managed_by_path) == MANAGED_BY:
+def _watched(obj: dict[str, Any]) -> bool:
+    """Held by the webhook, and a job of its own: the pods of a Kueue pod group are recorded once,
+    under the group's name, by the webhook; the watcher leaves them to it (docs/clusters.md)."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if PLACEMENT_ANNOTATION not in annotations:
         return False
-    return bool(_get(obj, kind.suspend_path))
+    return POD_GROUP_NAME not in annotations and POD_GROUP_NAME not in (meta.get("labels") or {})
+
+
+Signature = tuple[bool, str, str]  # (suspended by its user, pod-sets annotation, priority annotation)
+
+
+def _signature(kind: Kind, obj: dict[str, Any]) -> Signature:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return (
+        user_suspended(kind, obj),
+        str(annotations.get(POD_SETS_ANNOTATION, "")),
+        str(annotations.get(PRIORITY_ANNOTATION, "")),
+    )
 
 
 class ManagerWatcher:
@@ -69,7 +90,7 @@ class ManagerWatcher:
         self.kinds = kinds
         self.resync_s = resync_s
         self.backfill_after_s = backfill_after_s
-        self._seen: dict[str, tuple[int, bool]] = {}  # uid -> (generation, suspended)
+        self._seen: dict[str, tuple[str, Signature]] = {}  # uid -> (resourceVersion, signature) last seen
         self._observed_state: dict[str, tuple[int, bool]] = {}  # what the last JobObserved said
         self._first_seen: dict[str, float] = {}
         self._objects: dict[str, dict[str, Any]] = {}
@@ -77,7 +98,9 @@ class ManagerWatcher:
         self.backfill_skipped: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        tasks = [asyncio.create_task(self._watch_loop(kind, stop)) for kind in self.kinds]
+        tasks = [
+            asyncio.create_task(self._watch_loop(versions, stop)) for versions in by_resource(self.kinds)
+        ]
         tasks.append(asyncio.create_task(self._backfill_loop(stop)))
         try:
             await stop.wait()
@@ -86,18 +109,20 @@ class ManagerWatcher:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _watch_loop(self, kind: Kind, stop: asyncio.Event) -> None:
+    async def _watch_loop(self, versions: tuple[Kind, ...], stop: asyncio.Event) -> None:
         backoff = Backoff(base_s=0.2, cap_s=30.0)
         known: dict[str, dict[str, Any]] = {}
-        bound = log.bind(cluster="manager", kind=kind.kind)
+        index = 0  # the version watched: the first one the cluster serves
         while not stop.is_set():
+            kind = versions[index]
+            bound = log.bind(cluster="manager", kind=kind.kind, version=kind.version)
             try:
                 listing = await self.api.list_objects(kind.group, kind.version, kind.plural)
                 rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
                 current = {
                     str((o.get("metadata") or {}).get("uid", "")): o
                     for o in listing.get("items") or []
-                    if _has_placement(o)
+                    if _watched(o)
                 }
                 for uid, obj in known.items():
                     if uid not in current:
@@ -110,7 +135,7 @@ class ManagerWatcher:
                     kind.group, kind.version, kind.plural, resource_version=rv, timeout_s=self.resync_s
                 ):
                     obj = event["object"]
-                    if not _has_placement(obj):
+                    if not _watched(obj):
                         continue
                     uid = str((obj.get("metadata") or {}).get("uid", ""))
                     if event["type"] == "DELETED":
@@ -122,9 +147,13 @@ class ManagerWatcher:
             except Gone:
                 bound.info("watch_expired_relisting")
             except ApiError as err:
-                delay = self.resync_s if err.status == 404 else backoff.next_delay()
-                if err.status != 404:
-                    bound.warning("manager_watch_failed", error=str(err), retry_in_s=round(delay, 2))
+                if err.status == 404:  # this version is not served: the next one, or later again
+                    index = (index + 1) % len(versions)
+                    if index == 0:
+                        await _sleep_or_stop(stop, self.resync_s)
+                    continue
+                delay = backoff.next_delay()
+                bound.warning("manager_watch_failed", error=str(err), retry_in_s=round(delay, 2))
                 await _sleep_or_stop(stop, delay)
             except Unreachable as err:
                 delay = backoff.next_delay()
@@ -140,7 +169,7 @@ class ManagerWatcher:
         writes bump its resourceVersion, and every resync would otherwise record it again."""
         ref = job_ref(obj)
         meta = obj["metadata"]
-        state = (int(meta.get("generation", 0) or 0), _suspended(kind, obj))
+        state = (int(meta.get("generation", 0) or 0), user_suspended(kind, obj))
         self._first_seen.setdefault(ref.uid, time.monotonic())
         self._keep_for_backfill(ref.uid, obj)
         if self._observed_state.get(ref.uid) != state:
@@ -153,32 +182,36 @@ class ManagerWatcher:
     async def _changed(self, kind: Kind, obj: dict[str, Any], *, observed: bool = False) -> None:
         ref = job_ref(obj)
         meta = obj.get("metadata") or {}
-        state = (int(meta.get("generation", 0) or 0), _suspended(kind, obj))
+        rv = str(meta.get("resourceVersion", ""))
+        signature = _signature(kind, obj)
         previous = self._seen.get(ref.uid)
-        self._seen[ref.uid] = state
+        self._seen[ref.uid] = (rv, signature)
         self._keep_for_backfill(ref.uid, obj)
         if previous is None:
             self._first_seen.setdefault(ref.uid, time.monotonic())
             if not observed:
-                rv = str(meta.get("resourceVersion", ""))
-                event = ev.JobObserved(job=ref, suspended=state[1], resource_version=rv)
+                event = ev.JobObserved(job=ref, suspended=signature[0], resource_version=rv)
                 await self.reporter.report(event, msg_id=f"manager/{ref.uid}/observed/{rv}")
-                self._observed_state[ref.uid] = state
+                self._observed_state[ref.uid] = (int(meta.get("generation", 0) or 0), signature[0])
             return
-        if previous == state:
+        previous_rv, previous_signature = previous
+        if previous_signature == signature:
             return  # status or annotation changes (ours among them): nothing for the dispatcher
         try:
             pod_sets = pod_sets_of(obj)
-        except NotBackfillable:
-            log.info(
-                "update_not_reported_kind",
-                job=ref.key,
-                kind=ref.kind,
-                reason="pod sets of this kind come from the webhook",
-            )
+        except NotBackfillable as err:
+            log.warning("update_not_reported", job=ref.key, kind=ref.kind, reason=str(err))
             return
-        update = ev.JobUpdated(job=ref, pod_sets=pod_sets, suspended=state[1], manifest=obj)
-        await self.reporter.report(update, msg_id=f"manager/{ref.uid}/updated/{state[0]}-{int(state[1])}")
+        priority_class, priority = priority_of(obj)
+        update = ev.JobUpdated(
+            job=ref,
+            pod_sets=pod_sets,
+            suspended=signature[0],
+            priority=priority,
+            priority_class=priority_class,
+            manifest=manifest_of(obj),
+        )
+        await self.reporter.report(update, msg_id=update_msg_id(ref.uid, previous_rv))
 
     def _keep_for_backfill(self, uid: str, obj: dict[str, Any]) -> None:
         """Hold the object only while the log does not know the job: memory for the few the
@@ -213,10 +246,11 @@ class ManagerWatcher:
                 self._objects.pop(uid, None)
                 continue
             obj = self._objects.get(uid)
-            if obj is None:
+            kind = kind_for(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))) if obj else None
+            if obj is None or kind is None:
                 continue
             try:
-                submitted = submission_of(obj)
+                submitted = submission_of(obj, kind)
             except NotBackfillable as err:
                 self.backfill_skipped.add(uid)
                 log.warning("backfill_impossible", job=job_ref(obj).key, reason=str(err))
@@ -296,7 +330,7 @@ class ManagerSync:
 
     async def _write_status(self, job: ev.JobRef, status: dict[str, Any]) -> None:
         kind = kind_for(job.api_version, job.kind)
-        if kind is None or self._written.get(job.uid) == status:
+        if kind is None or not kind.status_synced or self._written.get(job.uid) == status:
             return
         # A merge patch keeps keys it does not name: null out what the remote status dropped.
         previous = self._written.get(job.uid) or {}

@@ -17,9 +17,9 @@ ApiCall = tuple[Role, str, str, str]
 _MANAGER_JOB_VERBS = ("list", "watch", "get", "patch")
 _WORKER_JOB_VERBS = ("list", "watch", "get", "create", "delete")
 
-API_CALLS: list[ApiCall] = [
+_CALLS: list[ApiCall] = [
     *(("manager", k.group, k.plural, verb) for k in KINDS for verb in _MANAGER_JOB_VERBS),
-    *(("manager", k.group, f"{k.plural}/status", "patch") for k in KINDS),
+    *(("manager", k.group, f"{k.plural}/status", "patch") for k in KINDS if k.status_synced),
     ("manager", "", "secrets", "get"),  # a worker's kubeconfig given as a Secret reference
     ("manager", "", "/version", "get"),
     *(("worker", k.group, k.plural, verb) for k in KINDS for verb in _WORKER_JOB_VERBS),
@@ -30,6 +30,8 @@ API_CALLS: list[ApiCall] = [
     ("worker", "", "pods", "list"),
     ("worker", "", "/version", "get"),
 ]
+# Two versions of one resource (Workload v1beta1/v1beta2, MPIJob v1/v2beta1) are one grant.
+API_CALLS: list[ApiCall] = list(dict.fromkeys(_CALLS))
 
 _ALLOWED = frozenset(API_CALLS)
 

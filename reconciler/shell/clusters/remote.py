@@ -21,7 +21,7 @@ from msgspec import Struct
 
 from eventlog import events as ev
 from reconciler.shell.clusters.base import ATTEMPT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL, RemoteSpec
-from reconciler.shell.clusters.kinds import Kind
+from reconciler.shell.clusters.kinds import POD_SCHEDULING_GATE, Kind
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _SERVER_METADATA = (
@@ -84,8 +84,7 @@ def remote_manifest(spec: RemoteSpec, *, kind: Kind, manager_id: str, kueue: boo
     meta["labels"] = labels
     if kind.managed_by_path is not None:
         _set_path(body, kind.managed_by_path, None)
-    if kind.suspend_path is not None:
-        _set_path(body, kind.suspend_path, kueue)
+    _release(body, kind=kind, kueue=kueue)
     if kind.group == "batch" and kind.kind == "Job":
         spec_ = body.get("spec") or {}
         spec_.pop("selector", None)
@@ -95,6 +94,26 @@ def remote_manifest(spec: RemoteSpec, *, kind: Kind, manager_id: str, kueue: boo
             for key in _JOB_GENERATED_LABELS:
                 tlabels.pop(key, None)
     return body
+
+
+def _release(body: dict[str, Any], *, kind: Kind, kueue: bool) -> None:
+    """Undo the webhook's hold the way the kind needs it on the worker."""
+    spec = body.get("spec")
+    if kind.hold == "suspend" and kind.suspend_path is not None:
+        # With Kueue the copy stays suspended: the worker's Kueue admits and unsuspends it.
+        _set_path(body, kind.suspend_path, kueue)
+    elif kind.hold == "inactive" and kind.suspend_path is not None:
+        _set_path(body, kind.suspend_path, True)  # an active Workload: the worker's Kueue admits it
+    elif kind.hold == "gate" and isinstance(spec, dict):
+        # A plain Pod: without our gate (with Kueue, its pod webhook gates it again by the queue
+        # label). ``priority`` is the manager's value of the class: the worker computes its own.
+        gates = [g for g in spec.get("schedulingGates") or [] if g != {"name": POD_SCHEDULING_GATE}]
+        if gates:
+            spec["schedulingGates"] = gates
+        else:
+            spec.pop("schedulingGates", None)
+        spec.pop("priority", None)
+        spec.pop("nodeName", None)
 
 
 class Origin(Struct, frozen=True):
@@ -140,6 +159,7 @@ def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 _DONE_OK = ("Complete", "Completed", "Succeeded")
 _DONE_FAILED = ("Failed",)
+_PHASE_DONE = ("Succeeded", "Failed")
 
 
 def job_facts(obj: dict[str, Any], origin: Origin, *, cluster: str, kueue: bool) -> list[ev.InputEvent]:
@@ -149,11 +169,33 @@ def job_facts(obj: dict[str, Any], origin: Origin, *, cluster: str, kueue: bool)
     facts: list[ev.InputEvent] = [ev.RemoteCreated(job=job, cluster=cluster, attempt=attempt)]
     conds = _conditions(obj)
     status = obj.get("status") or {}
+    if obj.get("kind") == "Workload":  # a Workload copy speaks for itself: its conditions
+        facts += workload_facts(obj, origin, cluster=cluster)
+        if "Finished" in conds:
+            finished = conds["Finished"]
+            ok = finished.get("reason") != "Failed"
+            reason = "" if ok else str(finished.get("message") or "Failed")
+            facts.append(
+                ev.RemoteFinished(job=job, cluster=cluster, attempt=attempt, succeeded=ok, reason=reason)
+            )
+        return facts
+    phase = status.get("phase")  # a plain Pod
     started = (
-        bool(status.get("startTime")) or bool(status.get("active")) or bool(conds.keys() & set(_DONE_OK))
+        bool(status.get("startTime"))
+        or bool(status.get("active"))
+        or phase in _PHASE_DONE
+        or phase == "Running"
+        or bool(conds.keys() & set(_DONE_OK))
     )
     if not kueue and started:
         facts.append(ev.RemoteAdmitted(job=job, cluster=cluster, attempt=attempt))
+    if phase in _PHASE_DONE:
+        ok = phase == "Succeeded"
+        reason = "" if ok else str(status.get("reason") or "Failed")
+        facts.append(
+            ev.RemoteFinished(job=job, cluster=cluster, attempt=attempt, succeeded=ok, reason=reason)
+        )
+        return facts
     for name in _DONE_OK:
         if name in conds:
             facts.append(ev.RemoteFinished(job=job, cluster=cluster, attempt=attempt, succeeded=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,7 +124,12 @@ def batch_job(
             **({"uid": uid} if uid else {}),
             "labels": {"kueue.x-k8s.io/queue-name": "user-queue"},
             "annotations": {
-                "kdispatch.io/placement": '{"clusterSelector":{},"dispatchMode":"MustBeAdmitted"}'
+                "kdispatch.io/placement": '{"clusterSelector":{},"dispatchMode":"MustBeAdmitted"}',
+                # what the webhook computed (webhook/stamps.py): the watcher reads it back
+                "kdispatch.io/pod-sets": json.dumps(
+                    [{"count": parallelism, "name": "main", "requests": {"cpu": 500, "nvidia.com/gpu": gpus}}]
+                ),
+                "kdispatch.io/priority": '{"value":0}',
             },
         },
         "spec": {

@@ -175,11 +175,29 @@ def test_backfill_reads_the_webhook_canonical_placement_back() -> None:
     assert placement_of(webhook_placement.canonical_json(placement)) == placement
 
 
-def test_backfill_only_batch_jobs() -> None:
+def test_backfill_of_any_kind_reads_the_pod_sets_and_priority_the_webhook_wrote() -> None:
+    kind = kind_for("kubeflow.org/v1", "PyTorchJob")
+    assert kind is not None
     obj = pytorch_job()
     obj["metadata"] = {**obj["metadata"], "annotations": {"kdispatch.io/placement": "{}"}}  # type: ignore[dict-item]
-    with pytest.raises(NotBackfillable, match="only batch/v1 Job"):
-        submission_of(obj)
+    with pytest.raises(NotBackfillable, match="no kdispatch.io/pod-sets annotation.*update the object once"):
+        submission_of(obj, kind)
+    obj["metadata"]["annotations"].update(  # type: ignore[index]
+        {
+            "kdispatch.io/pod-sets": '[{"count":1,"name":"master","requests":{"cpu":2000}},'
+            '{"count":3,"minCount":2,"name":"worker","requests":{"nvidia.com/gpu":1}}]',
+            "kdispatch.io/priority": '{"class":"high","value":1000}',
+        }
+    )
+    submitted = submission_of(obj, kind)
+    assert submitted.pod_sets == [
+        ev.PodSet(name="master", count=1, requests={"cpu": 2000}),
+        ev.PodSet(name="worker", count=3, requests={"nvidia.com/gpu": 1}, min_count=2),
+    ]
+    assert (submitted.priority_class, submitted.priority) == ("high", 1000)
+    assert submitted.suspended is False  # held by kdispatch (managedBy), not suspended by its user
+    assert submitted.source == "watch" and submitted.manifest is not None
+    assert "status" not in submitted.manifest
 
 
 def test_every_adapter_call_is_listed_and_unlisted_calls_fail() -> None:

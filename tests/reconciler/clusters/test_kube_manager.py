@@ -12,6 +12,7 @@ from eventlog import events as ev
 from reconciler.shell.clusters.desired import Desired
 from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.shell.clusters.remote import Origin
+from tests.reconciler.clusters import admission
 from tests.reconciler.clusters.conftest import ApiServer, Recorder, batch_job, eventually
 
 JOBS = ("batch", "v1", "jobs")
@@ -58,13 +59,19 @@ async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
     emu.patch_status(*JOBS, "team-a", "train", {"active": 1})
     await asyncio.sleep(1.5)
     assert len(recorder.of(ev.JobObserved)) == 1 and not recorder.of(ev.JobUpdated)
-    # a spec change is
-    emu._patch(JOBS, "team-a", "train", {"spec": {"parallelism": 3}}, subresource=None)
+    # a spec change is, through the webhook (which rewrites the pod sets it computed), and the
+    # watcher reports it under the id the webhook recorded it with: the inbox keeps one
+    before = emu.get(*JOBS, "team-a", "train")
+    assert before is not None
+    after, records = admission.updated(before, {**before, "spec": {**before["spec"], "parallelism": 3}})
+    emu._patch(JOBS, "team-a", "train", {"metadata": after["metadata"], "spec": after["spec"]}, subresource=None)
     updated = await eventually(lambda: recorder.of(ev.JobUpdated), what="JobUpdated")
     assert len(updated) == 1
     assert updated[0].pod_sets == [
         ev.PodSet(name="main", count=3, requests={"cpu": 500, "nvidia.com/gpu": 1})
     ]
+    [record] = records
+    assert record.msg_id in recorder.ids and record.event.pod_sets == updated[0].pod_sets
     # removed without a watch event (as if while disconnected): the next re-list notices
     del emu._store[JOBS][("team-a", "train")]
     deleted = await eventually(lambda: recorder.of(ev.JobDeleted), what="JobDeleted on re-list")
@@ -80,6 +87,7 @@ async def test_watcher_backfills_a_job_the_log_does_not_know(
     lost = batch_job("lost", gpus=2, parallelism=4)
     lost["metadata"]["annotations"]["kdispatch.io/simulated-runtime"] = "1m30s"
     lost["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
+    lost["metadata"]["annotations"]["kdispatch.io/priority"] = '{"class":"high","value":1000}'  # the webhook's
     missing = server.emulator.put(*JOBS, lost)
     submitted = await eventually(lambda: recorder.of(ev.JobSubmitted), what="backfilled JobSubmitted")
     await asyncio.sleep(0.5)  # another backfill round: still one record
@@ -89,7 +97,7 @@ async def test_watcher_backfills_a_job_the_log_does_not_know(
     assert sub.job == ev.JobRef(namespace="team-a", name="lost", uid=missing["metadata"]["uid"])
     assert sub.pod_sets == [ev.PodSet(name="main", count=4, requests={"cpu": 500, "nvidia.com/gpu": 2})]
     assert sub.runtime_ms == 90_000
-    assert sub.priority_class == "high"
+    assert (sub.priority_class, sub.priority) == ("high", 1000)
     assert sub.queue == "user-queue"
     assert sub.placement.dispatch_mode == "MustBeAdmitted"
     assert sub.manifest is not None and sub.manifest["metadata"]["name"] == "lost"
