@@ -180,7 +180,9 @@ def test_backfill_of_any_kind_reads_the_pod_sets_and_priority_the_webhook_wrote(
     assert kind is not None
     obj = pytorch_job()
     obj["metadata"] = {**obj["metadata"], "annotations": {"kdispatch.io/placement": "{}"}}  # type: ignore[dict-item]
-    with pytest.raises(NotBackfillable, match="no kdispatch.io/pod-sets annotation.*update the object once"):
+    with pytest.raises(
+        NotBackfillable, match=r"no kdispatch\.io/pod-sets annotation.*update the object once"
+    ):
         submission_of(obj, kind)
     obj["metadata"]["annotations"].update(  # type: ignore[index]
         {
