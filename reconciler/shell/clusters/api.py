@@ -73,7 +73,7 @@ class KubeApi:
         self.role: rbac.Role = role
         self.cluster = cluster
         self.timeout_s = timeout_s
-        self._custom = client.CustomObjectsApi(_CorePaths(api_client))
+        self._custom = client.CustomObjectsApi(_CorePaths(api_client))  # type: ignore[arg-type]
         self._core = client.CoreV1Api(api_client)
         self._version = client.VersionApi(api_client)
 
