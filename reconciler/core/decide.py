@@ -40,7 +40,7 @@ def decide(state: State) -> list[ev.DecisionEvent]:
     # Capacity came free (or may, when a preemptor's claim turns into its nomination), or new
     # jobs run that could be preempted: waiting jobs get another look. Dispatch skips, cheaply,
     # those that cannot fit where capacity came free and cannot preempt the newcomers.
-    if s.help or s.freed or s.claims or s.victims_below() is not None:
+    if s.help or s.freed or s.claims or s.unclaimed is not None or s.victims_below() is not None:
         # With no claim that could turn into a nomination mid-pass, capacity only shrinks while
         # dispatching, so the cheap check can run up front instead of at each job's turn.
         early = not s.help and not s.claims

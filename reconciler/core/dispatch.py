@@ -86,7 +86,9 @@ def worth_a_look(s: Scratch, job: JobRecord) -> bool:
     profile = profile_for(s, job)
     if profile is None:
         return False
-    return s.help or _may_preempt(s, job) or could_fit(s, job, profile)
+    if s.help or (s.unclaimed is not None and job.priority <= s.unclaimed):
+        return True
+    return _may_preempt(s, job) or could_fit(s, job, profile)
 
 
 def _may_preempt(s: Scratch, job: JobRecord) -> bool:

@@ -147,4 +147,4 @@ class Draft:
         self.nominated = list(clusters)
         self.round = round_
         self.phase = phases.NOMINATED
-        s.drop_claim(self.job.key)
+        s.drop_claim(self.job.key, expired=False)

@@ -51,9 +51,11 @@ def _batch_opens(state: State) -> None:
     state.open_batch = (list(state.pending), state.help)
     state.open_freed = list(state.freed)
     state.open_placed_low = state.placed_low
+    state.open_unclaimed = state.unclaimed
     state.help = False  # help raised by this batch's own decisions must survive its close
     state.freed = {}
     state.placed_low = None
+    state.unclaimed = None
 
 
 def _batch_closes(state: State) -> None:
@@ -69,6 +71,7 @@ def _batch_closes(state: State) -> None:
     state.open_batch = None
     state.open_freed = []
     state.open_placed_low = None
+    state.open_unclaimed = None
 
 
 def _batch_cut_short(state: State) -> None:
@@ -78,13 +81,19 @@ def _batch_cut_short(state: State) -> None:
     for cluster in state.open_freed:
         state.freed[cluster] = None
     state.placed_low = _lowest(state.placed_low, state.open_placed_low)
+    state.unclaimed = _highest(state.unclaimed, state.open_unclaimed)
     state.open_batch = None
     state.open_freed = []
     state.open_placed_low = None
+    state.open_unclaimed = None
 
 
 def _lowest(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else min(a, b)
+
+
+def _highest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _fire_timers(state: State) -> None:
@@ -342,7 +351,7 @@ def _nominated(state: State, e: ev.Nominated) -> None:
         state.count(job, state.add_copy(job, cluster=cluster, attempt=e.attempt, state=phases.COPY_NOMINATED))
     claim = state.claims.pop(job.key, None)
     if claim is not None:
-        state.help = True
+        state.unclaimed = _highest(state.unclaimed, claim.priority)
     state.set_phase(job, phases.NOMINATED)
     state.timer(e.deadline_ms, job.key)
 

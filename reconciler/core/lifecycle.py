@@ -57,7 +57,7 @@ def expire_claims(s: Scratch, drafts: dict[str, Draft]) -> None:
         gone = job is None or phase not in phases.WAITING or job.suspended
         if s.now >= claim.expires_ms or gone or slot is None or not s.ready[slot]:
             s.emit(ev.ClaimExpired(preemptor=job.ref if job else _ref(key), cluster=claim.cluster))
-            s.drop_claim(key)
+            s.drop_claim(key, expired=True)
 
 
 def evict_claimed(s: Scratch) -> None:

@@ -33,6 +33,7 @@ class Scratch:
     gone_jobs: set[str] = field(default_factory=set)  # stopped running in this pass
     placed_now: dict[str, str] = field(default_factory=dict)  # job -> cluster, Placed in this pass
     freed: set[int] = field(default_factory=set)  # clusters whose free capacity grew (slots)
+    unclaimed: int | None = None  # claims released to jobs at or below this priority
     _holds: dict[str, tuple[int, npt.NDArray[np.int64]]] = field(default_factory=dict)
     _pool: tuple[int, RunningPool] | None = None
 
@@ -50,6 +51,7 @@ class Scratch:
             claims=dict(state.claims),
             help=state.help,
             freed={table.index[c] for c in state.freed if c in table.index},
+            unclaimed=state.unclaimed,
         )
 
     def victims_below(self) -> int | None:
@@ -85,9 +87,16 @@ class Scratch:
         self.gone_jobs.add(key)
         self.placed_now.pop(key, None)
 
-    def drop_claim(self, key: str) -> None:
-        if self.claims.pop(key, None) is not None:
+    def drop_claim(self, key: str, *, expired: bool) -> None:
+        """Mirror of fold: an expired claim gets every waiting job another look; a claim that
+        became its preemptor's nomination only those it held capacity from."""
+        claim = self.claims.pop(key, None)
+        if claim is None:
+            return
+        if expired:
             self.help = True
+        else:
+            self.unclaimed = claim.priority if self.unclaimed is None else max(self.unclaimed, claim.priority)
 
     def free_for(self, job: JobRecord) -> npt.NDArray[np.int64]:
         """Free capacity as this job sees it: claims of equal or higher priority are held back."""

@@ -38,6 +38,8 @@ class Snapshot(Struct, kw_only=True):
     open_freed: list[str] = []
     placed_low: int | None = None
     open_placed_low: int | None = None
+    unclaimed: int | None = None
+    open_unclaimed: int | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -70,6 +72,8 @@ def dump_state(state: State) -> bytes:
             open_freed=list(state.open_freed),
             placed_low=state.placed_low,
             open_placed_low=state.open_placed_low,
+            unclaimed=state.unclaimed,
+            open_unclaimed=state.open_unclaimed,
         )
     )
 
@@ -116,4 +120,6 @@ def load_state(raw: bytes) -> State:
     state.open_freed = list(snap.open_freed)
     state.placed_low = snap.placed_low
     state.open_placed_low = snap.open_placed_low
+    state.unclaimed = snap.unclaimed
+    state.open_unclaimed = snap.open_unclaimed
     return state

@@ -43,6 +43,10 @@ class State:
     # Lowest priority among jobs placed since: waiting jobs above it may now have victims.
     placed_low: int | None = None
     open_placed_low: int | None = None
+    # Highest priority of claims that turned into their preemptor's nomination since: the
+    # capacity they held is offered again to jobs at or below it.
+    unclaimed: int | None = None
+    open_unclaimed: int | None = None
     waiting: dict[str, None] = field(default_factory=dict)  # Queued/Unschedulable, not suspended
     by_cluster: dict[str, dict[str, None]] = field(default_factory=dict)  # cluster -> jobs with copies
     timers: list[tuple[int, str]] = field(default_factory=list)  # heap of (deadline ms, job key)
