@@ -162,6 +162,19 @@ _DONE_FAILED = ("Failed",)
 _PHASE_DONE = ("Succeeded", "Failed")
 
 
+def _started(status: dict[str, Any]) -> bool:
+    """Has the kind's own controller started it? (Without Kueue, that is the admission.)"""
+    if status.get("startTime") or status.get("active") or status.get("phase") in ("Running", *_PHASE_DONE):
+        return True  # Job, Kubeflow jobs, MPIJob, Pod
+    replicated = status.get("replicatedJobsStatus")  # JobSet
+    if isinstance(replicated, list) and any(
+        isinstance(r, dict) and (r.get("active") or r.get("ready")) for r in replicated
+    ):
+        return True
+    # RayJob, RayCluster
+    return status.get("jobDeploymentStatus") in ("Running", "Complete") or status.get("state") == "ready"
+
+
 def job_facts(obj: dict[str, Any], origin: Origin, *, cluster: str, kueue: bool) -> list[ev.InputEvent]:
     """Facts a copy's own object stands for: created; admitted (without Kueue: it started);
     finished (a terminal condition)."""
@@ -180,14 +193,7 @@ def job_facts(obj: dict[str, Any], origin: Origin, *, cluster: str, kueue: bool)
             )
         return facts
     phase = status.get("phase")  # a plain Pod
-    started = (
-        bool(status.get("startTime"))
-        or bool(status.get("active"))
-        or phase in _PHASE_DONE
-        or phase == "Running"
-        or bool(conds.keys() & set(_DONE_OK))
-    )
-    if not kueue and started:
+    if not kueue and (_started(status) or bool(conds.keys() & set(_DONE_OK))):
         facts.append(ev.RemoteAdmitted(job=job, cluster=cluster, attempt=attempt))
     if phase in _PHASE_DONE:
         ok = phase == "Succeeded"
