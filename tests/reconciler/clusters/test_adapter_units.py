@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from eventlog import events as ev
@@ -11,7 +13,7 @@ from reconciler.shell.clusters.base import RemoteSpec, fact_id, remote_fact_id
 from reconciler.shell.clusters.desired import Desired, Intent
 from reconciler.shell.clusters.kinds import kind_for
 from reconciler.shell.clusters.quantity import parse_quantity
-from reconciler.shell.clusters.remote import PermanentFailure, job_facts, origin_of, remote_manifest
+from reconciler.shell.clusters.remote import Origin, PermanentFailure, job_facts, origin_of, remote_manifest
 from reconciler.shell.clusters.usage import from_cluster_queues, from_nodes_and_pods
 from tests.reconciler.clusters.conftest import batch_job
 from webhook import placement as webhook_placement
@@ -248,3 +250,78 @@ def test_projection_forgets_an_ended_jobs_spec_but_not_that_it_was_submitted() -
     d.fold(entry(5, ev.CleanUp(job=job, cluster="w1", attempt=1)))
     assert "u" not in d.jobs and "u" in d.submitted  # a restart's watcher will not backfill it
     assert d.collectable(job_uid="u", cluster="w1", attempt=1, age_ms=0, grace_ms=10)
+
+
+def _copy_of(manifest: dict[str, object], *, api_version: str, kind_name: str, kueue: bool) -> dict[str, Any]:
+    kind = kind_for(api_version, kind_name)
+    assert kind is not None
+    spec = RemoteSpec(job=REF, cluster="w1", attempt=1, manifest=manifest)
+    return remote_manifest(spec, kind=kind, manager_id="m", kueue=kueue)
+
+
+def test_a_pod_copy_loses_the_webhook_gate_only_and_the_managers_priority_value() -> None:
+    held = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {
+            "schedulingGates": [{"name": "kdispatch.io/dispatch"}, {"name": "example.com/other"}],
+            "priorityClassName": "high",
+            "priority": 1000,
+            "containers": [{"name": "c", "image": "x"}],
+        },
+    }
+    body = _copy_of(held, api_version="v1", kind_name="Pod", kueue=True)
+    assert body["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
+    assert "priority" not in body["spec"] and body["spec"]["priorityClassName"] == "high"
+    assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"  # the worker's Kueue gates it
+    held["spec"]["schedulingGates"] = [{"name": "kdispatch.io/dispatch"}]  # type: ignore[index]
+    body = _copy_of(held, api_version="v1", kind_name="Pod", kueue=False)
+    assert (
+        "schedulingGates" not in body["spec"]
+        and "kueue.x-k8s.io/queue-name" not in body["metadata"]["labels"]
+    )
+
+
+def test_a_workload_copy_is_active() -> None:
+    held = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "wl", "namespace": "ml"},
+        "spec": {"active": False, "podSets": [{"name": "main", "count": 1}]},
+    }
+    body = _copy_of(held, api_version="kueue.x-k8s.io/v1beta2", kind_name="Workload", kueue=True)
+    assert body["spec"]["active"] is True
+
+
+def test_facts_of_a_pod_copy_and_a_workload_copy() -> None:
+    pod_ref = ev.JobRef(namespace="ml", name="p", uid="u-1", api_version="v1", kind="Pod")
+    origin = Origin(job=pod_ref, attempt=2, remote_uid="r")
+    running = {"kind": "Pod", "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}}
+    assert [type(f).__name__ for f in job_facts(running, origin, cluster="w1", kueue=False)] == [
+        "RemoteCreated",
+        "RemoteAdmitted",
+    ]
+    failed = {"kind": "Pod", "status": {"phase": "Failed", "reason": "OOMKilled"}}
+    *_, last = job_facts(failed, origin, cluster="w1", kueue=True)
+    assert last == ev.RemoteFinished(
+        job=pod_ref, cluster="w1", attempt=2, succeeded=False, reason="OOMKilled"
+    )
+    wl_ref = ev.JobRef(
+        namespace="ml", name="wl", uid="u-2", api_version="kueue.x-k8s.io/v1beta2", kind="Workload"
+    )
+    wl_origin = Origin(job=wl_ref, attempt=1, remote_uid="r2")
+    done = {
+        "kind": "Workload",
+        "status": {
+            "conditions": [
+                {"type": "Admitted", "status": "True"},
+                {"type": "Finished", "status": "True", "reason": "Succeeded"},
+            ]
+        },
+    }
+    assert [type(f).__name__ for f in job_facts(done, wl_origin, cluster="w1", kueue=True)] == [
+        "RemoteCreated",
+        "RemoteAdmitted",
+        "RemoteFinished",
+    ]

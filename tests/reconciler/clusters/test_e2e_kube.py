@@ -346,6 +346,10 @@ async def test_a_job_admitted_by_the_real_webhook_is_dispatched(world: World, tm
             admitted = await api.create(user_job)
         obj = admitted.obj
         assert obj["spec"]["suspend"] is True and obj["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+        # the pod sets the webhook computed travel with the object, for the manager watcher
+        assert obj["metadata"]["annotations"]["kdispatch.io/pod-sets"] == (
+            '[{"count":1,"name":"main","requests":{"cpu":500,"nvidia.com/gpu":1}}]'
+        )
         world.manager.emulator.put(*JOBS, obj)  # what the API server stores after admission
         copies = await explained(
             world, eventually(lambda: where(world.workers, "via-webhook"), what="copy on w2")

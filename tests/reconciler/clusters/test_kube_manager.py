@@ -64,7 +64,9 @@ async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
     before = emu.get(*JOBS, "team-a", "train")
     assert before is not None
     after, records = admission.updated(before, {**before, "spec": {**before["spec"], "parallelism": 3}})
-    emu._patch(JOBS, "team-a", "train", {"metadata": after["metadata"], "spec": after["spec"]}, subresource=None)
+    emu._patch(
+        JOBS, "team-a", "train", {"metadata": after["metadata"], "spec": after["spec"]}, subresource=None
+    )
     updated = await eventually(lambda: recorder.of(ev.JobUpdated), what="JobUpdated")
     assert len(updated) == 1
     assert updated[0].pod_sets == [
@@ -87,7 +89,9 @@ async def test_watcher_backfills_a_job_the_log_does_not_know(
     lost = batch_job("lost", gpus=2, parallelism=4)
     lost["metadata"]["annotations"]["kdispatch.io/simulated-runtime"] = "1m30s"
     lost["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "high"
-    lost["metadata"]["annotations"]["kdispatch.io/priority"] = '{"class":"high","value":1000}'  # the webhook's
+    lost["metadata"]["annotations"]["kdispatch.io/priority"] = (
+        '{"class":"high","value":1000}'  # the webhook's
+    )
     missing = server.emulator.put(*JOBS, lost)
     submitted = await eventually(lambda: recorder.of(ev.JobSubmitted), what="backfilled JobSubmitted")
     await asyncio.sleep(0.5)  # another backfill round: still one record
@@ -149,3 +153,60 @@ async def test_watcher_survives_a_manager_outage_and_catches_up(
     await eventually(lambda: recorder.of(ev.JobDeleted), timeout_s=15, what="JobDeleted after reconnect")
     names = {o.job.name for o in recorder.of(ev.JobObserved)}
     assert names == {"a", "b"}
+
+
+async def test_one_watch_per_resource_on_the_first_version_the_manager_serves(
+    api_servers: Callable[..., Any],
+) -> None:
+    """MPIJob is listed as kubeflow.org/v1 first: a manager serving only v2beta1 is watched there.
+    A Workload served in two versions is one object: it is reported once, not once per version."""
+    server: ApiServer = await api_servers("manager")
+    emu = server.emulator
+    emu.serve("kubeflow.org", "v2beta1", "mpijobs", kind="MPIJob")
+    for version in ("v1beta1", "v1beta2"):
+        emu.serve("kueue.x-k8s.io", version, "workloads", kind="Workload")
+    held = {"kdispatch.io/placement": "{}", "kdispatch.io/pod-sets": "[]"}
+    meta = {"namespace": "team-a", "annotations": held}
+    mpi = emu.put(
+        "kubeflow.org",
+        "v2beta1",
+        "mpijobs",
+        {
+            "apiVersion": "kubeflow.org/v2beta1",
+            "kind": "MPIJob",
+            "metadata": {"name": "mpi", **meta},
+            "spec": {},
+        },
+    )
+    wl = {"metadata": {"name": "wl", "uid": "wl-uid", **meta}, "spec": {"active": False}}
+    for version in ("v1beta1", "v1beta2"):  # the same object, as each version shows it
+        emu.put(
+            "kueue.x-k8s.io",
+            version,
+            "workloads",
+            {"apiVersion": f"kueue.x-k8s.io/{version}", "kind": "Workload", **wl},
+        )
+    calls: list[ev.InputEvent] = []
+
+    class Counting(Recorder):
+        async def report(self, event: ev.InputEvent, *, msg_id: str) -> None:
+            calls.append(event)
+            await super().report(event, msg_id=msg_id)
+
+    recorder = Counting()
+    watcher = ManagerWatcher(
+        server.api(role="manager", cluster="manager"), recorder, known=lambda _uid: True, resync_s=1
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        observed = await eventually(
+            lambda: {o.job.uid for o in recorder.of(ev.JobObserved)} == {mpi["metadata"]["uid"], "wl-uid"},
+            what="both jobs observed",
+        )
+        assert observed
+        await asyncio.sleep(1.5)  # a re-list later: still one report each
+        assert sorted(e.job.name for e in calls if isinstance(e, ev.JobObserved)) == ["mpi", "wl"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
