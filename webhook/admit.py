@@ -3,13 +3,17 @@
 Two hooks, as in Kubernetes:
 
 - ``mutate`` (``/mutate``, no side effects): validates the placement annotations, writes the
-  canonical ``kdispatch.io/placement`` annotation, holds the job (suspend, the kind's managedBy,
-  a scheduling gate for Pods) and answers a JSONPatch. A normalized object gives no patch.
+  canonical ``kdispatch.io/placement`` annotation and the pod sets and priority it computed
+  (``kdispatch.io/pod-sets``, ``kdispatch.io/priority``: see stamps.py; recomputed at UPDATE too),
+  holds the job (suspend, the kind's managedBy, a scheduling gate for Pods) and answers a
+  JSONPatch. A normalized object gives no patch.
 - ``validate`` (``/validate``, side effects except on dryRun): sees the object after every
   mutation, with its final name and uid (mutating admission runs before the API server fills
   ``metadata.uid`` and the name of a ``generateName`` object), checks it again and says what to
   record: ``JobSubmitted`` at CREATE, ``JobUpdated`` when an UPDATE changes pod sets, suspension
-  or priority, ``JobDeleted`` at DELETE. Each with the review uid as Nats-Msg-Id.
+  or priority, ``JobDeleted`` at DELETE. Each with the review uid as Nats-Msg-Id, except
+  ``JobUpdated``: ``upd/<uid>/<old resourceVersion>``, the id the manager watcher gives the same
+  change, so the inbox keeps one.
 
 Only objects that opt in (the queue label, or any kdispatch / Kueue-dispatcher annotation) are
 touched; everything else is allowed as it is.
