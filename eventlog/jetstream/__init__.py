@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import ssl
 import weakref
 from pathlib import Path
@@ -25,6 +26,13 @@ from eventlog.jetstream.connection import TlsFiles, open_client
 from eventlog.jetstream.inbox import JetStreamInbox
 from eventlog.jetstream.lease import Lease
 from eventlog.jetstream.names import LogNames
+from eventlog.jetstream.provision import (
+    STREAM_NAME_IN_USE,
+    NotLedYet,
+    ProvisionError,
+    require_leader,
+    with_retries,
+)
 from eventlog.jetstream.reader import JetStreamReader
 from eventlog.jetstream.sequencer import JetStreamSequencer
 from eventlog.jetstream.snapshots import JetStreamSnapshots
@@ -39,6 +47,7 @@ __all__ = [
     "JetStreamSnapshots",
     "Lease",
     "LogNames",
+    "ProvisionError",
     "TlsFiles",
     "connect",
 ]
@@ -85,9 +94,19 @@ class JetStreamLog:
     def url(self) -> str:
         return str(self.nc.connected_url.geturl()) if self.nc.connected_url else ""
 
-    async def ensure_streams(self) -> None:
-        await _ensure_stream(
-            self.js,
+    async def ensure_streams(self, *, budget_s: float = 60.0) -> None:
+        """Create the inbox and log streams if missing (retried: see ``provision``)."""
+        for config in self._stream_configs():
+            assert config.name is not None
+            await with_retries(
+                functools.partial(_ensure_stream, config=config),
+                nc=self.nc,
+                what=f"stream {config.name}",
+                budget_s=budget_s,
+            )
+
+    def _stream_configs(self) -> list[StreamConfig]:
+        return [
             StreamConfig(
                 name=self.names.inbox_stream,
                 description="kdispatch inbox: facts from every producer, de-duplicated by Nats-Msg-Id",
@@ -99,9 +118,6 @@ class JetStreamLog:
                 duplicate_window=DUPLICATE_WINDOW_S,
                 allow_direct=True,
             ),
-        )
-        await _ensure_stream(
-            self.js,
             StreamConfig(
                 name=self.names.log_stream,
                 description="kdispatch log: inputs in applied order and the leader's decisions (one writer)",
@@ -114,7 +130,7 @@ class JetStreamLog:
                 allow_direct=True,
                 deny_delete=True,
             ),
-        )
+        ]
 
     async def close(self) -> None:
         for seq in list(self._sequencers):
@@ -144,9 +160,17 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     try:
         info = await js.stream_info(config.name)
     except NotFoundError:
-        await js.add_stream(config)
-        log.info("stream_created", stream=config.name, subjects=config.subjects, replicas=config.num_replicas)
-        return
+        try:
+            await js.add_stream(config)
+            log.info("stream_created", stream=config.name, subjects=config.subjects, replicas=config.num_replicas)
+            await require_leader(js, config.name)
+            return
+        except BadRequestError as err:
+            if err.err_code != STREAM_NAME_IN_USE:
+                raise
+        info = await js.stream_info(config.name)  # another client created it meanwhile
+    if info.cluster is not None and not info.cluster.leader:
+        raise NotLedYet(f"stream {config.name} has no leader yet")  # created a moment ago: retried
     existing = info.config
     if existing.subjects == config.subjects and existing.num_replicas == config.num_replicas:
         return  # leave what an operator tuned (max age, limits…) alone
@@ -171,6 +195,7 @@ async def connect(
     name: str = "kdispatch",
     publish_timeout_s: float = 5.0,
     connect_timeout_s: float = 10.0,
+    setup_timeout_s: float = 60.0,
 ) -> JetStreamLog:
     """Open the log at ``url`` (or start the embedded server if ``None``) and create its streams.
 
@@ -179,6 +204,7 @@ async def connect(
 
     ``root`` selects which log on that server (default ``kd``: subjects ``kd.in.>``/``kd.log.>``);
     tests pass a unique root for isolation. ``replicas`` is 1, or 3 on a clustered NATS.
+    Creating the streams is retried (timeouts, JetStream not ready) for up to ``setup_timeout_s``.
     """
     names = LogNames(root)
     embedded: EmbeddedNats | None = None
@@ -195,7 +221,7 @@ async def connect(
         nc=nc, js=nc.jetstream(timeout=10.0), names=names, replicas=replicas, embedded=embedded
     )
     try:
-        await jlog.ensure_streams()
+        await jlog.ensure_streams(budget_s=setup_timeout_s)
     except BaseException:
         await jlog.close()
         raise

@@ -23,10 +23,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 import structlog
+from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from eventlog.jetstream.provision import STREAM_NAME_IN_USE, require_leader, with_retries
 from eventlog.store import NotLeader
 
 if TYPE_CHECKING:
@@ -58,15 +60,23 @@ class Lease:
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
+            bucket = self._jlog.names.lease_bucket
+            await with_retries(self._provision, nc=self._jlog.nc, what=f"lease bucket {bucket}", budget_s=30.0)
             # Each lease operation gets a short timeout: a request lost while the bucket's stream
             # elects a leader (a node died) would otherwise be waited for longer than the lease
             # lives; failing fast lets the next renewal or attempt go out at once.
             js = self._jlog.nc.jetstream(timeout=max(1.0, min(2.0, self.ttl_s / 3)))
-            bucket = self._jlog.names.lease_bucket
+            self._kv = await js.key_value(bucket)
+        return self._kv
+
+    async def _provision(self, js: JetStreamContext) -> None:
+        """Create the bucket if missing; give it this lease's TTL if it has another."""
+        bucket = self._jlog.names.lease_bucket
+        try:
+            await js.key_value(bucket)
+        except BucketNotFoundError:
             try:
-                self._kv = await js.key_value(bucket)
-            except BucketNotFoundError:
-                self._kv = await js.create_key_value(
+                await js.create_key_value(
                     KeyValueConfig(
                         bucket=bucket,
                         description="kdispatch leader leases (one key per lease, TTL = lease TTL)",
@@ -76,15 +86,18 @@ class Lease:
                         replicas=self._jlog.replicas,
                     )
                 )
-            info = await js.stream_info(f"KV_{bucket}")
-            ttl = info.config.max_age or 0.0
-            if abs(ttl - self.ttl_s) > 0.001:
-                # The lease TTL changed in the configuration. Replicas still on the old one see
-                # the key expire at the new time; fencing on the log keeps their appends out.
-                self._log.warning("lease_ttl_changed", bucket=bucket, old_ttl_s=ttl, ttl_s=self.ttl_s)
-                window = min(info.config.duplicate_window or self.ttl_s, self.ttl_s)  # must be <= max age
-                await js.update_stream(info.config.evolve(max_age=self.ttl_s, duplicate_window=window))
-        return self._kv
+            except BadRequestError as err:
+                if err.err_code != STREAM_NAME_IN_USE:  # not "created by another replica just now"
+                    raise
+        info = await js.stream_info(f"KV_{bucket}")
+        ttl = info.config.max_age or 0.0
+        if abs(ttl - self.ttl_s) > 0.001:
+            # The lease TTL changed in the configuration. Replicas still on the old one see
+            # the key expire at the new time; fencing on the log keeps their appends out.
+            self._log.warning("lease_ttl_changed", bucket=bucket, old_ttl_s=ttl, ttl_s=self.ttl_s)
+            window = min(info.config.duplicate_window or self.ttl_s, self.ttl_s)  # must be <= max age
+            await js.update_stream(info.config.evolve(max_age=self.ttl_s, duplicate_window=window))
+        await require_leader(js, f"KV_{bucket}")
 
     def _value(self) -> bytes:
         return json.dumps({"holder": self.holder, "ttl_s": self.ttl_s}).encode()

@@ -11,9 +11,12 @@ import re
 from typing import TYPE_CHECKING
 
 import structlog
+from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
+
+from eventlog.jetstream.provision import STREAM_NAME_IN_USE, require_leader, with_retries
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -43,16 +46,32 @@ class JetStreamSnapshots:
             except BucketNotFoundError:
                 if not create:
                     return None
-                self._store = await js.create_object_store(
-                    bucket,
-                    config=ObjectStoreConfig(
-                        bucket=bucket,
-                        description="kdispatch state snapshots, named seq-<log sequence>",
-                        storage=StorageType.FILE,
-                        replicas=self._jlog.replicas,
-                    ),
-                )
+                await with_retries(self._provision, nc=self._jlog.nc, what=f"snapshot bucket {bucket}")
+                self._store = await js.object_store(bucket)
         return self._store
+
+    async def _provision(self, js: JetStreamContext) -> None:
+        bucket = self._jlog.names.snapshot_bucket
+        try:
+            await js.object_store(bucket)
+        except BucketNotFoundError:
+            await self._create(js, bucket)
+        await require_leader(js, f"OBJ_{bucket}")
+
+    async def _create(self, js: JetStreamContext, bucket: str) -> None:
+        try:
+            await js.create_object_store(
+                bucket,
+                config=ObjectStoreConfig(
+                    bucket=bucket,
+                    description="kdispatch state snapshots, named seq-<log sequence>",
+                    storage=StorageType.FILE,
+                    replicas=self._jlog.replicas,
+                ),
+            )
+        except BadRequestError as err:
+            if err.err_code != STREAM_NAME_IN_USE:  # not "created by another replica just now"
+                raise
 
     async def _seqs(self, store: ObjectStore) -> list[int]:
         try:
@@ -64,7 +83,13 @@ class JetStreamSnapshots:
     async def save(self, seq: int, data: bytes) -> None:
         store = await self._bucket(create=True)
         assert store is not None
-        await store.put(object_name(seq), data)
+        bucket = self._jlog.names.snapshot_bucket
+
+        async def put(js: JetStreamContext) -> None:  # idempotent: the same name, the same bytes
+            await (await js.object_store(bucket)).put(object_name(seq), data)
+
+        # Retried like provisioning: a bucket created a moment ago may not answer yet.
+        await with_retries(put, nc=self._jlog.nc, what=f"snapshot {object_name(seq)} in {bucket}", budget_s=30.0)
         log.info("snapshot_saved", seq=seq, bytes=len(data), bucket=self._jlog.names.snapshot_bucket)
         seqs = await self._seqs(store)
         for old in seqs[: max(0, len(seqs) - self.keep)]:

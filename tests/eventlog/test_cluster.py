@@ -99,3 +99,34 @@ async def test_stop_the_leader_node_while_publishing_and_sequencing(cluster: lis
     # Every acknowledged append (before and after the stop) is still there, with no gaps.
     assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
     assert set(appended_before_stop) <= set(appended) <= {e.seq for e in entries}
+
+
+async def test_clients_creating_the_same_r3_streams_at_once_all_connect(cluster: list[EmbeddedNats]) -> None:
+    """A first install: replicas start together and each creates the streams and buckets. The
+    meta leader may leave one of identical concurrent requests unanswered; every client must
+    still connect (in a few seconds, not after a 10 s timeout and a restart)."""
+    urls = ",".join(node.url for node in cluster)
+
+    async def first_start(root: str, who: int) -> tuple[str, int]:
+        jlog = await connect(urls, replicas=3, root=root, setup_timeout_s=60)
+        try:
+            await jlog.lease("sequencer", 5.0, holder=f"r{who}").current_holder()  # creates the bucket
+            await jlog.snapshots.save(who + 1, b"state")  # creates the snapshot bucket
+            info = await jlog.js.stream_info(jlog.names.log_stream)
+            return info.config.name or "", info.config.num_replicas or 0
+        finally:
+            await jlog.close()
+
+    # Several first installs (one root each): the collision does not happen every time.
+    for install in range(3):
+        root = f"install{install}"
+        results = await asyncio.wait_for(asyncio.gather(*(first_start(root, i) for i in range(3))), 60)
+        assert results == [(f"INSTALL{install}_LOG", 3)] * 3
+        probe = await connect(urls, replicas=3, root=root)
+        try:
+            snapshot = await probe.snapshots.latest()
+            assert snapshot is not None and snapshot[1] == b"state"
+            kv = await probe.js.stream_info(f"KV_{probe.names.lease_bucket}")
+            assert kv.config.num_replicas == 3
+        finally:
+            await probe.close()
