@@ -199,6 +199,8 @@ class KubeWorker:
             listing = await self._list_served(versions)
             for obj in (listing or {}).get("items") or []:
                 origin = origin_of(obj, manager_id=self.manager_id)
+                if versions[0].plural == "workloads" and not _workload_copy(obj, origin):
+                    continue  # a Workload Kueue made for a copy (labels copied from it): not ours
                 if origin is not None:
                     out.append(
                         CopyRef(
@@ -404,7 +406,7 @@ class KubeWorker:
 
     async def _on_event(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
         origin = origin_of(obj, manager_id=self.manager_id)
-        if plural == "workloads" and origin is None:  # Kueue's Workload of one of our copies
+        if plural == "workloads" and not _workload_copy(obj, origin):  # Kueue's, for one of our copies
             await self._on_workload(kind, obj)
             return
         if origin is None:
@@ -444,6 +446,12 @@ class KubeWorker:
         self._workloads[owner] = workload
         for fact in workload_facts(workload, origin, cluster=self.name):
             await self._report(fact)
+
+
+def _workload_copy(obj: dict[str, Any], origin: Origin | None) -> bool:
+    """Is this Workload a copy we created (a dispatched Workload)? Kueue's own Workloads always
+    have an owner (the job they admit), even when Kueue copied our labels onto them."""
+    return origin is not None and workload_owner_uid(obj) is None
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

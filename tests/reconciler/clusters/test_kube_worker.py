@@ -269,3 +269,47 @@ async def test_evict_removes_the_copy_and_reports_evicted(start_worker: Callable
         ev.RemoteEvicted(job=ref(), cluster="w1", attempt=1, reason="Preempted")
     ]
     await eventually(lambda: facts(run.recorder, ev.RemoteGone), what="RemoteGone")
+
+
+async def test_a_dispatched_workload_is_created_active_and_followed_through_the_workload_watch(
+    start_worker: Callable[..., Any],
+) -> None:
+    """A Kueue Workload is a kind of its own: its copy is active, and the Workload watch (the one
+    that follows Kueue's Workloads of other copies) reports its admission and end. A Workload Kueue
+    made for another copy, with our labels copied onto it, is not taken for a copy."""
+    run = await start_worker(kueue=True)
+    job = ev.JobRef(
+        namespace="team-a", name="wl", uid="uid-wl", api_version="kueue.x-k8s.io/v1beta1", kind="Workload"
+    )
+    held = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": "wl", "namespace": "team-a", "uid": "uid-wl"},
+        "spec": {"active": False, "podSets": [{"name": "main", "count": 1}]},
+    }
+    await run.worker.create(RemoteSpec(job=job, cluster="w1", attempt=1, manifest=held))
+    copy = run.server.emulator.get(*WL, "team-a", "wl")
+    assert copy is not None and copy["spec"]["active"] is True
+    labels = dict(copy["metadata"]["labels"])
+    run.server.emulator.put(
+        *WL,
+        {
+            "metadata": {
+                "name": "job-train-1",
+                "namespace": "team-a",
+                "labels": labels,
+                "ownerReferences": [{"kind": "Job", "name": "train", "uid": "other"}],
+            }
+        },
+    )
+    await eventually(lambda: facts(run.recorder, ev.RemoteCreated), what="copy reported")
+    run.server.emulator.patch_status(
+        *WL, "team-a", "wl", {"conditions": [{"type": "Admitted", "status": "True"}]}
+    )
+    await eventually(lambda: facts(run.recorder, ev.RemoteAdmitted), what="admission reported")
+    finished = {"type": "Finished", "status": "True", "reason": "Succeeded"}
+    run.server.emulator.patch_status(*WL, "team-a", "wl", {"conditions": [finished]})
+    [done] = await eventually(lambda: facts(run.recorder, ev.RemoteFinished), what="end reported")
+    assert done.succeeded and done.job.name == "wl"
+    assert {f.job.name for f in run.recorder.events if hasattr(f, "job")} == {"wl"}
+    assert [c.name for c in await run.worker.copies()] == ["wl"]
