@@ -11,6 +11,7 @@ manager object -> finished, and the copy cleaned up. Real nats-server, sequencer
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,32 @@ async def test_a_held_kind_is_backfilled_dispatched_released_and_synced_back(wor
     assert [f.succeeded for f in await world.decided(ev.Finished, name)] == [True]
     held = world.manager_obj(res, name)
     assert held["spec"] == stored["spec"]  # the manager object stays held: its controller never runs it
+
+
+async def test_an_update_reported_by_the_webhook_and_the_watcher_is_logged_once(world: World) -> None:
+    stored = world.submit(PYTORCHJOBS, pytorchjob("grow"))
+    await eventually(lambda: world.copy(PYTORCHJOBS, "grow"), timeout_s=20, what="a copy on w1")
+
+    async def user_update(workers: int, *, webhook_publishes: bool) -> None:
+        before = world.manager_obj(PYTORCHJOBS, "grow")
+        new = copy.deepcopy(before)
+        new["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = workers
+        after, records = admission.updated(before, new)
+        if webhook_publishes:
+            for record in records:
+                await world.jlog.inbox.publish(record.event, msg_id=record.msg_id)
+        body = {"metadata": after["metadata"], "spec": after["spec"]}
+        world.manager.emulator._patch(PYTORCHJOBS, "team-a", "grow", body, subresource=None)
+
+    await user_update(5, webhook_publishes=True)
+    # a second change whose record the webhook lost: the watcher alone reports it, after the first
+    # (it reports in order), so once it is in the log, both reports of the first have been made
+    await user_update(6, webhook_publishes=False)
+
+    async def two_updates() -> list[Any]:
+        return [u for u in await world.decided(ev.JobUpdated, "grow") if u.pod_sets[-1].count == 6]
+
+    await _eventually_async(two_updates, what="the second update logged")
+    updates = await world.decided(ev.JobUpdated, "grow")
+    assert [u.pod_sets[-1].count for u in updates] == [5, 6]
+    assert all(u.job.uid == stored["metadata"]["uid"] for u in updates)
