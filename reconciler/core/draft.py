@@ -115,6 +115,7 @@ class Draft:
     def place(self, s: Scratch, cluster: str) -> None:
         s.emit(ev.Placed(job=self.job.ref, cluster=cluster, attempt=self.attempt))
         s.placed_now[self.job.key] = cluster
+        s.placed_low = self.job.priority if s.placed_low is None else min(s.placed_low, self.job.priority)
         self.cluster = cluster
         self.winner = None
         self.phase = phases.PLACED

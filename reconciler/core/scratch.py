@@ -34,6 +34,7 @@ class Scratch:
     placed_now: dict[str, str] = field(default_factory=dict)  # job -> cluster, Placed in this pass
     freed: set[int] = field(default_factory=set)  # clusters whose free capacity grew (slots)
     unclaimed: int | None = None  # claims released to jobs at or below this priority
+    placed_low: int | None = None  # as fold will have it: every Placed of this pass counts
     _holds: dict[str, tuple[int, npt.NDArray[np.int64]]] = field(default_factory=dict)
     _pool: tuple[int, RunningPool] | None = None
 
@@ -52,15 +53,13 @@ class Scratch:
             help=state.help,
             freed={table.index[c] for c in state.freed if c in table.index},
             unclaimed=state.unclaimed,
+            placed_low=state.placed_low,
         )
 
     def victims_below(self) -> int | None:
-        """Lowest priority among jobs placed since the last batch, this pass included."""
-        low = self.state.placed_low
-        for key in self.placed_now:
-            priority = self.state.jobs[key].priority
-            low = priority if low is None else min(low, priority)
-        return low
+        """Lowest priority among jobs placed since the last batch, this pass included (even if
+        they stopped again later in the pass: fold counts every Placed)."""
+        return self.placed_low
 
     def emit(self, event: ev.DecisionEvent) -> None:
         self.out.append(event)
