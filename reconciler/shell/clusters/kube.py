@@ -34,6 +34,7 @@ from reconciler.shell.clusters.base import (
     Unreachable,
     remote_fact_id,
 )
+from reconciler.shell.clusters.heartbeats import HeartbeatGate
 from reconciler.shell.clusters.kinds import KINDS, Kind, by_resource, kind_for
 from reconciler.shell.clusters.remote import (
     Origin,
@@ -78,6 +79,7 @@ class KubeWorker:
         kinds: tuple[Kind, ...] = KINDS,
         heartbeat_interval_s: float = 5.0,
         heartbeat_timeout_s: float = 3.0,
+        heartbeat_keepalive_s: float | None = None,
         usage_interval_s: float = 15.0,
         resync_s: int = 300,
     ) -> None:
@@ -92,6 +94,11 @@ class KubeWorker:
         self.kinds = kinds
         self.heartbeat_interval_s = heartbeat_interval_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.heartbeats = HeartbeatGate(
+            name,
+            interval_ms=int(heartbeat_interval_s * 1000),
+            keepalive_ms=None if heartbeat_keepalive_s is None else int(heartbeat_keepalive_s * 1000),
+        )
         self.usage_interval_s = usage_interval_s
         self.resync_s = resync_s
         self.selector = f"{ORIGIN_LABEL}={manager_id}"
@@ -289,16 +296,19 @@ class KubeWorker:
 
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            now = wall_ms()
+            now = wall_ms()  # the check's grid point: other replicas check at the same one
             try:
                 await self.api.version(timeout_s=self.heartbeat_timeout_s)
                 hb = ev.ClusterHeartbeat(cluster=self.name, reachable=True, usage=dict(self.usage))
             except (Unreachable, ApiError) as err:
                 self._log.info("heartbeat_failed", error=str(err))
                 hb = ev.ClusterHeartbeat(cluster=self.name, reachable=False)
-            await self._report(hb, msg_id=f"{self.name}/heartbeat/{now}")
+            msg_id = self.heartbeats.observe(hb, now)
+            if msg_id is not None:  # only news, or a keepalive: see reconciler.shell.clusters.heartbeats
+                await self._report(hb, msg_id=msg_id)
+            wait_s = max(self.heartbeats.next_check_ms(wall_ms()) - wall_ms(), 0) / 1000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.heartbeat_interval_s)
+                await asyncio.wait_for(stop.wait(), wait_s)
 
     async def _usage_loop(self, stop: asyncio.Event) -> None:
         backoff = Backoff(base_s=1.0, cap_s=60.0)

@@ -29,6 +29,7 @@ from reconciler.config import ClusterConfig, Config, ConfigError, KubeconfigConf
 from reconciler.shell.actuator import Actuator
 from reconciler.shell.clusters.api import KubeApi
 from reconciler.shell.clusters.base import Worker
+from reconciler.shell.clusters.heartbeats import keepalive_ms
 from reconciler.shell.clusters.kube import KubeWorker
 from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.shell.clusters.metrics import ClusterMetrics
@@ -57,7 +58,19 @@ def registration(cfg: ClusterConfig, *, capacity: ev.Resources) -> tuple[ev.Clus
     return event, f"{cfg.name}/registered/{digest}"
 
 
-def sim_cluster(cfg: ClusterConfig) -> SimCluster:
+def heartbeat_keepalive_s(cfg: ClusterConfig, *, policy_lost_timeout: int | str) -> float:
+    """How often an unchanged heartbeat is still published for ``cfg``: a quarter of its
+    worker-lost timeout (its own, else the policy's), in whole heartbeat intervals."""
+    where = f"clusters[{cfg.name}]"
+    interval_ms = parse_duration_ms(cfg.heartbeat_interval, path=f"{where}.heartbeatInterval")
+    if cfg.worker_lost_timeout is not None:
+        lost_ms = parse_duration_ms(cfg.worker_lost_timeout, path=f"{where}.workerLostTimeout")
+    else:
+        lost_ms = parse_duration_ms(policy_lost_timeout, path="policy.workerLostTimeout")
+    return keepalive_ms(interval_ms=interval_ms, lost_timeout_ms=lost_ms) / 1000
+
+
+def sim_cluster(cfg: ClusterConfig, *, keepalive_s: float | None = None) -> SimCluster:
     assert cfg.simulated is not None
     sim = cfg.simulated
     where = f"clusters[{cfg.name}].simulated"
@@ -74,7 +87,7 @@ def sim_cluster(cfg: ClusterConfig) -> SimCluster:
     interval_s = (
         parse_duration_ms(cfg.heartbeat_interval, path=f"clusters[{cfg.name}].heartbeatInterval") / 1000
     )
-    return SimCluster(model, heartbeat_interval_s=interval_s)
+    return SimCluster(model, heartbeat_interval_s=interval_s, heartbeat_keepalive_s=keepalive_s)
 
 
 async def api_client_for(
@@ -159,8 +172,9 @@ class ClusterSet:
                 self.api_clients.append(manager_api_client)
             self.manager_api = KubeApi(manager_api_client, role="manager", cluster="manager")
         for cfg in config.clusters:
+            keepalive_s = heartbeat_keepalive_s(cfg, policy_lost_timeout=config.policy.worker_lost_timeout)
             if cfg.simulated is not None:
-                sim = sim_cluster(cfg)
+                sim = sim_cluster(cfg, keepalive_s=keepalive_s)
                 self.workers[cfg.name] = sim
                 self.capacities[cfg.name] = dict(sim.model.capacity)
             else:
@@ -169,7 +183,7 @@ class ClusterSet:
                 )
                 self.api_clients.append(api_client)
                 self.workers[cfg.name] = kube_worker(
-                    cfg, api_client, manager_id=self.manager_id, resync_s=self.resync_s
+                    cfg, api_client, manager_id=self.manager_id, resync_s=self.resync_s, keepalive_s=keepalive_s
                 )
                 self.capacities[cfg.name] = {}  # learnt from the cluster: ClusterUpdated follows
 
@@ -239,7 +253,12 @@ class ClusterSet:
 
 
 def kube_worker(
-    cfg: ClusterConfig, api_client: client.ApiClient, *, manager_id: str, resync_s: int
+    cfg: ClusterConfig,
+    api_client: client.ApiClient,
+    *,
+    manager_id: str,
+    resync_s: int,
+    keepalive_s: float | None = None,
 ) -> KubeWorker:
     where = f"clusters[{cfg.name}]"
     lost = cfg.worker_lost_timeout
@@ -257,6 +276,7 @@ def kube_worker(
         heartbeat_interval_s=parse_duration_ms(cfg.heartbeat_interval, path=f"{where}.heartbeatInterval")
         / 1000,
         heartbeat_timeout_s=timeout_s,
+        heartbeat_keepalive_s=keepalive_s,
         resync_s=resync_s,
     )
 

@@ -3,7 +3,8 @@
 Used by ``kdispatch demo``/``serve`` for clusters configured as ``simulated:`` and by the
 end-to-end benchmark. Requests go straight into the model (a request while the cluster is silent
 raises ``Unreachable``, like a network partition); ``run`` sleeps until the model's next event
-or the next heartbeat, whichever is first, then reports what happened.
+or the next heartbeat check, whichever is first, then reports what happened (heartbeats through
+``HeartbeatGate``: on change, else once per keepalive period).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 from eventlog.events import ClusterHeartbeat, InputEvent, JobRef
 from reconciler.shell.clusters.base import CopyRef, RemoteSpec, Reporter, Unreachable, remote_fact_id
+from reconciler.shell.clusters.heartbeats import HeartbeatGate
 from reconciler.shell.logging import get_logger
 from reconciler.sim.worker import SimWorker
 
@@ -31,11 +33,14 @@ class SimCluster:
         model: SimWorker,
         *,
         heartbeat_interval_s: float = 5.0,
+        heartbeat_keepalive_s: float | None = None,
         clock: Callable[[], int] = wall_ms,
     ) -> None:
         self.model = model
         self.name = model.name
         self.heartbeat_interval_ms = int(heartbeat_interval_s * 1000)
+        keepalive = None if heartbeat_keepalive_s is None else int(heartbeat_keepalive_s * 1000)
+        self.heartbeats = HeartbeatGate(self.name, interval_ms=self.heartbeat_interval_ms, keepalive_ms=keepalive)
         self.clock = clock
         self._wake = asyncio.Event()
         self.reported = 0
@@ -98,9 +103,11 @@ class SimCluster:
                 await self._report(reporter, facts)
             if now >= next_heartbeat:
                 hb = self.model.heartbeat(now)
-                if hb.reachable:  # a silent cluster's heartbeats just stop arriving
-                    await reporter.report(hb, msg_id=f"{self.name}/heartbeat/{now}")
-                next_heartbeat = now + self.heartbeat_interval_ms
+                # Observed even while silent: whatever the cluster says when it returns is news.
+                msg_id = self.heartbeats.observe(hb, now)
+                if msg_id is not None and hb.reachable:  # a silent cluster's heartbeats stop arriving
+                    await reporter.report(hb, msg_id=msg_id)
+                next_heartbeat = self.heartbeats.next_check_ms(now)
             due = self.model.next_event_ms()
             wake_at = next_heartbeat if due is None else min(due, next_heartbeat)
             delay = max(wake_at - self.clock(), 0) / 1000
