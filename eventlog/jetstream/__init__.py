@@ -14,6 +14,7 @@ import ssl
 import weakref
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import structlog
 from nats.aio.client import Client
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 DUPLICATE_WINDOW_S = 120.0
+# The inbox is a transfer buffer (the log holds a copy of everything sequenced): a week covers any
+# reasonable outage of the sequencer and keeps heartbeats and facts from piling up twice.
+INBOX_MAX_AGE_S = 7 * 24 * 3600.0
 
 
 class JetStreamLog:
@@ -116,6 +120,7 @@ class JetStreamLog:
                 storage=StorageType.FILE,
                 num_replicas=self.replicas,
                 duplicate_window=DUPLICATE_WINDOW_S,
+                max_age=INBOX_MAX_AGE_S,
                 allow_direct=True,
             ),
             StreamConfig(
@@ -172,15 +177,22 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     if info.cluster is not None and not info.cluster.leader:
         raise NotLedYet(f"stream {config.name} has no leader yet")  # created a moment ago: retried
     existing = info.config
-    if existing.subjects == config.subjects and existing.num_replicas == config.num_replicas:
-        return  # leave what an operator tuned (max age, limits…) alone
+    changes: dict[str, Any] = {}
+    if existing.subjects != config.subjects or existing.num_replicas != config.num_replicas:
+        changes.update(subjects=config.subjects, num_replicas=config.num_replicas)
+    if config.max_age and not existing.max_age:
+        # A default limit introduced after the stream was created; a limit an operator chose
+        # (any other max age, sizes…) is left alone.
+        changes.update(max_age=config.max_age)
+    if not changes:
+        return
     try:
-        await js.update_stream(existing.evolve(subjects=config.subjects, num_replicas=config.num_replicas))
-        log.info("stream_updated", stream=config.name, subjects=config.subjects, replicas=config.num_replicas)
+        await js.update_stream(existing.evolve(**changes))
+        log.info("stream_updated", stream=config.name, **changes)
     except BadRequestError as err:
         raise RuntimeError(
             f"stream {config.name} exists with a configuration that cannot be changed to "
-            f"{config.subjects} x{config.num_replicas}: {err.description}"
+            f"{changes}: {err.description}"
         ) from err
 
 

@@ -54,6 +54,7 @@ class JetStreamSequencer:
         self._last_seq: int | None = None
         self._last_inbox = 0
         self._fetcher: StreamFetcher | None = None
+        self._pulled_to = 0  # the last inbox sequence pulled
         self._fenced: str | None = None
         self._broken: str | None = None  # an append failed half-way: resume() before the next
         self._publisher = Publisher(jlog.nc)
@@ -116,6 +117,7 @@ class JetStreamSequencer:
         """The next inbox items after the last one copied (or pulled), in inbox order."""
         await self._ensure_resumed()
         if self._fetcher is None:
+            self._pulled_to = self._last_inbox
             self._fetcher = await StreamFetcher(
                 nc=self._jlog.nc,
                 js=self._jlog.js,
@@ -130,6 +132,16 @@ class JetStreamSequencer:
         got = fetcher.take(max_items)
         if not got and await fetcher.wait(timeout_s):
             got = fetcher.take(max_items)
+        if got:
+            if got[0][0] > self._pulled_to + 1:
+                # Only the inbox's age limit removes inbox messages: these were never sequenced.
+                self._log.error(
+                    "inbox_entries_expired",
+                    first_missing=self._pulled_to + 1,
+                    last_missing=got[0][0] - 1,
+                    hint="the sequencer was down longer than the inbox's max age; these facts are lost",
+                )
+            self._pulled_to = got[-1][0]
         return [inbox_item(seq=seq, subject=subject, data=data) for seq, subject, data in got]
 
     # ---- appending to the log ----------------------------------------------------------------

@@ -109,11 +109,32 @@ async def test_reconnecting_keeps_what_an_operator_tuned(nats_url: str, log_root
     jlog = await connect(nats_url, root=log_root)
     try:
         info = await jlog.js.stream_info(jlog.names.inbox_stream)
-        await jlog.js.update_stream(info.config.evolve(max_age=7 * 24 * 3600.0))
+        await jlog.js.update_stream(info.config.evolve(max_age=30 * 24 * 3600.0))
         again = await connect(nats_url, root=log_root)
         await again.close()
         info = await jlog.js.stream_info(jlog.names.inbox_stream)
-        assert info.config.max_age == 7 * 24 * 3600.0
+        assert info.config.max_age == 30 * 24 * 3600.0
+    finally:
+        for stream in (jlog.names.inbox_stream, jlog.names.log_stream):
+            await jlog.js.delete_stream(stream)
+        await jlog.close()
+
+
+async def test_the_inbox_keeps_a_week_and_the_log_everything(nats_url: str, log_root: str) -> None:
+    """The inbox is a transfer buffer (the log has a copy of what was sequenced); the log is the
+    system's memory and is never trimmed by default. An inbox created before the limit existed
+    gets it on the next connect."""
+    jlog = await connect(nats_url, root=log_root)
+    try:
+        inbox = await jlog.js.stream_info(jlog.names.inbox_stream)
+        log = await jlog.js.stream_info(jlog.names.log_stream)
+        assert inbox.config.max_age == 7 * 24 * 3600.0
+        assert not log.config.max_age and (log.config.max_bytes or -1) < 0 and (log.config.max_msgs or -1) < 0
+        await jlog.js.update_stream(inbox.config.evolve(max_age=0.0))  # as an older version made it
+        again = await connect(nats_url, root=log_root)
+        await again.close()
+        inbox = await jlog.js.stream_info(jlog.names.inbox_stream)
+        assert inbox.config.max_age == 7 * 24 * 3600.0
     finally:
         for stream in (jlog.names.inbox_stream, jlog.names.log_stream):
             await jlog.js.delete_stream(stream)
