@@ -34,6 +34,7 @@ from reconciler.shell.leader import run_candidate
 from reconciler.shell.logsource import URL_FILE
 from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.metrics import ReconcilerMetrics, start_metrics_server
+from reconciler.shell.natsopts import connect_options
 from reconciler.shell.policy import policy_event
 
 SHUTDOWN_GRACE_S = 15.0
@@ -83,10 +84,9 @@ async def run_async(args: argparse.Namespace) -> int:
         jlog = await connect(
             url,
             data_dir=data_dir,
-            replicas=config.nats.replicas,
-            creds=config.nats.creds,
             root=args.root,
             name=f"kdispatch-serve-{leader_id}",
+            **connect_options(config.nats),
         )
     except Exception as err:
         print(f"kdispatch serve: cannot open the log at {url or data_dir}: {err}", file=sys.stderr)

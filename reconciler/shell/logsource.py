@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 from eventlog.codec import DecodeError
 from eventlog.store import LogReader, SnapshotStore
 from reconciler.config import ConfigError, load_config
+from reconciler.shell.natsopts import connect_options
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, file: bool = True) -> None:
@@ -63,9 +64,7 @@ async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
         url = running_server(data_dir)
     kwargs: dict[str, Any] = {"data_dir": data_dir, "root": args.root, "name": "kdispatch-cli"}
     if config is not None:
-        kwargs["replicas"] = config.nats.replicas
-        if config.nats.creds:
-            kwargs["creds"] = config.nats.creds
+        kwargs.update(connect_options(config.nats))
     jlog = await connect(url, **kwargs)
     try:
         where = url or f"embedded nats-server on {data_dir}"
