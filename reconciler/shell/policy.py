@@ -15,7 +15,7 @@ import yaml
 
 from eventlog import codec
 from eventlog import events as ev
-from reconciler.config import ConfigError, PolicyConfig, ProfileConfig, parse_duration_ms
+from reconciler.config import ConfigError, PolicyConfig, ProfileConfig, decode_config, parse_duration_ms
 
 
 def policy_event(policy: PolicyConfig) -> ev.PolicyLoaded:
@@ -48,6 +48,10 @@ def same_policy(a: ev.PolicyLoaded | None, b: ev.PolicyLoaded | None) -> bool:
 def load_policy_file(path: str | Path) -> ev.PolicyLoaded:
     """A config file (with ``policy:``), a policy document (with ``profiles:``) or one profile.
 
+    Validated by the config file's own rules (``reconciler.config.decode_config``: unknown fields
+    refused with a hint, durations checked, field paths), so a file that would stop ``serve`` at
+    start-up is refused here too, with the path in the file as given.
+
     A single profile is installed under its own name and as ``default`` too, so jobs that asked
     for no particular profile run under it (that is what "replay under this profile" means).
     """
@@ -58,22 +62,25 @@ def load_policy_file(path: str | Path) -> ev.PolicyLoaded:
         raise ConfigError(str(err), source=source) from None
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping (a config file, a policy or a profile)", source=source)
-    if "policy" in raw:
-        raw = raw["policy"]
+    if "policy" in raw:  # a whole config file: validated whole, as serve would
+        return policy_event(decode_config(raw, source=source).policy)
     if "profiles" not in raw and "name" in raw:
-        profile = _convert(raw, ProfileConfig, source=source)
-        event = policy_event(PolicyConfig(profiles=[profile]))
+        policy = _decode({"policy": {"profiles": [raw]}}, prefix="$.policy.profiles[0]", source=source)
+        event = policy_event(policy)
         first = event.profiles[0]
         if first.name != "default":
             event = msgspec.structs.replace(event, profiles=[first, msgspec.structs.replace(first, name="default")])
         return event
-    return policy_event(_convert(raw, PolicyConfig, source=source))
+    return policy_event(_decode({"policy": raw}, prefix="$.policy", source=source))
 
 
-def _convert(raw: Any, kind: type[Any], *, source: str) -> Any:
+def _decode(wrapped: dict[str, Any], *, prefix: str, source: str) -> PolicyConfig:
+    """``decode_config`` on a policy or profile wrapped into a config; error paths are given back
+    relative to the file (``$.strategy``, not ``$.policy.profiles[0].strategy``)."""
     try:
-        return msgspec.convert(raw, kind)
-    except msgspec.ValidationError as err:
-        text = str(err)
-        where = text.rsplit(" - at `", 1)[1].rstrip("`") if " - at `" in text else "$"
-        raise ConfigError(text.split(" - at `")[0], path=where, source=source) from None
+        return decode_config(wrapped, source="").policy
+    except ConfigError as err:
+        path = err.path
+        if path == prefix or path.startswith((prefix + ".", prefix + "[")):
+            path = "$" + path[len(prefix) :]
+        raise ConfigError(err.message, path=path, source=source) from None

@@ -185,6 +185,33 @@ def test_replay_under_another_profile_compares_outcomes(
     assert code == 0 and "remote_copies_per_job" in out
 
 
+@pytest.mark.parametrize(
+    ("document", "path"),
+    [
+        ("name: inc\nstrategy: {type: Incremental, stepSize: 2}\n", "$.strategy"),  # one profile
+        ("profiles:\n  - name: inc\n    strategy: {type: Incremental, stepSize: 2}\n", "$.profiles[0].strategy"),
+        (
+            "policy:\n  profiles:\n    - name: inc\n      strategy: {type: Incremental, stepSize: 2}\n",
+            "$.policy.profiles[0].strategy",
+        ),
+    ],
+)
+def test_replay_profile_refuses_unknown_fields_as_start_up_does(
+    nats_url: str, log_root: str, tmp_path: Path, document: str, path: str
+) -> None:
+    profile = tmp_path / "inc.yaml"
+    profile.write_text(document)
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler", "replay", "--profile", str(profile), "--nats", nats_url, "--root", log_root],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    # The same message serve gives for that field at start-up: where, what, and the right name.
+    assert f"{profile}: {path}: Object contains unknown field `stepSize` (the field is `step_size`)" in proc.stderr
+
+
 def test_log_follow_prints_new_entries(recorded: tuple[str, str, Scenario], tmp_path: Path) -> None:
     url, root, scenario = recorded
     proc = subprocess.Popen(
