@@ -160,6 +160,7 @@ def _preempt(s: Scratch, d: Draft, *, evaluation: Evaluation) -> bool:
         preemptor=job.key,
         cluster=choice.cluster,
         victims=list(choice.victims),
+        victim_attempts=[v.attempt for v in victims],
         expires_ms=expires,
         priority=job.priority,
         claim=dict(job.demand),

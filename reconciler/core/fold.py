@@ -467,6 +467,7 @@ def _claimed(state: State, e: ev.PreemptionClaimed) -> None:
         preemptor=job.key,
         cluster=e.cluster,
         victims=[v.key for v in e.victims],
+        victim_attempts=[state.jobs[v.key].attempt if v.key in state.jobs else 0 for v in e.victims],
         expires_ms=e.expires_ms,
         priority=job.priority,
         claim=dict(e.claim),

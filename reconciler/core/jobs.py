@@ -32,6 +32,16 @@ class Claim(Struct, kw_only=True):
     expires_ms: int
     priority: int
     claim: Resources = field(default_factory=dict)
+    # The attempt of each victim when claimed: a victim requeued and placed again is a new run,
+    # not this claim's business any more.
+    victim_attempts: list[int] = field(default_factory=list)
+
+    def wants(self, job: JobRecord) -> bool:
+        """Whether this claim still counts on evicting ``job`` (that run, on that cluster)."""
+        for key, attempt in zip(self.victims, self.victim_attempts, strict=False):
+            if key == job.key:
+                return attempt == job.attempt and job.cluster == self.cluster
+        return False
 
 
 class JobRecord(Struct, kw_only=True):

@@ -69,7 +69,7 @@ def evict_claimed(s: Scratch) -> None:
         preemptor = state.jobs[key]
         for victim_key in claim.victims:
             victim = state.jobs.get(victim_key)
-            if victim is None or victim.phase != phases.PLACED or victim.cluster != claim.cluster:
+            if victim is None or victim.phase != phases.PLACED or not claim.wants(victim):
                 continue
             if victim_key in s.gone_jobs:  # stopped running earlier in this pass
                 continue

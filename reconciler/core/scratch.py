@@ -124,8 +124,17 @@ class Scratch:
             victim = self.state.jobs.get(key)
             if victim is None or key in self.gone_jobs:
                 continue
-            placed_here = self.placed_now.get(key) == claim.cluster or victim.cluster == claim.cluster
-            if placed_here and any(c.counted and c.cluster == claim.cluster for c in victim.copies):
+            # Only the run the claim evicts counts (a victim placed again is a new run); a victim
+            # placed earlier in this pass is running there as far as the batch is concerned.
+            attempt = dict(zip(claim.victims, claim.victim_attempts, strict=False)).get(key)
+            if attempt != victim.attempt:
+                continue
+            if self.placed_now.get(key) == claim.cluster:
+                running = True
+            else:
+                counted = any(c.counted and c.cluster == claim.cluster for c in victim.copies)
+                running = victim.cluster == claim.cluster and counted
+            if running:
                 for name, amount in victim.demand.items():
                     still[name] = still.get(name, 0) + amount
         hold: npt.NDArray[np.int64] = np.maximum(table.vector(claim.claim) - table.vector(still), 0)
