@@ -78,7 +78,7 @@ class JetStreamLog:
         self.replicas = replicas
         self.embedded = embedded
         self.publish_timeout_s = publish_timeout_s
-        self.inbox = JetStreamInbox(js, names)
+        self.inbox = JetStreamInbox(js, names, nc=nc)
         self.reader = JetStreamReader(self)
         self.snapshots = JetStreamSnapshots(self)
         self._sequencers: weakref.WeakSet[JetStreamSequencer] = weakref.WeakSet()  # closed with the log

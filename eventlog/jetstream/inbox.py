@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import nats.errors
 import structlog
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from eventlog import codec, subjects
 from eventlog.events import InputEvent
 from eventlog.jetstream.names import LogNames
+from eventlog.jetstream.publish import Outgoing, Publisher
 from eventlog.store import LogError, PublishTimeout
 
 log = structlog.get_logger("eventlog.inbox")
 
 
 class JetStreamInbox:
-    def __init__(self, js: JetStreamContext, names: LogNames) -> None:
+    def __init__(self, js: JetStreamContext, names: LogNames, *, nc: Client | None = None) -> None:
         self._js = js
         self._names = names
+        self._nc = nc
+        self._publisher: Publisher | None = None
 
     @property
     def prefix(self) -> str:
@@ -31,6 +37,48 @@ class JetStreamInbox:
         return await self.publish_raw(
             self.subject(event), codec.encode(event), msg_id=msg_id, timeout_s=timeout_s
         )
+
+    async def publish_many(
+        self, facts: Sequence[tuple[InputEvent, str | None]], *, timeout_s: float = 2.0
+    ) -> list[int]:
+        """Publish ``(event, msg_id)`` pairs in one burst and wait for all their acks: what a
+        producer with many facts at once (a worker reporting a batch) pays once instead of per
+        fact. All or nothing for the caller: any fact not acknowledged raises, and publishing the
+        same batch again is safe (the msg ids de-duplicate what was stored)."""
+        if not facts:
+            return []
+        if self._nc is None:
+            return [await self.publish(event, msg_id=msg_id, timeout_s=timeout_s) for event, msg_id in facts]
+        if self._publisher is None:
+            self._publisher = Publisher(self._nc)
+        stream = self._names.inbox_stream
+        batch: list[Outgoing] = [
+            (
+                self.subject(event),
+                codec.encode(event),
+                {"Nats-Msg-Id": msg_id, "Nats-Expected-Stream": stream}
+                if msg_id
+                else {"Nats-Expected-Stream": stream},
+            )
+            for event, msg_id in facts
+        ]
+        acks = await self._publisher.publish(batch, timeout_s=timeout_s)
+        seqs: list[int] = []
+        for (subject, _, _), ack in zip(batch, acks, strict=True):
+            if ack is None:
+                raise PublishTimeout(
+                    f"inbox {stream} did not acknowledge {subject} within {timeout_s}s; "
+                    "is the NATS server (and its JetStream quorum) up?"
+                )
+            if ack.error is not None:
+                if ack.error.code == 503:
+                    raise PublishTimeout(f"inbox {stream} unavailable for {subject}: {ack.error.description}")
+                raise LogError(
+                    f"inbox {stream} refused {subject}: {ack.error.description} "
+                    f"(code {ack.error.code}/{ack.error.err_code})"
+                )
+            seqs.append(ack.seq)
+        return seqs
 
     async def publish_raw(
         self, subject: str, data: bytes, *, msg_id: str | None = None, timeout_s: float = 2.0

@@ -117,9 +117,13 @@ class SimCluster:
         bound.debug("sim_cluster_stopped")
 
     async def _report(self, reporter: Reporter, facts: list[InputEvent]) -> None:
-        # One connection keeps publish order; gathering pipelines the acks instead of waiting
-        # for each in turn.
-        await asyncio.gather(*(reporter.report(f, msg_id=remote_fact_id(f)) for f in facts))
+        # One burst, in order, acks collected together (an inbox that cannot: one by one,
+        # pipelined by gathering).
+        report_many = getattr(reporter, "report_many", None)
+        if report_many is not None:
+            await report_many([(f, remote_fact_id(f)) for f in facts])
+        else:
+            await asyncio.gather(*(reporter.report(f, msg_id=remote_fact_id(f)) for f in facts))
         self.reported += len(facts)
 
     def heartbeat(self) -> ClusterHeartbeat:
