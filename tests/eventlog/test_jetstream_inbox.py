@@ -86,3 +86,15 @@ async def test_publishing_on_a_closed_connection_is_a_publish_timeout(nats_url: 
     await jlog.close()
     with pytest.raises(PublishTimeout, match="not connected"):
         await jlog.inbox.publish(ev.Tick())
+
+
+async def test_publish_many_is_one_burst_and_idempotent_by_msg_id(jslog: JetStreamLog) -> None:
+    facts: list[tuple[ev.InputEvent, str | None]] = [
+        (ev.ClusterHeartbeat(cluster=f"c{i}"), f"hb/c{i}") for i in range(50)
+    ]
+    first = await jslog.inbox.publish_many(facts)
+    again = await jslog.inbox.publish_many(facts)  # a retried burst: nothing stored twice
+    assert first == again == list(range(1, 51))
+    seq = jslog.sequencer("a")
+    items = await seq.pull(max_items=100, timeout_s=1.0)
+    assert [i.event for i in items] == [event for event, _ in facts]
