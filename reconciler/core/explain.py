@@ -8,6 +8,8 @@ placed job's cluster shows how it looked to the job, not "full because of itself
 
 from __future__ import annotations
 
+import datetime
+
 import msgspec
 import numpy as np
 from msgspec import Struct, field
@@ -120,12 +122,21 @@ def explain(state: State, job_key: str) -> JobExplanation:
     )
 
 
+def _iso(ms: int) -> str:
+    """Log time as people read it (the same form `kdispatch log` prints); integer arithmetic only."""
+    stamp = _EPOCH + datetime.timedelta(milliseconds=ms)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
 def _claim_lines(state: State, key: str) -> list[str]:
     lines = []
     for claim in state.claims.values():
         if claim.preemptor == key:
             lines.append(
-                f"holds a claim on {claim.cluster} until {claim.expires_ms}: evicting {', '.join(claim.victims)}"
+                f"holds a claim on {claim.cluster} until {_iso(claim.expires_ms)}: evicting {', '.join(claim.victims)}"
             )
         elif key in claim.victims:
             lines.append(f"being preempted on {claim.cluster} by {claim.preemptor} (priority {claim.priority})")

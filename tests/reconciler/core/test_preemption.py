@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from eventlog import events as ev
 from reconciler.core import decide, dump_state, explain, load_state, summary
 from tests.reconciler.core.checks import fold_all, replay_verify
@@ -138,7 +140,10 @@ def test_explain_shows_who_preempts_whom() -> None:
     h.inputs(cluster("a", cpu=4_000))
     place(h, "low", on="a", cpu=4_000, priority=0)
     h.feed(job("hi", cpu=4_000, priority=10))
-    assert explain(h.state, "team/hi").claims[0].startswith("holds a claim on a")
+    claim = explain(h.state, "team/hi").claims[0]
+    assert claim.startswith("holds a claim on a until ") and claim.endswith(": evicting team/low")
+    # The expiry reads as a time, like the rest of explain's output, not as raw milliseconds.
+    assert re.search(r"until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z:", claim), claim
     assert "being preempted on a by team/hi" in explain(h.state, "team/low").claims[0]
 
 
