@@ -108,7 +108,17 @@ class _Envelope(Struct, frozen=True, rename="camel"):
     operation: Any = None
 
 
+class _Direct(Struct, frozen=True, rename="camel"):
+    """A well-formed review, read in one pass (the common case); anything else takes the
+    envelope path, which says what is wrong."""
+
+    api_version: str = ""
+    kind: str = ""
+    request: AdmissionRequest | None = None
+
+
 _review_decoder = msgspec.json.Decoder(AdmissionReview)
+_direct_decoder = msgspec.json.Decoder(_Direct)
 _request_decoder = msgspec.json.Decoder(AdmissionRequest)
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
 _encoder = msgspec.json.Encoder()
@@ -136,6 +146,13 @@ def decode_review(body: bytes) -> tuple[str, AdmissionRequest]:
 
 
 def _decode(body: bytes) -> tuple[str, AdmissionRequest]:
+    try:
+        direct = _direct_decoder.decode(body)
+    except msgspec.MsgspecError:
+        pass
+    else:
+        if direct.request is not None and direct.kind == "AdmissionReview" and direct.api_version in REVIEW_VERSIONS:
+            return direct.api_version, direct.request
     try:
         envelope = _envelope_decoder.decode(body)
     except msgspec.MsgspecError as err:
