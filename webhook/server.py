@@ -57,6 +57,8 @@ class WebhookServer:
         self.metrics = Metrics()
         self._published_by_type: dict[str, Any] = {}
         self.in_flight = 0
+        # Read when scraped, not kept up to date per review (two locked updates per request).
+        self.metrics.in_flight.set_function(lambda: self.in_flight)
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -78,12 +80,10 @@ class WebhookServer:
         allowed = self.metrics.requests.labels(endpoint, "allowed")
         denied = self.metrics.requests.labels(endpoint, "denied")
         bad = self.metrics.requests.labels(endpoint, "bad_request")
-        in_flight = self.metrics.in_flight
 
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
             self.in_flight += 1
-            in_flight.inc()
             self._idle.clear()
             try:
                 try:
@@ -122,7 +122,6 @@ class WebhookServer:
                 return web.Response(body=body_out, content_type="application/json")
             finally:
                 self.in_flight -= 1
-                in_flight.dec()
                 if self.in_flight == 0:
                     self._idle.set()
                 latency.observe(time.perf_counter() - started)
