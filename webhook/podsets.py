@@ -140,6 +140,82 @@ def pod_requests(
     spec: dict[str, Any], *, path: str, sidecars: bool = True, pod_level: bool = True
 ) -> Amounts:
     """component-helpers ``PodRequests`` after Kueue's adjustments, exact."""
+    try:
+        return _pod_requests_unchecked(spec, sidecars=sidecars, pod_level=pod_level)
+    except _Malformed:  # the careful reading below says where and what
+        return _pod_requests_checked(spec, path=path, sidecars=sidecars, pod_level=pod_level)
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _plain_requests(holder: Any) -> Amounts:
+    """``_requests`` without JSON paths (every admitted object pays for them otherwise)."""
+    if not isinstance(holder, dict):
+        raise _Malformed
+    resources = holder.get("resources")
+    if resources is None:
+        return {}
+    if not isinstance(resources, dict):
+        raise _Malformed
+    requests, limits = resources.get("requests"), resources.get("limits")
+    if (requests is not None and not isinstance(requests, dict)) or (limits is not None and not isinstance(limits, dict)):
+        raise _Malformed
+    try:
+        out = {name: parse_nanos(value) for name, value in requests.items()} if requests else {}
+        for name, value in (limits or {}).items():
+            nanos = parse_nanos(value)  # parsed even when shadowed, as _requests does: a bad limit is denied
+            out.setdefault(name, nanos)
+    except QuantityError:
+        raise _Malformed from None
+    return out
+
+
+def _plain_list(spec: dict[str, Any], key: str) -> list[Any]:
+    values = spec.get(key)
+    if values is None:
+        return []
+    if not isinstance(values, list):
+        raise _Malformed
+    return values
+
+
+def _pod_requests_unchecked(spec: dict[str, Any], *, sidecars: bool, pod_level: bool) -> Amounts:
+    """The same arithmetic as ``_pod_requests_checked``; raises ``_Malformed`` where it would raise."""
+    total: Amounts = {}
+    for c in _plain_list(spec, "containers"):
+        total = _add(total, _plain_requests(c))
+    running_sidecars: Amounts = {}
+    init_max: Amounts = {}
+    for ic in _plain_list(spec, "initContainers"):
+        req = _plain_requests(ic)
+        if sidecars and ic.get("restartPolicy") == "Always":
+            total = _add(total, req)
+            running_sidecars = _add(running_sidecars, req)
+            use = running_sidecars
+        else:
+            use = _add(req, running_sidecars)
+        init_max = _max(init_max, use)
+    total = _max(total, init_max)
+    if pod_level:
+        for name, value in _plain_requests(spec).items():
+            if _pod_level_key(name):
+                total[name] = value
+    overhead = spec.get("overhead")
+    if overhead is None:
+        return total
+    if not isinstance(overhead, dict):
+        raise _Malformed
+    try:
+        return _add(total, {name: parse_nanos(value) for name, value in overhead.items()})
+    except QuantityError:
+        raise _Malformed from None
+
+
+def _pod_requests_checked(
+    spec: dict[str, Any], *, path: str, sidecars: bool = True, pod_level: bool = True
+) -> Amounts:
     total: Amounts = {}
     for c, cpath in _items(_list(spec, "containers", path=path), f"{path}.containers"):
         total = _add(total, _requests(c, cpath))

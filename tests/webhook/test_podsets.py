@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -309,3 +310,36 @@ def test_the_request_rule_in_order(containers: list[int], inits: list[tuple[int,
             peaks.append(cpu + running)
     expected = max([sum(containers) + running, *peaks]) + overhead
     assert _sets("v1", "Pod", obj={"spec": spec})[0].requests.get("cpu", 0) == expected
+
+
+# ---- the path-free reading agrees with the careful one ----------------------------------------
+
+_QUANTITIES = st.sampled_from(["1", "500m", "1Gi", "0.5", "2k", "1e3", 3, 0, "bad", "-1", None, [1]])
+_AMOUNTS = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "hugepages-2Mi"]), _QUANTITIES, max_size=3)
+_RESOURCES = st.one_of(st.none(), st.just("x"), st.fixed_dictionaries({}, optional={"requests": st.one_of(_AMOUNTS, st.just([])), "limits": _AMOUNTS}))
+_CONTAINER = st.one_of(
+    st.just(7),
+    st.fixed_dictionaries({}, optional={"resources": _RESOURCES, "restartPolicy": st.sampled_from(["Always", "Never"])}),
+)
+_POD_SPEC = st.fixed_dictionaries(
+    {},
+    optional={
+        "containers": st.one_of(st.lists(_CONTAINER, max_size=3), st.just({})),
+        "initContainers": st.lists(_CONTAINER, max_size=3),
+        "resources": _RESOURCES,
+        "overhead": st.one_of(_AMOUNTS, st.just("x")),
+    },
+)
+
+
+@given(spec=_POD_SPEC, sidecars=st.booleans(), pod_level=st.booleans())
+def test_fast_pod_requests_match_the_checked_reading(spec: dict[str, Any], sidecars: bool, pod_level: bool) -> None:
+    def outcome(read: Callable[[], podsets.Amounts]) -> object:
+        try:
+            return read()
+        except podsets.PodSetError as err:
+            return ("error", str(err))
+
+    fast = outcome(lambda: podsets.pod_requests(spec, path="$.spec", sidecars=sidecars, pod_level=pod_level))
+    checked = outcome(lambda: podsets._pod_requests_checked(spec, path="$.spec", sidecars=sidecars, pod_level=pod_level))
+    assert fast == checked
