@@ -6,7 +6,7 @@ import bisect
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 # Admission webhooks answer in milliseconds; the apiserver gives up at timeoutSeconds (10 s max).
@@ -16,12 +16,12 @@ _BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
+        self.requests = LoopCounter(
             "kdispatch_webhook_requests",
             "Admission requests answered, by endpoint and result (allowed, denied, bad_request).",
-            ["endpoint", "result"],
-            registry=self.registry,
+            labels=("endpoint", "result"),
         )
+        self.registry.register(self.requests)
         self.denials = Counter(
             "kdispatch_webhook_denials",
             "Admission requests denied, by endpoint and reason.",
@@ -35,9 +35,10 @@ class Metrics:
             buckets=_BUCKETS,
         )
         self.registry.register(self.latency)
-        self.published = Counter(
-            "kdispatch_webhook_published", "Events acknowledged by the inbox, by type.", ["type"], registry=self.registry
+        self.published = LoopCounter(
+            "kdispatch_webhook_published", "Events acknowledged by the inbox, by type.", labels=("type",)
         )
+        self.registry.register(self.published)
         self.publish_failures = Counter(
             "kdispatch_webhook_publish_failures",
             "Events not acknowledged in time (the job stays held; the manager watcher backfills it).",
@@ -51,6 +52,38 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class LoopCounter(Collector):
+    """A counter incremented from the event loop thread only (per review: no lock round trip)."""
+
+    def __init__(self, name: str, documentation: str, *, labels: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.label_names = labels
+        self._children: dict[tuple[str, ...], _Count] = {}
+
+    def labels(self, *values: str) -> _Count:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = _Count()
+        return child
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=list(self.label_names))
+        for values, child in self._children.items():
+            family.add_metric(list(values), float(child.value))
+        yield family
+
+
+class _Count:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
 
 
 class _Series:

@@ -35,3 +35,15 @@ def test_latency_histogram_is_cumulative_per_endpoint() -> None:
     assert got[("kdispatch_webhook_request_seconds_count", (("endpoint", "validate"),))] == 4
     assert abs(got[("kdispatch_webhook_request_seconds_sum", (("endpoint", "validate"),))] - 20.0036) < 1e-9
     assert bucket("mutate", "0.1") == 0 and bucket("mutate", "0.25") == 1
+
+
+def test_loop_counters_render_as_prometheus_counters() -> None:
+    metrics = Metrics()
+    metrics.requests.labels("validate", "allowed").inc()
+    metrics.requests.labels("validate", "allowed").inc()
+    metrics.requests.labels("mutate", "denied").inc()
+    metrics.published.labels("JobSubmitted").inc()
+    got = _samples(metrics)
+    assert got[("kdispatch_webhook_requests_total", (("endpoint", "validate"), ("result", "allowed")))] == 2
+    assert got[("kdispatch_webhook_requests_total", (("endpoint", "mutate"), ("result", "denied")))] == 1
+    assert got[("kdispatch_webhook_published_total", (("type", "JobSubmitted"),))] == 1
