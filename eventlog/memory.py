@@ -16,6 +16,7 @@ from types import TracebackType
 
 from eventlog import codec, subjects
 from eventlog.events import DecisionEvent, InputEvent, LogEntry
+from eventlog.framing import decision_entries, input_entries
 from eventlog.store import Fenced, InboxItem, LogError, NotLeader
 from eventlog.wire import inbox_item
 
@@ -139,22 +140,9 @@ class MemorySequencer:
 
     async def append_inputs(self, items: Sequence[InboxItem], *, at_ms: int) -> list[LogEntry]:
         seq = await self._ensure_resumed()
-        last_inbox = self._last_inbox
-        entries: list[LogEntry] = []
-        for item in items:
-            seq += 1
-            if item.inbox_seq is not None:
-                if item.inbox_seq <= last_inbox:
-                    raise LogError(
-                        f"inbox entry {item.inbox_seq} is already in the log (last copied: {last_inbox}); "
-                        "pull() gives each inbox entry once"
-                    )
-                last_inbox = item.inbox_seq
-            entries.append(
-                LogEntry(
-                    seq=seq, at_ms=at_ms, event=item.event, inbox_seq=item.inbox_seq, leader=self.leader_id
-                )
-            )
+        entries, last_inbox = input_entries(
+            items, last_seq=seq, last_inbox=self._last_inbox, at_ms=at_ms, leader=self.leader_id
+        )
         self._append(entries)
         self._last_inbox = last_inbox
         return entries
@@ -168,13 +156,9 @@ class MemorySequencer:
         count: int | None = None,
     ) -> list[LogEntry]:
         seq = await self._ensure_resumed()
-        total = first_index + len(decisions) if count is None else count
-        entries = [
-            LogEntry(
-                seq=seq + 1 + i, at_ms=at_ms, event=d, batch=(first_index + i, total), leader=self.leader_id
-            )
-            for i, d in enumerate(decisions)
-        ]
+        entries = decision_entries(
+            decisions, last_seq=seq, at_ms=at_ms, leader=self.leader_id, first_index=first_index, count=count
+        )
         self._append(entries)
         return entries
 
