@@ -95,6 +95,7 @@ class EmbeddedNats:
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.host = host
+        self._ports_chosen = port is None  # ours to re-pick if something takes them first
         self.port = port or free_port(host)
         self.monitor_port = free_port(host)
         self.server_name = server_name
@@ -166,6 +167,28 @@ class EmbeddedNats:
             self._lock_fd = None
 
     def start(self, *, wait: bool = True) -> EmbeddedNats:
+        if not wait:
+            return self._start(wait=False)
+        for attempt in range(3):
+            try:
+                return self._start(wait=True)
+            except EmbeddedError as err:
+                if not self._port_race(err) or attempt == 2:
+                    raise
+                self._repick_ports()
+        raise AssertionError("unreachable")
+
+    def _port_race(self, err: EmbeddedError) -> bool:
+        """A free port is found, then bound by the server: another process can take it in
+        between. Only ports we picked ourselves are re-picked; a port the caller chose is theirs."""
+        return self._ports_chosen and "address already in use" in str(err)
+
+    def _repick_ports(self) -> None:
+        log.warning("nats_server_port_taken", port=self.port, monitor_port=self.monitor_port)
+        self.port = free_port(self.host)
+        self.monitor_port = free_port(self.host)
+
+    def _start(self, *, wait: bool) -> EmbeddedNats:
         if self.running():
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -274,13 +297,21 @@ class EmbeddedNats:
             await asyncio.sleep(0.05)
 
     async def start_async(self) -> EmbeddedNats:
-        self.start(wait=False)
-        try:
-            await self.wait_ready_async()
-        except BaseException:
-            self.kill()
-            raise
-        return self
+        for attempt in range(3):
+            self._start(wait=False)
+            try:
+                await self.wait_ready_async()
+            except EmbeddedError as err:
+                self.kill()
+                if not self._port_race(err) or attempt == 2:
+                    raise
+                self._repick_ports()
+                continue
+            except BaseException:
+                self.kill()
+                raise
+            return self
+        raise AssertionError("unreachable")
 
     async def stop_async(self) -> None:
         await asyncio.to_thread(self.stop)
