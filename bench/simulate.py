@@ -29,7 +29,7 @@ from reconciler.simulate.runner import CoreApi
 from reconciler.simulate.scale import scale_capacity
 from reconciler.simulate.session import run_profile
 
-TRACE = Path("/work/shared/corpus/traces/alibaba-gpu-v2023")
+TRACE = Path(__file__).resolve().parent.parent / "data" / "traces" / "alibaba-gpu-v2023"
 GOAL_S = 60.0
 F = TypeVar("F", bound=Callable[..., Any])
 

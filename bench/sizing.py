@@ -44,7 +44,7 @@ from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import connect
 from reconciler.shell.clusters.heartbeats import HeartbeatGate, keepalive_ms
 
-MANIFEST = Path("/work/shared/corpus/manifests/kueue/jobs/sample-job.yaml")
+MANIFEST = Path(__file__).resolve().parent.parent / "data" / "manifests" / "kueue" / "jobs" / "sample-job.yaml"
 CLUSTERS = 50
 HEARTBEATS_PER_JOB = 2  # 50 clusters every 5 s and ~5 submissions/s: ~2 heartbeats per job's 9 entries
 T0 = 1_800_000_000_000

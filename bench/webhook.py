@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SAMPLE = Path("/work/shared/corpus/admissionreview/connaisseur-08_job.json")
+SAMPLE = Path(__file__).resolve().parent.parent / "data" / "admissionreview" / "connaisseur-08_job.json"
 UID_MARK = "@UID@"
 SERVER_CORE, CLIENT_CORE = 0, 1
 

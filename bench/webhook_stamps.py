@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from webhook import admit  # noqa: E402
 from webhook.review import AdmissionRequest, decode_review  # noqa: E402
 
-CORPUS = Path("/work/shared/corpus/admissionreview")
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "admissionreview"
 
 
 def _requests() -> list[AdmissionRequest]:

@@ -41,8 +41,9 @@ from tests.deploy.processes import (
     wait_status,
     webhook_argv,
 )
+from tests.paths import MANIFESTS
 
-MANIFEST = Path("/work/shared/corpus/manifests/kueue/jobs/sample-job.yaml")
+MANIFEST = MANIFESTS / "kueue" / "jobs" / "sample-job.yaml"
 NAMESPACE = {"kubernetes.io/metadata.name": "team-a", "kdispatch.io/enabled": "true"}
 
 

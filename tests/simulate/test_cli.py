@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from reconciler.cli import main
+from tests.paths import TRACES
 
-TIRESIAS = Path("/work/shared/corpus/traces/tiresias-sample/60_job.csv")
+TIRESIAS = TRACES / "tiresias-sample" / "60_job.csv"
 ONE_CLUSTER = """
 clusters:
   - name: solo

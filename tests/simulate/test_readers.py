@@ -12,8 +12,9 @@ from reconciler.simulate.readers import guess_format, load_trace
 from reconciler.simulate.readers.alibaba import GPU_RESOURCE as ALI_GPU
 from reconciler.simulate.readers.alibaba import MODEL_LABEL
 from reconciler.simulate.trace import MIB, TraceError
+from tests.paths import TRACES
 
-CORPUS = Path("/work/shared/corpus/traces")
+CORPUS = TRACES
 ALIBABA = CORPUS / "alibaba-gpu-v2023"
 TIRESIAS = CORPUS / "tiresias-sample" / "60_job.csv"
 

@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from eventlog.events import PodSet
+from tests.paths import DATA
 from webhook import admit, jsonpatch, kinds, placement, podsets
 from webhook.review import ReviewError, decode_any_review, decode_review, encode_response
 
-CORPUS = Path("/work/shared/corpus")
+CORPUS = DATA
 K8S_VERSION = "1.33"  # Job.spec.managedBy is in the schema from 1.30 on
 
 

@@ -28,6 +28,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats, free_port
 from eventlog.jetstream import LogNames
+from tests.paths import REVIEWS
 from tests.webhook.conftest import Webhook, review, start_webhook
 from webhook import jsonpatch, kinds
 
@@ -158,7 +159,7 @@ async def test_denials_explain_and_are_counted(webhook: Webhook) -> None:
         (b"", 400, "empty body"),
         (b"null", 400, "expected a JSON object"),
         (b"{\"kind\": \"AdmissionReview\", \"apiVersion\": \"admission.k8s.io/v1\"}", 400, "no request"),
-        (Path("/work/shared/corpus/admissionreview/connaisseur-21_broken_admission_request.json").read_bytes(), 400, "kind"),
+        ((REVIEWS / "connaisseur-21_broken_admission_request.json").read_bytes(), 400, "kind"),
         (b"{" * 5000, 400, "not JSON"),
         (b" " * (2 << 20), 413, ""),
     ],
@@ -359,7 +360,7 @@ def test_exit_with_parent_leaves_no_orphan(tmp_path: Path, nats_url: str) -> Non
     assert not _alive(pid)
 
 
-SAMPLES = sorted(p for p in Path("/work/shared/corpus/admissionreview").glob("*.json") if not p.name.startswith("k8sdocs-response"))
+SAMPLES = sorted(p for p in REVIEWS.glob("*.json") if not p.name.startswith("k8sdocs-response"))
 BROKEN = {"connaisseur-21_broken_admission_request.json", "connaisseur-25_null_request.json"}
 
 
