@@ -341,5 +341,5 @@ def test_fast_pod_requests_match_the_checked_reading(spec: dict[str, Any], sidec
             return ("error", str(err))
 
     fast = outcome(lambda: podsets.pod_requests(spec, path="$.spec", sidecars=sidecars, pod_level=pod_level))
-    checked = outcome(lambda: podsets._pod_requests_checked(spec, path="$.spec", sidecars=sidecars, pod_level=pod_level))
+    checked = outcome(lambda: podsets.common._pod_requests_checked(spec, path="$.spec", sidecars=sidecars, pod_level=pod_level))
     assert fast == checked
