@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from eventlog import events as ev
-from webhook import admit, jsonpatch, kinds, placement
+from webhook import admit, jsonpatch, kinds, objects, placement
 from webhook.review import AdmissionRequest, decode_review
 
 SETTINGS = admit.Settings(priority_classes={"high": 1000})
@@ -347,7 +347,7 @@ def test_update_of_a_job_kdispatch_never_admitted_is_left_alone() -> None:
 def test_delete_is_recorded() -> None:
     old = _admitted(_job())
     [record] = admit.validate(_request(None, operation="DELETE", old=old, uid="rev-d"), SETTINGS).records
-    assert record == admit.Record(ev.JobDeleted(job=admit.job_ref(kinds.SUPPORTED_KINDS[0], old, request=_request(old))), "rev-d")
+    assert record == admit.Record(ev.JobDeleted(job=admit.job_ref(kinds.SUPPORTED_KINDS[0], objects.metadata(old), request=_request(old))), "rev-d")
     assert not admit.validate(_request(None, operation="DELETE", old=old, dry_run=True), SETTINGS).records
     assert admit.mutate(_request(None, operation="DELETE", old=old), SETTINGS).allowed
 

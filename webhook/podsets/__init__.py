@@ -1,7 +1,8 @@
 """Pod sets of each supported kind, and the per-pod request rule (KINDS.md, "Per-pod request rule").
 
-One module per family of kinds (batch, jobset, kubeflow, ray, appwrapper); ``common`` holds the
-request rule they share. This module is the entry point: ``extract`` and ``pod_sets``.
+One module per family of kinds (batch, jobset, kubeflow, ray, appwrapper), each with the Structs
+its kinds' specs are decoded into; ``common`` holds the pod template and the request rule they
+share. This module is the entry point: ``extract`` and ``pod_sets``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from eventlog import events as ev
 from webhook.kinds import KindInfo
+from webhook.objects import ObjectError, ObjectMeta, metadata
 from webhook.podsets.appwrapper import appwrapper
 from webhook.podsets.batch import (
     MIN_PARALLELISM_ANNOTATION,
@@ -50,7 +52,10 @@ __all__ = [
     "to_pod_sets",
 ]
 
-_EXTRACTORS: dict[str, Callable[[dict[str, Any]], list[PodSetSpec]]] = {
+Extractor = Callable[[Any, ObjectMeta, str], list[PodSetSpec]]
+"""(the object's ``spec`` as sent, its metadata, its kind) -> its pod sets."""
+
+_EXTRACTORS: dict[str, Extractor] = {
     "Job": batch_job,
     "JobSet": jobset,
     "RayCluster": raycluster,
@@ -63,11 +68,17 @@ _EXTRACTORS: dict[str, Callable[[dict[str, Any]], list[PodSetSpec]]] = {
 }
 
 
-def extract(info: KindInfo, obj: dict[str, Any]) -> list[PodSetSpec]:
+def extract(info: KindInfo, obj: dict[str, Any], *, meta: ObjectMeta | None = None) -> list[PodSetSpec]:
     """The pod sets of ``obj`` (a ``info.kind``), in the kind's fixed order; names are unique, as
     the dispatcher and the workers' quota refer to sets by name (a Ray worker group may not be
-    called ``head``)."""
-    sets = _EXTRACTORS[info.kind]({**obj, "kind": info.kind})
+    called ``head``). ``meta`` is ``obj``'s metadata when the caller has decoded it already.
+    Raises ``PodSetError`` (with the JSON path) or ``NotDispatchable``."""
+    if meta is None:
+        try:
+            meta = metadata(obj)
+        except ObjectError as err:
+            raise PodSetError(err.message, path=err.path) from None
+    sets = _EXTRACTORS[info.kind](obj.get("spec"), meta, info.kind)
     seen: dict[str, PodSetSpec] = {}
     for s in sets:
         if s.name in seen:

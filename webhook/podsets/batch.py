@@ -4,98 +4,84 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.podsets.common import (
-    PodSetError,
-    PodSetSpec,
-    annotations_of,
-    int_at,
-    items,
-    list_at,
-    obj_at,
-    pod_spec,
-    str_at,
-)
+from msgspec import Struct
+
+from webhook.objects import Count, ObjectMeta
+from webhook.podsets.common import PodSetError, PodSetSpec, PodSpec, PodTemplate, decode, pod_spec
 from webhook.quote import short
 
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
-
-
 POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
-
-
 POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 
 
-def job_count(jspec: dict[str, Any], path: str) -> int:
-    parallelism = int_at(jspec, "parallelism", path=path, default=1)
-    completions = int_at(jspec, "completions", path=path, default=None)
-    assert parallelism is not None
-    return min(parallelism, completions) if completions is not None else parallelism
+class JobSpec(Struct, frozen=True, gc=False):
+    parallelism: Count | None = None
+    completions: Count | None = None
+    template: PodTemplate | None = None
+
+    @property
+    def count(self) -> int:
+        parallelism = 1 if self.parallelism is None else self.parallelism
+        return parallelism if self.completions is None else min(parallelism, self.completions)
 
 
-def _min_parallelism(obj: dict[str, Any]) -> int | None:
-    raw = annotations_of(obj).get(MIN_PARALLELISM_ANNOTATION)
+class WorkloadPodSet(Struct, frozen=True, gc=False, rename="camel"):
+    name: str | None = None
+    count: Count | None = None
+    min_count: Count | None = None
+    template: PodTemplate | None = None
+
+
+class WorkloadSpec(Struct, frozen=True, gc=False, rename="camel"):
+    pod_sets: list[WorkloadPodSet] | None = None
+
+
+def _positive(meta: ObjectMeta, annotation: str) -> int | None:
+    raw = meta.annotation_map.get(annotation)
     if raw is None:
         return None
-    path = f"$.metadata.annotations[{MIN_PARALLELISM_ANNOTATION!r}]"
-    if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit() or int(raw) < 1:
-        raise PodSetError(f"expected a positive integer, found {short(raw)}", path=path)
+    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+        raise PodSetError(f"expected a positive integer, found {short(raw)}", path=f"$.metadata.annotations[{annotation!r}]")
     return int(raw)
 
 
-def batch_job(obj: dict[str, Any]) -> list[PodSetSpec]:
-    spec = obj_at(obj, "spec", path="$")
-    template = obj_at(spec, "template", path="$.spec")
-    pspec, ppath = pod_spec(template, "$.spec.template")
+def batch_job(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
+    spec = decode(raw, JobSpec, path="$.spec")
     return [
         PodSetSpec(
             name="main",
-            count=job_count(spec, "$.spec"),
-            spec=pspec,
-            path=ppath,
-            min_count=_min_parallelism(obj),
+            count=spec.count,
+            spec=pod_spec(spec.template),
+            path="$.spec.template.spec",
+            min_count=_positive(meta, MIN_PARALLELISM_ANNOTATION),
         )
     ]
 
 
-def pod(obj: dict[str, Any]) -> list[PodSetSpec]:
-    spec = obj_at(obj, "spec", path="$")
-    count = 1
-    total = annotations_of(obj).get(POD_GROUP_TOTAL)
-    if pod_group_name(obj) and total is not None:
-        path = f"$.metadata.annotations[{POD_GROUP_TOTAL!r}]"
-        if not isinstance(total, str) or not total.isascii() or not total.isdigit() or int(total) < 1:
-            raise PodSetError(f"expected a positive integer, found {short(total)}", path=path)
-        count = int(total)
+def pod(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
+    spec = decode(raw, PodSpec, path="$.spec")
+    count = (_positive(meta, POD_GROUP_TOTAL) or 1) if pod_group_name(meta) else 1
     return [PodSetSpec(name="main", count=count, spec=spec, path="$.spec")]
 
 
-def pod_group_name(obj: dict[str, Any]) -> str:
+def pod_group_name(meta: ObjectMeta) -> str:
     """The Kueue pod group (annotation first, then label), or ''."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    assert isinstance(meta, dict)
-    for where in ("annotations", "labels"):
-        values = meta.get(where)
-        if isinstance(values, dict) and isinstance(values.get(POD_GROUP_NAME), str):
-            return str(values[POD_GROUP_NAME])
+    for values in (meta.annotations, meta.labels):
+        if values and POD_GROUP_NAME in values:
+            return values[POD_GROUP_NAME]
     return ""
 
 
-def workload(obj: dict[str, Any]) -> list[PodSetSpec]:
-    out = []
-    for ps, path in items(list_at(obj_at(obj, "spec", path="$"), "podSets", path="$.spec"), "$.spec.podSets"):
-        count = int_at(ps, "count", path=path, default=1)
-        assert count is not None
-        pspec, ppath = pod_spec(obj_at(ps, "template", path=path), f"{path}.template")
-        out.append(
-            PodSetSpec(
-                name=str_at(ps, "name", path=path, default="main"),
-                count=count,
-                spec=pspec,
-                path=ppath,
-                min_count=int_at(ps, "minCount", path=path, default=None),
-            )
+def workload(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
+    spec = decode(raw, WorkloadSpec, path="$.spec")
+    return [
+        PodSetSpec(
+            name="main" if ps.name is None else ps.name,
+            count=1 if ps.count is None else ps.count,
+            spec=pod_spec(ps.template),
+            path=f"$.spec.podSets[{i}].template.spec",
+            min_count=ps.min_count,
         )
-    return out
-
-
+        for i, ps in enumerate(spec.pod_sets or ())
+    ]

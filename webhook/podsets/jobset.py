@@ -4,32 +4,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.podsets.common import PodSetSpec, int_at, items, list_at, obj_at, pod_spec, str_at
+from msgspec import Struct
+
+from webhook.objects import Count, ObjectMeta
+from webhook.podsets.batch import JobSpec
+from webhook.podsets.common import PodSetSpec, decode, pod_spec
 
 
-def jobset_sets(spec: dict[str, Any], path: str) -> list[PodSetSpec]:
+class JobTemplate(Struct, frozen=True, gc=False):
+    spec: JobSpec | None = None
+
+
+class ReplicatedJob(Struct, frozen=True, gc=False):
+    name: str | None = None
+    replicas: Count | None = None
+    template: JobTemplate | None = None
+
+
+class JobSetSpec(Struct, frozen=True, gc=False, rename="camel"):
+    replicated_jobs: list[ReplicatedJob] | None = None
+
+
+_NO_JOB = JobSpec()
+
+
+def jobset_sets(spec: JobSetSpec, path: str) -> list[PodSetSpec]:
     out = []
-    for rj, rpath in items(list_at(spec, "replicatedJobs", path=path), f"{path}.replicatedJobs"):
-        replicas = int_at(rj, "replicas", path=rpath, default=1)
-        jtemplate = obj_at(rj, "template", path=rpath)
-        jspec = obj_at(jtemplate, "spec", path=f"{rpath}.template")
-        jpath = f"{rpath}.template.spec"
-        parallelism = int_at(jspec, "parallelism", path=jpath, default=1)
-        completions = int_at(jspec, "completions", path=jpath, default=parallelism)
-        assert replicas is not None and parallelism is not None and completions is not None
-        pspec, ppath = pod_spec(obj_at(jspec, "template", path=jpath), f"{jpath}.template")
+    for i, rj in enumerate(spec.replicated_jobs or ()):
+        job = rj.template.spec if rj.template is not None and rj.template.spec is not None else _NO_JOB
+        parallelism = 1 if job.parallelism is None else job.parallelism
+        completions = parallelism if job.completions is None else job.completions  # JobSet's default
+        replicas = 1 if rj.replicas is None else rj.replicas
         out.append(
             PodSetSpec(
-                name=str_at(rj, "name", path=rpath),
+                name=rj.name or "",
                 count=replicas * min(parallelism, completions),
-                spec=pspec,
-                path=ppath,
+                spec=pod_spec(job.template),
+                path=f"{path}.replicatedJobs[{i}].template.spec.template.spec",
             )
         )
     return out
 
 
-def jobset(obj: dict[str, Any]) -> list[PodSetSpec]:
-    return jobset_sets(obj_at(obj, "spec", path="$"), "$.spec")
-
-
+def jobset(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
+    return jobset_sets(decode(raw, JobSetSpec, path="$.spec"), "$.spec")

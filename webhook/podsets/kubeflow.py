@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.podsets.common import PodSetError, PodSetSpec, int_at, obj_at, pod_spec
+from msgspec import Struct
+
+from webhook.objects import Count, ObjectMeta
+from webhook.podsets.common import (
+    Container,
+    PodSetSpec,
+    PodSpec,
+    PodTemplate,
+    ResourceRequirements,
+    decode,
+    pod_spec,
+)
 
 KUBEFLOW: dict[str, tuple[str, tuple[str, ...]]] = {
     "PyTorchJob": ("pytorchReplicaSpecs", ("master", "worker")),
@@ -16,37 +27,47 @@ KUBEFLOW: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def kubeflow_sets(kind: str, spec: dict[str, Any], *, path: str) -> list[PodSetSpec]:
+class ReplicaSpec(Struct, frozen=True, gc=False):
+    replicas: Count | None = None
+    template: PodTemplate | None = None
+
+
+class Trainer(Struct, frozen=True, gc=False, rename="camel"):
+    num_nodes: Count | None = None
+    resources_per_node: ResourceRequirements | None = None
+
+
+class TrainJobSpec(Struct, frozen=True, gc=False):
+    trainer: Trainer | None = None
+
+
+def kubeflow_sets(kind: str, raw: Any, *, path: str) -> list[PodSetSpec]:
+    """``raw`` is the kind's spec. Its replica specs are a map keyed by role, each decoded under
+    its own key, so that a message names the role as the user wrote it."""
     field_name, order = KUBEFLOW[kind]
-    replicas = obj_at(spec, field_name, path=path)
-    by_lower = {str(k).lower(): k for k in replicas}
+    spec = decode(raw, dict[str, Any], path=path)
+    replicas = decode(spec.get(field_name), dict[str, Any], path=f"{path}.{field_name}")
+    by_lower = {k.lower(): k for k in replicas}
     out = []
     for role in order:
         key = by_lower.get(role)
         if key is None:
             continue
         rpath = f"{path}.{field_name}.{key}"
-        rs = replicas[key]
-        if not isinstance(rs, dict):
-            raise PodSetError(f"expected an object, found {type(rs).__name__}", path=rpath)
-        count = int_at(rs, "replicas", path=rpath, default=1)
-        assert count is not None
-        pspec, ppath = pod_spec(obj_at(rs, "template", path=rpath), f"{rpath}.template")
-        out.append(PodSetSpec(name=role, count=count, spec=pspec, path=ppath))
+        rs = decode(replicas[key], ReplicaSpec, path=rpath)
+        count = 1 if rs.replicas is None else rs.replicas
+        out.append(PodSetSpec(name=role, count=count, spec=pod_spec(rs.template), path=f"{rpath}.template.spec"))
     return out
 
 
-def kubeflow(obj: dict[str, Any]) -> list[PodSetSpec]:
-    return kubeflow_sets(str(obj.get("kind")), obj_at(obj, "spec", path="$"), path="$.spec")
+def kubeflow(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
+    return kubeflow_sets(kind, raw, path="$.spec")
 
 
-def trainjob(obj: dict[str, Any]) -> list[PodSetSpec]:
+def trainjob(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
     # The runtime's other replicated jobs (initializers) need API reads; only the trainer nodes
     # are counted. See docs/webhook.md.
-    trainer = obj_at(obj_at(obj, "spec", path="$"), "trainer", path="$.spec")
-    nodes = int_at(trainer, "numNodes", path="$.spec.trainer", default=1)
-    assert nodes is not None
-    node = {"name": "node", "resources": obj_at(trainer, "resourcesPerNode", path="$.spec.trainer")}
-    return [PodSetSpec(name="node", count=nodes, spec={"containers": [node]}, path="$.spec.trainer")]
-
-
+    trainer = decode(raw, TrainJobSpec, path="$.spec").trainer or Trainer()
+    nodes = 1 if trainer.num_nodes is None else trainer.num_nodes
+    node = PodSpec(containers=[Container(resources=trainer.resources_per_node)])
+    return [PodSetSpec(name="node", count=nodes, spec=node, path="$.spec.trainer")]
