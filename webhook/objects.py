@@ -65,6 +65,14 @@ class ObjectMeta(Struct, frozen=True, rename="camel"):
 
 _EMPTY_META = ObjectMeta()
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def member(path: str, key: str) -> str:
+    """``path.key``, or ``path['key']`` for a key a reader could not split from the path
+    (``nvidia.com/gpu``, an annotation)."""
+    return f"{path}.{key}" if _PLAIN_KEY.fullmatch(key) else f"{path}[{key!r}]"
+
 
 def metadata(obj: dict[str, Any]) -> ObjectMeta:
     """``obj.metadata`` (``obj`` is a JSON object); raises ``ObjectError``."""
@@ -122,10 +130,10 @@ def _found(value: Any, where: str, *, prefix: str) -> tuple[Any, str]:
     for match in _STEP.finditer(where):
         name, index = match.groups()
         if name is not None and isinstance(node, dict):
-            node, path = node.get(name), f"{path}.{name}"
+            node, path = node.get(name), member(path, name)
         elif index == "..." and isinstance(node, dict):
             key = next((k for k, v in node.items() if not isinstance(v, str)), None)
-            node, path = node.get(key), f"{path}[{key!r}]"
+            node, path = node.get(key), member(path, str(key))
         elif index is not None and index != "..." and isinstance(node, list) and int(index) < len(node):
             node, path = node[int(index)], f"{path}[{index}]"
         else:

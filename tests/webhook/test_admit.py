@@ -188,6 +188,17 @@ def test_bad_quantities_are_denied_at_validate_with_their_path() -> None:
         assert message in outcome.response.status.message
 
 
+def test_metadata_of_the_wrong_shape_is_denied_with_its_path() -> None:
+    # The API server decodes metadata before any webhook runs; a hand-made review is told where.
+    obj = _job()
+    obj["metadata"]["labels"]["team"] = 7
+    for hook in (admit.mutate, admit.validate):
+        outcome = hook(_request(obj), SETTINGS)
+        assert not outcome.allowed and outcome.reason == "invalid-object" and not outcome.records
+        assert outcome.response.status is not None
+        assert outcome.response.status.message == "kdispatch: cannot read the metadata of this Job: $.metadata.labels.team: expected a string, found 7"
+
+
 def test_a_job_managed_by_another_controller_is_denied() -> None:
     obj = _job()
     obj["spec"]["managedBy"] = "example.com/my-controller"

@@ -248,6 +248,27 @@ def test_plain_pod_group_counts_the_whole_group() -> None:
             "$.metadata.annotations['kueue.x-k8s.io/job-min-parallelism']",
             "positive integer",
         ),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            {"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "one"}}}}},
+            "$.spec.trainer.resourcesPerNode.limits['nvidia.com/gpu']",
+            "not a quantity",
+        ),
+        (
+            "ray.io/v1",
+            "RayCluster",
+            {"spec": {"workerGroupSpecs": [{"groupName": "w", "numOfHosts": "2"}]}},
+            "$.spec.workerGroupSpecs[0].numOfHosts",
+            "expected a non-negative integer, found '2'",
+        ),
+        (
+            "batch/v1",
+            "Job",
+            {"metadata": {"annotations": {"a": "b", "kueue.x-k8s.io/job-min-parallelism": 2}}, "spec": {}},
+            "$.metadata.annotations['kueue.x-k8s.io/job-min-parallelism']",
+            "expected a string, found 2",
+        ),
     ],
 )
 def test_errors_name_the_path(api_version: str, kind: str, obj: dict[str, Any], path: str, fragment: str) -> None:

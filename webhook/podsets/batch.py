@@ -6,7 +6,7 @@ from typing import Any
 
 from msgspec import Struct
 
-from webhook.objects import Count, ObjectMeta
+from webhook.objects import Count, ObjectMeta, member
 from webhook.podsets.common import PodSetError, PodSetSpec, PodSpec, PodTemplate, decode, pod_spec
 from webhook.quote import short
 
@@ -42,7 +42,7 @@ def _positive(meta: ObjectMeta, annotation: str) -> int | None:
     if raw is None:
         return None
     if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
-        raise PodSetError(f"expected a positive integer, found {short(raw)}", path=f"$.metadata.annotations[{annotation!r}]")
+        raise PodSetError(f"expected a positive integer, found {short(raw)}", path=member("$.metadata.annotations", annotation))
     return int(raw)
 
 

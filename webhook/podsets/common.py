@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from msgspec import Struct
 
 from eventlog import events as ev
-from webhook.objects import ObjectError, convert
+from webhook.objects import ObjectError, convert, member
 from webhook.quantity import QuantityError, parse_nanos, to_integer
 
 T = TypeVar("T")
@@ -100,23 +100,25 @@ class _BadQuantity(Exception):
     """A quantity that does not parse; ``where`` is its path inside the ``resources`` (or overhead)
     it was read from. The full JSON path is put together only then, not for every container."""
 
-    def __init__(self, where: str, message: str) -> None:
+    def __init__(self, where: tuple[str, ...], message: str) -> None:
         super().__init__(message)
         self.where = where
         self.message = message
 
     def at(self, path: str) -> PodSetError:
-        return PodSetError(self.message, path=f"{path}.{self.where}")
+        for key in self.where:
+            path = member(path, key)
+        return PodSetError(self.message, path=path)
 
 
-def _amounts(raw: Quantities | None, *, prefix: str = "") -> Amounts:
+def _amounts(raw: Quantities | None, *, within: tuple[str, ...] = ()) -> Amounts:
     out: Amounts = {}
     if raw:
         for name, value in raw.items():
             try:
                 out[name] = parse_nanos(value)
             except QuantityError as err:
-                raise _BadQuantity(prefix + name, str(err)) from None
+                raise _BadQuantity((*within, name), str(err)) from None
     return out
 
 
@@ -124,9 +126,9 @@ def _requests(resources: ResourceRequirements | None) -> Amounts:
     """requests, with limits standing in for missing keys (Kueue's template adjustment)."""
     if resources is None:
         return {}
-    requests = _amounts(resources.requests, prefix="requests.")
+    requests = _amounts(resources.requests, within=("requests",))
     # parsed even when shadowed: a bad limit is denied
-    for name, value in _amounts(resources.limits, prefix="limits.").items():
+    for name, value in _amounts(resources.limits, within=("limits",)).items():
         requests.setdefault(name, value)
     return requests
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from msgspec import Struct
 
-from webhook.objects import Count, ObjectMeta
+from webhook.objects import Count, ObjectMeta, member
 from webhook.podsets.common import (
     Container,
     PodSetSpec,
@@ -15,6 +15,7 @@ from webhook.podsets.common import (
     ResourceRequirements,
     decode,
     pod_spec,
+    requests_of,
 )
 
 KUBEFLOW: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -53,7 +54,7 @@ def kubeflow_sets(kind: str, raw: Any, *, path: str) -> list[PodSetSpec]:
         key = by_lower.get(role)
         if key is None:
             continue
-        rpath = f"{path}.{field_name}.{key}"
+        rpath = member(f"{path}.{field_name}", key)
         rs = decode(replicas[key], ReplicaSpec, path=rpath)
         count = 1 if rs.replicas is None else rs.replicas
         out.append(PodSetSpec(name=role, count=count, spec=pod_spec(rs.template), path=f"{rpath}.template.spec"))
@@ -69,5 +70,7 @@ def trainjob(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
     # are counted. See docs/webhook.md.
     trainer = decode(raw, TrainJobSpec, path="$.spec").trainer or Trainer()
     nodes = 1 if trainer.num_nodes is None else trainer.num_nodes
+    # Read here for the path a bad quantity has in the object (not the made-up container's).
+    requests_of(trainer.resources_per_node, "$.spec.trainer.resourcesPerNode")
     node = PodSpec(containers=[Container(resources=trainer.resources_per_node)])
     return [PodSetSpec(name="node", count=nodes, spec=node, path="$.spec.trainer")]
