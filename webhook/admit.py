@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventlog import events as ev
-from webhook import jsonpatch, kinds, placement, podsets, priority, stamps
+from webhook import jsonpatch, kinds, objects, placement, podsets, priority, stamps
 from webhook.kinds import KindInfo
+from webhook.objects import ObjectMeta
 from webhook.quote import short
 from webhook.review import AdmissionRequest, AdmissionResponse, Status, encode_patch
 
@@ -68,27 +69,19 @@ class _Denied(Exception):
 # ---- shared reading ------------------------------------------------------------------------------
 
 
-def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
+def _metadata(obj: dict[str, Any], *, of: str) -> ObjectMeta:
+    """The object's metadata, typed. The API server decodes metadata before any webhook sees it,
+    so only a hand-made review can fail here; it is denied with the path, not guessed at."""
+    try:
+        return objects.metadata(obj)
+    except objects.ObjectError as err:
+        raise _Denied("invalid-object", f"kdispatch: cannot read the metadata of {of}: {err}") from None
 
 
-def _strings(meta: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    """Labels or annotations. Their values are strings when the API server sends them; readers
-    check the type of any value they use, so a hand-made review cannot slip anything else in."""
-    values = meta.get(key)
-    return values if isinstance(values, dict) else {}
-
-
-def _string_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def opted_in(obj: Mapping[str, Any]) -> bool:
-    meta = _meta(obj)
-    if kinds.QUEUE_LABEL in _strings(meta, "labels"):
+def opted_in(meta: ObjectMeta) -> bool:
+    if kinds.QUEUE_LABEL in meta.label_map:
         return True
-    return any(placement.is_placement_annotation(name) for name in _strings(meta, "annotations"))
+    return any(placement.is_placement_annotation(name) for name in meta.annotation_map)
 
 
 def _get(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
@@ -100,28 +93,28 @@ def _get(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     return node
 
 
-def _placement(obj: Mapping[str, Any]) -> ev.Placement:
-    return _placement_canonical(obj)[0]
+def _placement(meta: ObjectMeta) -> ev.Placement:
+    return _placement_canonical(meta)[0]
 
 
-def _placement_canonical(obj: Mapping[str, Any]) -> tuple[ev.Placement, str]:
+def _placement_canonical(meta: ObjectMeta) -> tuple[ev.Placement, str]:
     try:
-        return placement.parse_with_canonical(_strings(_meta(obj), "annotations"))
+        return placement.parse_with_canonical(meta.annotation_map)
     except placement.PlacementError as err:
         raise _Denied("invalid-placement", f"kdispatch: invalid placement:\n{err}") from None
 
 
-def _pod_sets(info: KindInfo, obj: dict[str, Any]) -> tuple[list[podsets.PodSetSpec], list[ev.PodSet]]:
+def _pod_sets(info: KindInfo, obj: dict[str, Any], meta: ObjectMeta) -> tuple[list[podsets.PodSetSpec], list[ev.PodSet]]:
     try:
-        specs = podsets.extract(info, obj)
+        specs = podsets.extract(info, obj, meta=meta)
         return specs, podsets.to_pod_sets(specs)
     except podsets.PodSetError as err:
         raise _Denied("invalid-podsets", f"kdispatch: cannot read the pod sets of this {info.kind}: {err}") from None
 
 
-def _runtime_ms(obj: Mapping[str, Any]) -> int | None:
+def _runtime_ms(meta: ObjectMeta) -> int | None:
     try:
-        return placement.parse_runtime_ms(_strings(_meta(obj), "annotations"))
+        return placement.parse_runtime_ms(meta.annotation_map)
     except placement.PlacementError as err:
         raise _Denied("invalid-placement", f"kdispatch: {err}") from None
 
@@ -215,43 +208,61 @@ def _deny(uid: str, err: _Denied) -> Outcome:
     return Outcome(response=AdmissionResponse(uid=uid, allowed=False, status=status), reason=err.reason)
 
 
-def _target(request: AdmissionRequest) -> tuple[KindInfo, dict[str, Any]] | None:
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A supported kind that opts in: the object as sent (patched, recorded as the manifest) and
+    its metadata as decoded; at UPDATE the stored object too."""
+
+    info: KindInfo
+    obj: dict[str, Any]
+    meta: ObjectMeta
+    old: dict[str, Any] | None = None
+    old_meta: ObjectMeta | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """At UPDATE: the stored object was admitted by kdispatch at CREATE."""
+        return _recorded(self.old_meta)
+
+
+def _target(request: AdmissionRequest) -> _Target | None:
     info = kinds.lookup(group=request.kind.group, version=request.kind.version, kind=request.kind.kind)
     obj = request.old_object if request.operation == "DELETE" else request.object
     if info is None or not isinstance(obj, dict):
         return None
+    meta = _metadata(obj, of=f"this {info.kind}")
+    old, old_meta = None, None
+    if request.operation == "UPDATE" and isinstance(request.old_object, dict):
+        old, old_meta = request.old_object, _metadata(request.old_object, of=f"the stored {info.kind} (oldObject)")
     # A submitted job stays kdispatch's even if an update drops every opt-in mark.
-    if not opted_in(obj) and not (request.operation == "UPDATE" and _recorded(request.old_object)):
+    if not opted_in(meta) and not _recorded(old_meta):
         return None
-    if _part_of_another(info, obj):
+    if _part_of_another(info, meta):
         return None
-    return info, obj
+    return _Target(info=info, obj=obj, meta=meta, old=old, old_meta=old_meta)
 
 
-def _part_of_another(info: KindInfo, obj: Mapping[str, Any]) -> bool:
+def _part_of_another(info: KindInfo, meta: ObjectMeta) -> bool:
     """Made by a controller whose own object is the unit of dispatch (a JobSet's Jobs, a TrainJob's
     JobSet) or runs here (any controller's Pods): children inherit the queue label from their
     templates, and holding them would hold them forever. Kueue skips them alike ("an ancestor is
     already managed"). A CronJob's Jobs are submissions of their own."""
-    owners = _meta(obj).get("ownerReferences")
-    if not isinstance(owners, list):
-        return False
-    for owner in owners:
-        if not isinstance(owner, dict) or owner.get("controller") is not True:
+    for owner in meta.owner_references or ():
+        if owner.controller is not True:
             continue
         if info.kind == "Pod":
             return True
-        if kinds.lookup_api_version(str(owner.get("apiVersion", "")), str(owner.get("kind", ""))) is not None:
+        if kinds.lookup_api_version(owner.api_version, owner.kind) is not None:
             return True
     return False
 
 
-def _recorded(obj: Mapping[str, Any] | None) -> bool:
+def _recorded(meta: ObjectMeta | None) -> bool:
     """Admitted by kdispatch at CREATE (the canonical annotation is there)."""
-    return isinstance(obj, dict) and placement.PLACEMENT_ANNOTATION in _strings(_meta(obj), "annotations")
+    return meta is not None and placement.PLACEMENT_ANNOTATION in meta.annotation_map
 
 
-def _check_placement_kept(info: KindInfo, old: Mapping[str, Any], *, new: ev.Placement) -> None:
+def _check_placement_kept(info: KindInfo, old: ObjectMeta, *, new: ev.Placement) -> None:
     # The webhook holds no state, so it cannot tell whether the dispatcher already acted on the
     # recorded placement: once recorded, the placement is what the dispatch decisions used.
     old_placement = _placement(old)
@@ -259,7 +270,7 @@ def _check_placement_kept(info: KindInfo, old: Mapping[str, Any], *, new: ev.Pla
         return
     before, after = placement.canonical_dict(old_placement), placement.canonical_dict(new)
     changed = [k for k in sorted(before) if before[k] != after[k]]
-    cluster = _strings(_meta(old), "annotations").get(placement.CLUSTER_ANNOTATION)
+    cluster = old.annotation_map.get(placement.CLUSTER_ANNOTATION)
     where = f"it runs on cluster {short(cluster)}" if cluster else "dispatch decisions rest on it"
     raise _Denied(
         "placement-changed",
@@ -275,27 +286,27 @@ def _check_placement_kept(info: KindInfo, old: Mapping[str, Any], *, new: ev.Pla
 def mutate(request: AdmissionRequest, settings: Settings) -> Outcome:
     if request.operation not in ("CREATE", "UPDATE"):
         return _allow(request.uid, "ignored")
-    target = _target(request)
-    if target is None:
-        return _allow(request.uid, "ignored")
-    info, obj = target
     try:
+        target = _target(request)
+        if target is None:
+            return _allow(request.uid, "ignored")
         if request.operation == "UPDATE":
-            return _mutate_update(request, info, obj=obj, settings=settings)
-        return _mutate_create(request, info, obj=obj, settings=settings)
+            return _mutate_update(request, target, settings=settings)
+        return _mutate_create(request, target, settings=settings)
     except _Denied as err:
         return _deny(request.uid, err)
 
 
-def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any], settings: Settings) -> Outcome:
-    _, canonical = _placement_canonical(obj)
+def _mutate_create(request: AdmissionRequest, target: _Target, *, settings: Settings) -> Outcome:
+    info, obj, meta = target.info, target.obj, target.meta
+    _, canonical = _placement_canonical(meta)
     try:
-        sets = podsets.extract(info, obj)
+        sets = podsets.extract(info, obj, meta=meta)
     except podsets.PodSetError as err:
         return _deny(request.uid, _Denied("invalid-podsets", f"kdispatch: cannot read the pod sets of this {info.kind}: {err}"))
     except podsets.NotDispatchable as err:
         return _allow(request.uid, "not-dispatchable", warnings=[f"kdispatch: {err}"])
-    _runtime_ms(obj)
+    _runtime_ms(meta)
     _check_managed_by(info, obj)
     values = {placement.PLACEMENT_ANNOTATION: canonical, **_stamps(info, obj, sets=sets, settings=settings)}
     ops = _annotation_ops(obj, values) + _hold_ops(info, obj)
@@ -305,20 +316,20 @@ def _mutate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, 
     return _allow(request.uid, "allowed", ops=ops, warnings=warnings)
 
 
-def _mutate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any], settings: Settings) -> Outcome:
-    if not _recorded(request.old_object):
+def _mutate_update(request: AdmissionRequest, target: _Target, *, settings: Settings) -> Outcome:
+    info, obj, meta = target.info, target.obj, target.meta
+    if target.old_meta is None or not target.recorded:
         return _allow(
             request.uid,
             "not-recorded",
             warnings=[f"kdispatch: this {info.kind} was not admitted by kdispatch when it was created, so it is not dispatched"],
         )
-    spec, canonical = _placement_canonical(obj)
-    assert request.old_object is not None
-    _check_placement_kept(info, request.old_object, new=spec)
+    spec, canonical = _placement_canonical(meta)
+    _check_placement_kept(info, target.old_meta, new=spec)
     values = {placement.PLACEMENT_ANNOTATION: canonical}
     # /validate denies unreadable pod sets with the same message, or leaves the job alone
     with contextlib.suppress(podsets.PodSetError, podsets.NotDispatchable):
-        values.update(_stamps(info, obj, sets=podsets.extract(info, obj), settings=settings))
+        values.update(_stamps(info, obj, sets=podsets.extract(info, obj, meta=meta), settings=settings))
     return _allow(request.uid, "allowed", ops=_annotation_ops(obj, values))
 
 
@@ -328,54 +339,56 @@ def _mutate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, 
 def validate(request: AdmissionRequest, settings: Settings) -> Outcome:
     if request.operation == "CONNECT":
         return _allow(request.uid, "ignored")
-    target = _target(request)
-    if target is None:
-        return _allow(request.uid, "ignored")
-    info, obj = target
     try:
+        target = _target(request)
+        if target is None:
+            return _allow(request.uid, "ignored")
         if request.operation == "DELETE":
-            return _validate_delete(request, info, old=obj)
+            return _validate_delete(request, target)
         if request.operation == "UPDATE":
-            return _validate_update(request, info, obj=obj, settings=settings)
-        return _validate_create(request, info, obj=obj, settings=settings)
+            return _validate_update(request, target, settings=settings)
+        return _validate_create(request, target, settings=settings)
     except _Denied as err:
         return _deny(request.uid, err)
 
 
-def job_ref(info: KindInfo, obj: Mapping[str, Any], *, request: AdmissionRequest) -> ev.JobRef:
-    meta = _meta(obj)
-    name = meta.get("name") or request.name
-    namespace = meta.get("namespace") or request.namespace
-    uid = meta.get("uid") or ""
-    return ev.JobRef(namespace=str(namespace), name=str(name), uid=str(uid), api_version=info.api_version, kind=info.kind)
+def job_ref(info: KindInfo, meta: ObjectMeta, *, request: AdmissionRequest) -> ev.JobRef:
+    return ev.JobRef(
+        namespace=meta.namespace or request.namespace,
+        name=meta.name or request.name,
+        uid=meta.uid or "",
+        api_version=info.api_version,
+        kind=info.kind,
+    )
 
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-def _manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _manifest(obj: Mapping[str, Any], meta: ObjectMeta) -> dict[str, Any]:
     """The object for the remote copy, without what belongs to the manager cluster: status,
-    managedFields, and kubectl's copy of the object as last applied there (often half the size)."""
-    meta = {k: v for k, v in _meta(obj).items() if k != "managedFields"}
-    annotations = meta.get("annotations")
-    if isinstance(annotations, dict) and LAST_APPLIED in annotations:
-        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
-    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+    managedFields, and kubectl's copy of the object as last applied there (often half the size).
+    ``meta`` is its metadata decoded: the metadata as sent is a JSON object (or absent)."""
+    out_meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    if LAST_APPLIED in meta.annotation_map:
+        out_meta["annotations"] = {k: v for k, v in meta.annotation_map.items() if k != LAST_APPLIED}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": out_meta}
 
 
 def _msg_id(request: AdmissionRequest, ref: ev.JobRef) -> str:
     return request.uid or f"{ref.namespace}/{ref.name}/{ref.uid}"
 
 
-def _validate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any], settings: Settings) -> Outcome:
-    spec = _placement(obj)
+def _validate_create(request: AdmissionRequest, target: _Target, *, settings: Settings) -> Outcome:
+    info, obj, meta = target.info, target.obj, target.meta
+    spec = _placement(meta)
     try:
-        specs, sets = _pod_sets(info, obj)
+        specs, sets = _pod_sets(info, obj, meta)
     except podsets.NotDispatchable:
         return _allow(request.uid, "not-dispatchable")
-    runtime_ms = _runtime_ms(obj)
+    runtime_ms = _runtime_ms(meta)
     _check_managed_by(info, obj)
-    if not is_held(info, obj) or not _recorded(obj):
+    if not is_held(info, obj) or not _recorded(meta):
         raise _Denied(
             "not-held",
             f"kdispatch: this {info.kind} opts in to kdispatch but was not held by its mutating webhook "
@@ -384,9 +397,9 @@ def _validate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str
         )
     if request.dry_run:
         return _allow(request.uid, "allowed")
-    ref = job_ref(info, obj, request=request)
+    ref = job_ref(info, meta, request=request)
     warnings: list[str] = []
-    group = podsets.pod_group_name(obj) if info.kind == "Pod" else ""
+    group = podsets.pod_group_name(meta) if info.kind == "Pod" else ""
     msg_id = _msg_id(request, ref)
     if group:
         # One submission per pod group: every pod of the group maps to the same message id, so the
@@ -403,27 +416,26 @@ def _validate_create(request: AdmissionRequest, info: KindInfo, *, obj: dict[str
         priority=priority.priority_value(name, settings.priority_classes),
         priority_class=name,
         placement=spec,
-        queue=_string_or_none(_strings(_meta(obj), "labels").get(kinds.QUEUE_LABEL)),
+        queue=meta.label_map.get(kinds.QUEUE_LABEL),
         runtime_ms=runtime_ms,
-        manifest=_manifest(obj),
+        manifest=_manifest(obj, meta),
     )
     outcome = _allow(request.uid, "allowed")
     return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, msg_id)])
 
 
-def _validate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str, Any], settings: Settings) -> Outcome:
-    old = request.old_object
-    if not _recorded(old):
+def _validate_update(request: AdmissionRequest, target: _Target, *, settings: Settings) -> Outcome:
+    info, obj, meta, old, old_meta = target.info, target.obj, target.meta, target.old, target.old_meta
+    if old is None or old_meta is None or not target.recorded:
         return _allow(request.uid, "not-recorded")
-    assert old is not None
-    spec = _placement(obj)
-    _check_placement_kept(info, old, new=spec)
+    spec = _placement(meta)
+    _check_placement_kept(info, old_meta, new=spec)
     try:
-        specs, sets = _pod_sets(info, obj)
+        specs, sets = _pod_sets(info, obj, meta)
     except podsets.NotDispatchable:
         return _allow(request.uid, "not-dispatchable")
     try:
-        old_specs = podsets.extract(info, old)
+        old_specs = podsets.extract(info, old, meta=old_meta)
         old_sets = podsets.to_pod_sets(old_specs)
     except (podsets.PodSetError, podsets.NotDispatchable):
         old_specs, old_sets = [], []
@@ -434,30 +446,29 @@ def _validate_update(request: AdmissionRequest, info: KindInfo, *, obj: dict[str
         return _allow(request.uid, "allowed")
     if request.dry_run:
         return _allow(request.uid, "allowed")
-    ref = job_ref(info, obj, request=request)
+    ref = job_ref(info, meta, request=request)
     event = ev.JobUpdated(
         job=ref,
         pod_sets=sets,
         suspended=suspended,
         priority=priority.priority_value(name, settings.priority_classes),
         priority_class=name,
-        manifest=_manifest(obj),
+        manifest=_manifest(obj, meta),
     )
     outcome = _allow(request.uid, "allowed")
-    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, _update_msg_id(request, ref, old))])
+    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, _update_msg_id(request, ref, old_meta))])
 
 
-def _update_msg_id(request: AdmissionRequest, ref: ev.JobRef, old: Mapping[str, Any]) -> str:
+def _update_msg_id(request: AdmissionRequest, ref: ev.JobRef, old: ObjectMeta) -> str:
     """The same id the manager watcher gives this change, so the inbox records it once."""
-    version = _meta(old).get("resourceVersion")
-    if not ref.uid or not isinstance(version, str) or not version:
+    if not ref.uid or not old.resource_version:
         return _msg_id(request, ref)
-    return stamps.update_msg_id(ref.uid, version)
+    return stamps.update_msg_id(ref.uid, old.resource_version)
 
 
-def _validate_delete(request: AdmissionRequest, info: KindInfo, *, old: dict[str, Any]) -> Outcome:
-    if request.dry_run or not _recorded(old):
+def _validate_delete(request: AdmissionRequest, target: _Target) -> Outcome:
+    if request.dry_run or not _recorded(target.meta):
         return _allow(request.uid, "ignored")
-    ref = job_ref(info, old, request=request)
+    ref = job_ref(target.info, target.meta, request=request)
     outcome = _allow(request.uid, "allowed")
     return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(ev.JobDeleted(job=ref), _msg_id(request, ref))])

@@ -42,9 +42,8 @@ def priority_class(*, kind: str, obj: dict[str, Any], sets: Sequence[PodSetSpec]
         if isinstance(name, str) and name:
             return name
     for s in sets:
-        name = s.spec.get("priorityClassName")
-        if isinstance(name, str) and name:
-            return name
+        if s.spec.priority_class_name:
+            return s.spec.priority_class_name
     return None
 
 

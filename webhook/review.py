@@ -59,8 +59,10 @@ class AdmissionRequest(Struct, frozen=True, rename="camel"):
     name: str = ""
     namespace: str = ""
     user_info: UserInfo = field(default_factory=UserInfo)
-    # Typed loosely on purpose: only a supported, opted-in kind needs an object, and admit checks
-    # its shape there (some real captures carry e.g. "oldObject": "None" on a CREATE).
+    # Kept as the JSON sent: the patch is computed against it and the recorded manifest is all of
+    # it. Only a supported kind needs one; admit decodes the parts it reads into typed views then
+    # (webhook/objects.py, webhook/podsets), so the review itself is decoded in one pass (some real
+    # captures carry e.g. "oldObject": "None" on a CREATE, which no one reads).
     object: Any = None
     old_object: Any = None
     dry_run: bool = False

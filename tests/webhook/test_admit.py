@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from eventlog import events as ev
-from webhook import admit, jsonpatch, kinds, placement
+from webhook import admit, jsonpatch, kinds, objects, placement
 from webhook.review import AdmissionRequest, decode_review
 
 SETTINGS = admit.Settings(priority_classes={"high": 1000})
@@ -188,6 +188,17 @@ def test_bad_quantities_are_denied_at_validate_with_their_path() -> None:
         assert message in outcome.response.status.message
 
 
+def test_metadata_of_the_wrong_shape_is_denied_with_its_path() -> None:
+    # The API server decodes metadata before any webhook runs; a hand-made review is told where.
+    obj = _job()
+    obj["metadata"]["labels"]["team"] = 7
+    for hook in (admit.mutate, admit.validate):
+        outcome = hook(_request(obj), SETTINGS)
+        assert not outcome.allowed and outcome.reason == "invalid-object" and not outcome.records
+        assert outcome.response.status is not None
+        assert outcome.response.status.message == "kdispatch: cannot read the metadata of this Job: $.metadata.labels.team: expected a string, found 7"
+
+
 def test_a_job_managed_by_another_controller_is_denied() -> None:
     obj = _job()
     obj["spec"]["managedBy"] = "example.com/my-controller"
@@ -347,7 +358,7 @@ def test_update_of_a_job_kdispatch_never_admitted_is_left_alone() -> None:
 def test_delete_is_recorded() -> None:
     old = _admitted(_job())
     [record] = admit.validate(_request(None, operation="DELETE", old=old, uid="rev-d"), SETTINGS).records
-    assert record == admit.Record(ev.JobDeleted(job=admit.job_ref(kinds.SUPPORTED_KINDS[0], old, request=_request(old))), "rev-d")
+    assert record == admit.Record(ev.JobDeleted(job=admit.job_ref(kinds.SUPPORTED_KINDS[0], objects.metadata(old), request=_request(old))), "rev-d")
     assert not admit.validate(_request(None, operation="DELETE", old=old, dry_run=True), SETTINGS).records
     assert admit.mutate(_request(None, operation="DELETE", old=old), SETTINGS).allowed
 

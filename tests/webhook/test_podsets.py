@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -249,6 +248,27 @@ def test_plain_pod_group_counts_the_whole_group() -> None:
             "$.metadata.annotations['kueue.x-k8s.io/job-min-parallelism']",
             "positive integer",
         ),
+        (
+            "trainer.kubeflow.org/v1alpha1",
+            "TrainJob",
+            {"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": "one"}}}}},
+            "$.spec.trainer.resourcesPerNode.limits['nvidia.com/gpu']",
+            "not a quantity",
+        ),
+        (
+            "ray.io/v1",
+            "RayCluster",
+            {"spec": {"workerGroupSpecs": [{"groupName": "w", "numOfHosts": "2"}]}},
+            "$.spec.workerGroupSpecs[0].numOfHosts",
+            "expected a non-negative integer, found '2'",
+        ),
+        (
+            "batch/v1",
+            "Job",
+            {"metadata": {"annotations": {"a": "b", "kueue.x-k8s.io/job-min-parallelism": 2}}, "spec": {}},
+            "$.metadata.annotations['kueue.x-k8s.io/job-min-parallelism']",
+            "expected a string, found 2",
+        ),
     ],
 )
 def test_errors_name_the_path(api_version: str, kind: str, obj: dict[str, Any], path: str, fragment: str) -> None:
@@ -312,14 +332,14 @@ def test_the_request_rule_in_order(containers: list[int], inits: list[tuple[int,
     assert _sets("v1", "Pod", obj={"spec": spec})[0].requests.get("cpu", 0) == expected
 
 
-# ---- the path-free reading agrees with the careful one ----------------------------------------
+# ---- a decoding error names a place that is in the object ------------------------------------
 
-_QUANTITIES = st.sampled_from(["1", "500m", "1Gi", "0.5", "2k", "1e3", 3, 0, "bad", "-1", None, [1]])
+_QUANTITIES = st.sampled_from(["1", "500m", "1Gi", "0.5", "2k", "1e3", 3, 0, "bad", "-1", None, [1], True])
 _AMOUNTS = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "hugepages-2Mi"]), _QUANTITIES, max_size=3)
 _RESOURCES = st.one_of(st.none(), st.just("x"), st.fixed_dictionaries({}, optional={"requests": st.one_of(_AMOUNTS, st.just([])), "limits": _AMOUNTS}))
 _CONTAINER = st.one_of(
     st.just(7),
-    st.fixed_dictionaries({}, optional={"resources": _RESOURCES, "restartPolicy": st.sampled_from(["Always", "Never"])}),
+    st.fixed_dictionaries({}, optional={"resources": _RESOURCES, "restartPolicy": st.sampled_from(["Always", "Never", 1])}),
 )
 _POD_SPEC = st.fixed_dictionaries(
     {},
@@ -328,18 +348,67 @@ _POD_SPEC = st.fixed_dictionaries(
         "initContainers": st.lists(_CONTAINER, max_size=3),
         "resources": _RESOURCES,
         "overhead": st.one_of(_AMOUNTS, st.just("x")),
+        "priorityClassName": st.sampled_from(["high", 5]),
+    },
+)
+_LABELS = st.dictionaries(st.sampled_from(["kueue.x-k8s.io/pod-group-name", "app"]), st.sampled_from(["g", 3, None]), max_size=2)
+_META = st.fixed_dictionaries(
+    {},
+    optional={
+        "name": st.sampled_from(["p", 5]),
+        "labels": st.one_of(_LABELS, st.just([])),
+        "annotations": st.one_of(_LABELS, st.sampled_from([{"kueue.x-k8s.io/pod-group-total-count": "2"}, {"kueue.x-k8s.io/pod-group-total-count": "x"}])),
+        "ownerReferences": st.lists(st.fixed_dictionaries({}, optional={"controller": st.sampled_from([True, "yes"])}), max_size=2),
     },
 )
 
 
-@given(spec=_POD_SPEC, sidecars=st.booleans(), pod_level=st.booleans())
-def test_fast_pod_requests_match_the_checked_reading(spec: dict[str, Any], sidecars: bool, pod_level: bool) -> None:
-    def outcome(read: Callable[[], podsets.Amounts]) -> object:
-        try:
-            return read()
-        except podsets.PodSetError as err:
-            return ("error", str(err))
+def _at(obj: Any, path: str) -> Any:
+    """The value at a JSON path as messages write it: ``$.a.b[0]['c.d/e']``."""
+    assert path.startswith("$"), path
+    node, rest = obj, path[1:]
+    while rest:
+        if rest.startswith("['"):
+            key, _, rest = rest[2:].partition("']")
+            node = node[key]
+        elif rest.startswith("["):
+            index, _, rest = rest[1:].partition("]")
+            node = node[int(index)]
+        else:
+            assert rest.startswith("."), (path, rest)
+            key = rest[1:].split(".")[0].split("[")[0]
+            rest = rest[1 + len(key) :]
+            node = node[key]
+    return node
 
-    fast = outcome(lambda: podsets.pod_requests(spec, path="$.spec", sidecars=sidecars, pod_level=pod_level))
-    checked = outcome(lambda: podsets._pod_requests_checked(spec, path="$.spec", sidecars=sidecars, pod_level=pod_level))
-    assert fast == checked
+
+@settings(max_examples=300, deadline=None)
+@given(meta=_META, spec=_POD_SPEC)
+def test_every_error_names_a_place_in_the_object(meta: dict[str, Any], spec: dict[str, Any]) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    info = kinds.lookup_api_version("v1", "Pod")
+    assert info is not None
+    try:
+        sets = podsets.pod_sets(info, pod)
+    except podsets.PodSetError as err:
+        found = _at(pod, err.path)  # raises if the path is not in the object
+        if "found" in err.message and not isinstance(found, (dict, list)):
+            assert err.message.endswith(f"found {found!r}"), (err.message, found)
+        return
+    assert [s.name for s in sets] == ["main"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "message"),
+    [
+        ({"containers": [{"resources": {"requests": []}}]}, "$.spec.containers[0].resources.requests", "expected an object, found list"),
+        ({"initContainers": [{"restartPolicy": 1}]}, "$.spec.initContainers[0].restartPolicy", "expected a string, found 1"),
+        ({"containers": [7]}, "$.spec.containers[0]", "expected an object, found 7"),
+        ({"overhead": {"cpu": [1]}}, "$.spec.overhead.cpu", "[1] is not a quantity"),
+    ],
+)
+def test_pod_spec_errors_in_words(spec: dict[str, Any], path: str, message: str) -> None:
+    with pytest.raises(podsets.PodSetError) as err:
+        _sets("v1", "Pod", obj={"spec": spec})
+    assert err.value.path == path
+    assert err.value.message.startswith(message)

@@ -1,0 +1,186 @@
+"""What every kind shares: the pod template as a Struct, the pod set type and its errors, and the
+per-pod request rule (KINDS.md, "Per-pod request rule").
+
+Mutating admission runs before the API server validates the object, so each kind's spec is
+decoded (``decode``) into the Structs of its module: a field of the wrong type raises
+``PodSetError`` with its JSON path, which the webhook turns into a denial a person can act on.
+Quantities are kept as sent and parsed by ``webhook.quantity``, which says what it accepts; the
+path of a bad one is put together only then.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from msgspec import Struct
+
+from eventlog import events as ev
+from webhook.objects import ObjectError, convert, member
+from webhook.quantity import QuantityError, parse_nanos, to_integer
+
+T = TypeVar("T")
+
+Amounts = dict[str, int]  # nano-units
+Quantities = dict[str, Any]  # resource name -> quantity as sent ("500m", 2, "1Gi")
+
+
+class PodSetError(ObjectError):
+    """The object's pod sets cannot be read: ``path`` says where (JSON path)."""
+
+
+class NotDispatchable(ValueError):
+    """A supported kind in a form kdispatch cannot move to another cluster (allowed, left alone)."""
+
+
+# ---- the pod template, as far as kdispatch reads it --------------------------------------------
+
+
+class ResourceRequirements(Struct, frozen=True, gc=False):
+    requests: Quantities | None = None
+    limits: Quantities | None = None
+
+
+class Container(Struct, frozen=True, gc=False, rename="camel"):
+    resources: ResourceRequirements | None = None
+    restart_policy: str | None = None  # "Always" on an init container makes it a sidecar
+
+
+class PodSpec(Struct, frozen=True, gc=False, rename="camel"):
+    containers: list[Container] | None = None
+    init_containers: list[Container] | None = None
+    resources: ResourceRequirements | None = None  # pod-level resources
+    overhead: Quantities | None = None
+    priority_class_name: str | None = None
+
+
+class PodTemplate(Struct, frozen=True, gc=False):
+    spec: PodSpec | None = None
+
+
+EMPTY_POD = PodSpec()
+
+
+def pod_spec(template: PodTemplate | None) -> PodSpec:
+    return template.spec if template is not None and template.spec is not None else EMPTY_POD
+
+
+def decode(raw: Any, into: type[T], *, path: str) -> T:
+    """``raw`` (JSON as sent, ``null`` meaning absent) as ``into``, or ``PodSetError``."""
+    return into() if raw is None else convert(raw, into, path=path, error=PodSetError)
+
+
+class PodSetSpec(Struct, frozen=True, kw_only=True, gc=False):
+    name: str
+    count: int
+    spec: PodSpec
+    path: str  # JSON path of ``spec`` in the object, for messages
+    min_count: int | None = None
+    sidecars: bool = True  # restartPolicy Always on init containers makes them sidecars
+    pod_level: bool = True  # pod-level resources (spec.resources) apply
+
+
+# ---- the per-pod request rule ----------------------------------------------------------------
+
+
+def add(a: Amounts, b: Amounts) -> Amounts:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def max_of(a: Amounts, b: Amounts) -> Amounts:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = max(out[k], v) if k in out else v
+    return out
+
+
+class _BadQuantity(Exception):
+    """A quantity that does not parse; ``where`` is its path inside the ``resources`` (or overhead)
+    it was read from. The full JSON path is put together only then, not for every container."""
+
+    def __init__(self, where: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.where = where
+        self.message = message
+
+    def at(self, path: str) -> PodSetError:
+        for key in self.where:
+            path = member(path, key)
+        return PodSetError(self.message, path=path)
+
+
+def _amounts(raw: Quantities | None, *, within: tuple[str, ...] = ()) -> Amounts:
+    out: Amounts = {}
+    if raw:
+        for name, value in raw.items():
+            try:
+                out[name] = parse_nanos(value)
+            except QuantityError as err:
+                raise _BadQuantity((*within, name), str(err)) from None
+    return out
+
+
+def _requests(resources: ResourceRequirements | None) -> Amounts:
+    """requests, with limits standing in for missing keys (Kueue's template adjustment)."""
+    if resources is None:
+        return {}
+    requests = _amounts(resources.requests, within=("requests",))
+    # parsed even when shadowed: a bad limit is denied
+    for name, value in _amounts(resources.limits, within=("limits",)).items():
+        requests.setdefault(name, value)
+    return requests
+
+
+def requests_of(resources: ResourceRequirements | None, path: str) -> Amounts:
+    """``_requests`` for one container; ``path`` is the JSON path of ``resources``."""
+    try:
+        return _requests(resources)
+    except _BadQuantity as bad:
+        raise bad.at(path) from None
+
+
+def amounts(raw: Quantities, path: str) -> Amounts:
+    try:
+        return _amounts(raw)
+    except _BadQuantity as bad:
+        raise bad.at(path) from None
+
+
+def _pod_level_key(name: str) -> bool:
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+def pod_requests(spec: PodSpec, *, path: str, sidecars: bool = True, pod_level: bool = True) -> Amounts:
+    """component-helpers ``PodRequests`` after Kueue's adjustments, exact."""
+    total: Amounts = {}
+    for i, c in enumerate(spec.containers or ()):
+        try:
+            total = add(total, _requests(c.resources))
+        except _BadQuantity as bad:
+            raise bad.at(f"{path}.containers[{i}].resources") from None
+    running_sidecars: Amounts = {}
+    init_max: Amounts = {}
+    for i, ic in enumerate(spec.init_containers or ()):
+        try:
+            req = _requests(ic.resources)
+        except _BadQuantity as bad:
+            raise bad.at(f"{path}.initContainers[{i}].resources") from None
+        if sidecars and ic.restart_policy == "Always":
+            total = add(total, req)
+            running_sidecars = add(running_sidecars, req)
+            use = running_sidecars
+        else:
+            use = add(req, running_sidecars)
+        init_max = max_of(init_max, use)
+    total = max_of(total, init_max)
+    if pod_level:
+        for name, value in requests_of(spec.resources, f"{path}.resources").items():
+            if _pod_level_key(name):
+                total[name] = value
+    return add(total, amounts(spec.overhead or {}, f"{path}.overhead"))
+
+
+def to_integers(amounts: Amounts) -> ev.Resources:
+    return {name: to_integer(name, amounts[name]) for name in sorted(amounts)}
