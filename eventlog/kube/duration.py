@@ -18,7 +18,16 @@ import re
 
 ACCEPTED = "use e.g. 90s, 5m, 1h30m, 250ms or an integer of ms"
 
-_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "μs": 1_000,
+    "ms": 1_000_000,
+    "s": 10**9,
+    "m": 60 * 10**9,
+    "h": 3600 * 10**9,
+}
 _NS_PER_MS = 1_000_000
 _MAX_NS = 2**63 - 1  # Go's time.Duration is an int64 of nanoseconds
 _MAX_LENGTH = 100  # far more than any real duration; keeps hostile input (annotations) cheap
@@ -71,7 +80,9 @@ def parse_duration_ms(value: int | str) -> int:
     if rest:
         nearest = max(1, (ns + _NS_PER_MS // 2) // _NS_PER_MS)
         raise DurationError(
-            value, "is not a whole number of milliseconds (kdispatch counts time in ms)", suggestion=f"{nearest}ms"
+            value,
+            "is not a whole number of milliseconds (kdispatch counts time in ms)",
+            suggestion=f"{nearest}ms",
         )
     return ms
 
