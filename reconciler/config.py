@@ -261,6 +261,8 @@ def line_of(text: str | None, path: str) -> int | None:
     line: int = node.start_mark.line
     rest = path[1:]
     while rest:
+        if rest.startswith("[...]"):  # msgspec's "some value of this mapping": the mapping it is
+            break
         if rest.startswith("[") and isinstance(node, yaml.SequenceNode):
             m = _INDEX.match(rest)
             if m is None or int(m.group(1)) >= len(node.value):
