@@ -1,41 +1,46 @@
 """The configuration file (YAML): NATS, policy (profiles, priority classes, timeouts), clusters.
 
-Decoded strictly (unknown fields are errors with their path) so a typo stops start-up with a
-clear message instead of being ignored. Durations accept integers (milliseconds) or strings
-like ``"90s"``, ``"5m"``, ``"250ms"``.
+Decoded once, strictly, at the edge: unknown fields are errors with their path, so a typo stops
+start-up with a clear message instead of being ignored; durations (``"90s"``, ``"5m"``,
+``"250ms"``, integers of ms; ``eventlog.kube.duration``) are integers of milliseconds and
+quantities (``"16Gi"``, ``"500m"``) integers of units by the time a ``Config`` exists. Nothing
+downstream parses a string of the file again. Errors name the file, the line when the file is at
+hand, and the JSON path: ``config.yaml:14: $.clusters[2].workerLostTimeout: '5 min' is not a
+duration; ...``.
 """
 
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import msgspec
 import yaml
 from msgspec import Struct, field
 
 from eventlog import events as ev
+from eventlog.kube.duration import DurationError, parse_duration_ms
+from reconciler.shell.clusters.quantity import parse_quantity
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1}
+# Field types of the decoded config. The markers tell the decoder which fields hold a duration or
+# a resource list in the file; the values themselves are plain ints, so they go into events
+# (``PolicyLoaded``, ``ClusterRegistered``) exactly as before.
+_DURATION = msgspec.Meta(ge=0, description="a duration in milliseconds (the file says 90s, 5m, 250ms or ms)")
+_QUANTITIES = msgspec.Meta(description="resource quantities: cpu in millicores, the rest in units")
+Ms = Annotated[int, _DURATION]
+Quantities = Annotated[dict[str, int], _QUANTITIES]
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
-    def __init__(self, message: str, *, path: str = "$", source: str = "") -> None:
-        where = f"{source}: " if source else ""
+    def __init__(self, message: str, *, path: str = "$", source: str = "", line: int | None = None) -> None:
+        where = f"{source}{'' if line is None else f':{line}'}: " if source else ""
         super().__init__(f"{where}{path}: {message}")
         self.path = path
         self.message = message
-
-
-def parse_duration_ms(value: int | str, *, path: str = "$") -> int:
-    if isinstance(value, int):
-        return value
-    m = _DURATION.match(value)
-    if not m:
-        raise ConfigError(f"{value!r} is not a duration; use e.g. 90s, 5m, 250ms or an integer of ms", path=path)
-    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+        self.line = line
 
 
 class TlsConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -56,22 +61,22 @@ class ProfileConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="ca
     filters: list[str | ev.FilterSpec] = field(default_factory=list)
     scores: list[str | ev.ScoreSpec] = field(default_factory=list)
     strategy: ev.StrategySpec = field(default_factory=ev.StrategySpec)
-    round_timeout: int | str = "60s"
+    round_timeout_ms: Ms = field(default=60_000, name="roundTimeout")
     dispatch_mode: ev.DispatchMode = "MustBeAdmitted"
 
 
 class PolicyConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
-    worker_lost_timeout: int | str = "60s"
-    claim_ttl: int | str = "120s"
-    requeue_backoff: int | str = "10s"
+    worker_lost_timeout_ms: Ms = field(default=60_000, name="workerLostTimeout")
+    claim_ttl_ms: Ms = field(default=120_000, name="claimTtl")
+    requeue_backoff_ms: Ms = field(default=10_000, name="requeueBackoff")
     priority_classes: dict[str, int] = field(default_factory=dict)
     profiles: list[ProfileConfig] = field(default_factory=list)
 
 
 class SimulatedConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
-    capacity: dict[str, int | str] = field(default_factory=dict)
-    admission_latency: int | str = "0ms"
-    default_runtime: int | str = "30s"
+    capacity: Quantities = field(default_factory=dict)
+    admission_latency_ms: Ms = field(default=0, name="admissionLatency")
+    default_runtime_ms: Ms = field(default=30_000, name="defaultRuntime")
 
 
 class SecretRef(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -90,19 +95,21 @@ class ClusterConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="ca
     name: str
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[ev.Taint] = field(default_factory=list)
-    worker_lost_timeout: int | str | None = None
+    worker_lost_timeout_ms: Ms | None = field(default=None, name="workerLostTimeout")
     kubeconfig: KubeconfigConfig | None = None
     simulated: SimulatedConfig | None = None
     kueue: bool | None = None  # does the worker run Kueue? None: detect (ClusterQueues served)
-    heartbeat_interval: int | str = "5s"
-    heartbeat_timeout: int | str = "3s"
+    heartbeat_interval_ms: Ms = field(default=5_000, name="heartbeatInterval")
+    heartbeat_timeout_ms: Ms = field(default=3_000, name="heartbeatTimeout")
 
 
 class ManagerConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     kubeconfig: KubeconfigConfig | None = None  # None with no simulated clusters: in-cluster config
     id: str = "kdispatch"  # the kdispatch.io/origin label on remote copies: unique per manager
-    resync: int | str = "5m"  # list again (all watches, manager and workers) this often
-    gc_interval: int | str = "30s"  # remote copies no live placement wants are deleted this often
+    # list again (all watches, manager and workers) this often
+    resync_ms: Ms = field(default=300_000, name="resync")
+    # remote copies no live placement wants are deleted this often
+    gc_interval_ms: Ms = field(default=30_000, name="gcInterval")
 
 
 class Config(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -119,25 +126,102 @@ def load_config(path: str | Path | None) -> Config:
         return Config()
     source = str(path)
     try:
-        raw: Any = yaml.safe_load(Path(path).read_text()) or {}
+        text = Path(path).read_text()
+        raw: Any = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(str(err), source=source) from None
-    return decode_config(raw, source=source)
+    return decode_config(raw, source=source, text=text)
 
 
-def decode_config(raw: Any, *, source: str = "") -> Config:
+def decode_config(raw: Any, *, source: str = "", text: str | None = None) -> Config:
+    """``raw`` (the parsed YAML) as a ``Config``. ``text``, the file's own text, lets errors give
+    the line too."""
+    return decode(raw, Config, source=source, text=text)
+
+
+def decode(raw: Any, into: type[T], *, source: str = "", text: str | None = None) -> T:
+    """``raw`` as one of the config structs (``Config``, or ``PolicyConfig`` for a policy file)."""
     try:
-        config = msgspec.convert(raw, Config)
+        converted = _convert_units(raw, into, path="$")
+        value = msgspec.convert(converted, into)
+        _check_unknown_fields(raw, value, path="$")
+    except _Invalid as err:
+        raise ConfigError(err.message, path=err.path, source=source, line=line_of(text, err.path)) from None
     except msgspec.ValidationError as err:
-        text = str(err)
-        path = text.rsplit(" - at `", 1)[1].rstrip("`") if " - at `" in text else "$"
-        raise ConfigError(text.split(" - at `")[0], path=path, source=source) from None
-    _check_unknown_fields(raw, config, path="$", source=source)
-    _check_durations(config, path="$", source=source)
-    return config
+        message = str(err)
+        path = message.rsplit(" - at `", 1)[1].rstrip("`") if " - at `" in message else "$"
+        message = message.split(" - at `")[0]
+        raise ConfigError(message, path=path, source=source, line=line_of(text, path)) from None
+    return value
 
 
-def _check_unknown_fields(raw: Any, value: Any, *, path: str, source: str) -> None:
+class _Invalid(Exception):
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+
+def _convert_units(raw: Any, tp: Any, *, path: str) -> Any:
+    """A copy of ``raw`` with every duration and quantity field of ``tp`` as its integer, so that
+    msgspec then sees plain ints. Anything of the wrong shape is left for msgspec to report."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        base, *marks = get_args(tp)
+        if _DURATION in marks and raw is not None:
+            try:
+                return parse_duration_ms(raw)
+            except DurationError as err:
+                raise _Invalid(str(err), path) from None
+        if _QUANTITIES in marks and isinstance(raw, dict):
+            return {name: _quantity(name, amount, path=path) for name, amount in raw.items()}
+        return _convert_units(raw, base, path=path)
+    if origin in (Union, types.UnionType):
+        for member in get_args(tp):  # the config's unions have at most one member holding units
+            if _holds_units(member):
+                return _convert_units(raw, member, path=path)
+        return raw
+    if origin is list and isinstance(raw, list):
+        (item,) = get_args(tp)
+        return [_convert_units(x, item, path=f"{path}[{i}]") for i, x in enumerate(raw)]
+    if origin is dict and isinstance(raw, dict):
+        _, item = get_args(tp)
+        return {k: _convert_units(v, item, path=f"{path}.{k}") for k, v in raw.items()}
+    if _is_config_struct(tp) and isinstance(raw, dict):
+        fields = {f.encode_name: f.type for f in msgspec.structs.fields(tp)}
+        return {
+            k: _convert_units(v, fields[k], path=f"{path}.{k}") if k in fields else v for k, v in raw.items()
+        }
+    return raw
+
+
+def _holds_units(tp: Any) -> bool:
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _DURATION in get_args(tp)[1:] or _QUANTITIES in get_args(tp)[1:]
+    if origin in (list, dict):
+        return _holds_units(get_args(tp)[-1])
+    return _is_config_struct(tp)
+
+
+def _is_config_struct(tp: Any) -> bool:
+    """One of this module's structs (the event structs embedded in the config hold no units)."""
+    return isinstance(tp, type) and issubclass(tp, Struct) and tp.__module__ == __name__
+
+
+def _quantity(name: Any, amount: Any, *, path: str) -> Any:
+    if not isinstance(amount, int | str) or not isinstance(name, str):
+        return amount  # msgspec says what is wrong with it
+    try:
+        value = parse_quantity(name, amount)
+    except ValueError as err:
+        raise _Invalid(str(err), path) from None
+    if value < 0:
+        raise _Invalid(f"{name}: {amount!r} is negative", path)
+    return value
+
+
+def _check_unknown_fields(raw: Any, value: Any, *, path: str) -> None:
     """The event structs embedded in the config (strategy, filter/score specs, taints) accept
     unknown fields, and use snake_case: without this check ``stepSize: 3`` would be dropped
     without a word. Same error as msgspec gives for the config's own structs."""
@@ -148,36 +232,55 @@ def _check_unknown_fields(raw: Any, value: Any, *, path: str, source: str) -> No
                 squashed = {name.replace("_", "").lower(): name for name in fields}
                 hint = squashed.get(str(key).replace("_", "").lower())
                 message = f"Object contains unknown field `{key}`" + (f" (the field is `{hint}`)" if hint else "")
-                raise ConfigError(message, path=path, source=source)
-            _check_unknown_fields(item, getattr(value, fields[key]), path=f"{path}.{key}", source=source)
+                raise _Invalid(message, path)
+            _check_unknown_fields(item, getattr(value, fields[key]), path=f"{path}.{key}")
     elif isinstance(value, list) and isinstance(raw, list):
         for i, (r, v) in enumerate(zip(raw, value, strict=False)):
-            _check_unknown_fields(r, v, path=f"{path}[{i}]", source=source)
+            _check_unknown_fields(r, v, path=f"{path}[{i}]")
     elif isinstance(value, dict) and isinstance(raw, dict):
         for key, item in raw.items():
             if key in value:
-                _check_unknown_fields(item, value[key], path=f"{path}.{key}", source=source)
+                _check_unknown_fields(item, value[key], path=f"{path}.{key}")
 
 
-_DURATION_TYPES = (int | str, int | str | None)
+_INDEX = re.compile(r"\[(\d+)\]")
 
 
-def _check_durations(value: Any, *, path: str, source: str) -> None:
-    """Every duration field (typed ``int | str`` on a config struct) parses, so a bad one stops
-    start-up with its path instead of failing later where it is first used."""
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_durations(item, path=f"{path}[{i}]", source=source)
-        return
-    if not isinstance(value, msgspec.Struct) or type(value).__module__ != __name__:
-        return
-    for info in msgspec.structs.fields(type(value)):
-        item = getattr(value, info.name)
-        where = f"{path}.{info.encode_name}"
-        if info.type in _DURATION_TYPES and isinstance(item, str):
-            try:
-                parse_duration_ms(item, path=where)
-            except ConfigError as err:
-                raise ConfigError(err.message, path=where, source=source) from None
+def line_of(text: str | None, path: str) -> int | None:
+    """The line (1-based) of the YAML ``text`` where the JSON ``path`` (``$.clusters[2].name``)
+    is written, or ``None`` if it is not there as such. Mapping keys may hold dots
+    (``nvidia.com/gpu``), so a key is matched against the rest of the path, longest first."""
+    if text is None or not path.startswith("$"):
+        return None
+    try:
+        node: Any = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    if node is None:
+        return None
+    line: int = node.start_mark.line
+    rest = path[1:]
+    while rest:
+        if rest.startswith("[...]"):  # msgspec's "some value of this mapping": the mapping it is
+            break
+        if rest.startswith("[") and isinstance(node, yaml.SequenceNode):
+            m = _INDEX.match(rest)
+            if m is None or int(m.group(1)) >= len(node.value):
+                return None
+            node = node.value[int(m.group(1))]
+            line, rest = node.start_mark.line, rest[m.end() :]
+        elif rest.startswith(".") and isinstance(node, yaml.MappingNode):
+            keys = [
+                (k, v)
+                for k, v in node.value
+                if isinstance(k, yaml.ScalarNode)
+                and rest[1:].startswith(k.value)
+                and rest[1 + len(k.value) : 2 + len(k.value)] in ("", ".", "[")
+            ]
+            if not keys:
+                return None
+            key, node = max(keys, key=lambda kv: len(kv[0].value))
+            line, rest = key.start_mark.line, rest[1 + len(key.value) :]
         else:
-            _check_durations(item, path=where, source=source)
+            return None
+    return line + 1

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from eventlog import events as ev
+from eventlog.kube.duration import DurationError, parse_duration_ms
 
 PREFIX = "kdispatch.io/"
 ALIAS_PREFIX = "kueue.x-k8s.io/"
@@ -549,8 +550,6 @@ def canonical_json(p: ev.Placement) -> str:
 
 # ---- the simulated-runtime hint ------------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
-_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 MAX_RUNTIME_MS = 365 * 24 * 3_600_000
 
 
@@ -559,22 +558,16 @@ def parse_runtime_ms(annotations: Mapping[str, Any]) -> int | None:
     raw = annotations.get(RUNTIME_ANNOTATION)
     if raw is None:
         return None
-    text = raw.strip() if isinstance(raw, str) else ""
-    total = None
-    if text.isascii() and text.isdigit() and len(text) <= 15:
-        total = int(text)
-    elif text and len(text) <= 64:
-        pos, acc = 0, 0.0
-        for m in _DURATION_PART.finditer(text):
-            if m.start() != pos:
-                break
-            acc += float(m.group(1)) * _DURATION_MS[m.group(2)]
-            pos = m.end()
-        if pos == len(text):
-            total = round(acc)
-    if total is None or total > MAX_RUNTIME_MS:
-        issue = PlacementIssue(
-            annotation=RUNTIME_ANNOTATION, path="$", found=_show(raw), accepted="a duration up to a year, e.g. 30s, 5m, 1h30m, 250ms"
-        )
-        raise PlacementError([issue])
-    return total
+    hint = ""
+    if isinstance(raw, str):
+        try:
+            total = parse_duration_ms(raw)
+        except DurationError as err:
+            hint = "" if err.suggestion is None else _show(err.suggestion)
+        else:
+            if total <= MAX_RUNTIME_MS:
+                return total
+    issue = PlacementIssue(
+        annotation=RUNTIME_ANNOTATION, path="$", found=_show(raw), accepted="a duration up to a year, e.g. 30s, 5m, 1h30m, 250ms", hint=hint
+    )
+    raise PlacementError([issue])

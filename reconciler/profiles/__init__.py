@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from importlib import resources
 
-import msgspec
 import yaml
 
 from eventlog import events as ev
-from reconciler.config import PolicyConfig, parse_duration_ms
+from reconciler.config import PolicyConfig, decode
+from reconciler.shell.policy import profile_event
 
 SHIPPED = ("default", "examples")
 
@@ -22,15 +22,5 @@ def load(name: str) -> list[ev.Profile]:
     if name not in SHIPPED:
         raise ValueError(f"no shipped profile file {name!r} (have: {', '.join(SHIPPED)})")
     raw = yaml.safe_load(resources.files(__package__).joinpath(f"{name}.yaml").read_text())
-    policy = msgspec.convert(raw, PolicyConfig)
-    return [
-        ev.Profile(
-            name=p.name,
-            filters=[ev.FilterSpec(name=f) if isinstance(f, str) else f for f in p.filters],
-            scores=[ev.ScoreSpec(name=s) if isinstance(s, str) else s for s in p.scores],
-            strategy=p.strategy,
-            round_timeout_ms=parse_duration_ms(p.round_timeout, path=f"{name}.yaml: {p.name}.roundTimeout"),
-            dispatch_mode=p.dispatch_mode,
-        )
-        for p in policy.profiles
-    ]
+    policy = decode(raw, PolicyConfig, source=f"{name}.yaml")
+    return [profile_event(p) for p in policy.profiles]

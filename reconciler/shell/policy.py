@@ -15,26 +15,27 @@ import yaml
 
 from eventlog import codec
 from eventlog import events as ev
-from reconciler.config import ConfigError, PolicyConfig, ProfileConfig, decode_config, parse_duration_ms
+from reconciler.config import ConfigError, PolicyConfig, ProfileConfig, decode, decode_config
 
 
 def policy_event(policy: PolicyConfig) -> ev.PolicyLoaded:
     return ev.PolicyLoaded(
-        profiles=[_profile(p, path=f"$.policy.profiles[{i}]") for i, p in enumerate(policy.profiles)],
+        profiles=[profile_event(p) for p in policy.profiles],
         priority_classes=dict(sorted(policy.priority_classes.items())),
-        worker_lost_timeout_ms=parse_duration_ms(policy.worker_lost_timeout, path="$.policy.workerLostTimeout"),
-        claim_ttl_ms=parse_duration_ms(policy.claim_ttl, path="$.policy.claimTtl"),
-        requeue_backoff_ms=parse_duration_ms(policy.requeue_backoff, path="$.policy.requeueBackoff"),
+        worker_lost_timeout_ms=policy.worker_lost_timeout_ms,
+        claim_ttl_ms=policy.claim_ttl_ms,
+        requeue_backoff_ms=policy.requeue_backoff_ms,
     )
 
 
-def _profile(p: ProfileConfig, *, path: str) -> ev.Profile:
+def profile_event(p: ProfileConfig) -> ev.Profile:
+    """A configured profile as ``PolicyLoaded`` records it: plugin names become specs."""
     return ev.Profile(
         name=p.name,
         filters=[ev.FilterSpec(name=f) if isinstance(f, str) else f for f in p.filters],
         scores=[ev.ScoreSpec(name=s) if isinstance(s, str) else s for s in p.scores],
         strategy=p.strategy,
-        round_timeout_ms=parse_duration_ms(p.round_timeout, path=f"{path}.roundTimeout"),
+        round_timeout_ms=p.round_timeout_ms,
         dispatch_mode=p.dispatch_mode,
     )
 
@@ -57,30 +58,19 @@ def load_policy_file(path: str | Path) -> ev.PolicyLoaded:
     """
     source = str(path)
     try:
-        raw: Any = yaml.safe_load(Path(path).read_text()) or {}
+        text = Path(path).read_text()
+        raw: Any = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(str(err), source=source) from None
     if not isinstance(raw, dict):
         raise ConfigError("expected a mapping (a config file, a policy or a profile)", source=source)
     if "policy" in raw:  # a whole config file: validated whole, as serve would
-        return policy_event(decode_config(raw, source=source).policy)
+        return policy_event(decode_config(raw, source=source, text=text).policy)
     if "profiles" not in raw and "name" in raw:
-        policy = _decode({"policy": {"profiles": [raw]}}, prefix="$.policy.profiles[0]", source=source)
-        event = policy_event(policy)
+        profile = decode(raw, ProfileConfig, source=source, text=text)
+        event = policy_event(PolicyConfig(profiles=[profile]))
         first = event.profiles[0]
         if first.name != "default":
             event = msgspec.structs.replace(event, profiles=[first, msgspec.structs.replace(first, name="default")])
         return event
-    return policy_event(_decode({"policy": raw}, prefix="$.policy", source=source))
-
-
-def _decode(wrapped: dict[str, Any], *, prefix: str, source: str) -> PolicyConfig:
-    """``decode_config`` on a policy or profile wrapped into a config; error paths are given back
-    relative to the file (``$.strategy``, not ``$.policy.profiles[0].strategy``)."""
-    try:
-        return decode_config(wrapped, source="").policy
-    except ConfigError as err:
-        path = err.path
-        if path == prefix or path.startswith((prefix + ".", prefix + "[")):
-            path = "$" + path[len(prefix) :]
-        raise ConfigError(err.message, path=path, source=source) from None
+    return policy_event(decode(raw, PolicyConfig, source=source, text=text))

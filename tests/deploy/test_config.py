@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,42 +96,60 @@ def test_reconciler_args_are_accepted_by_kdispatch_serve() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
 
 
-BAD_CONFIGS: dict[str, tuple[Any, str, str]] = {
-    # name: (edit of the shipped config, path the message must name, words it must contain)
+BAD_CONFIGS: dict[str, tuple[Any, str, str, str]] = {
+    # name: (edit of the shipped config, path the message must name, words it must contain,
+    #        text on the line of the file that the message names)
     "typo": (
         lambda c: c["policy"]["profiles"][0].update(roundTimout="30s"),
         "$.policy.profiles[0]",
         "roundTimout",
+        "- ",
     ),
-    "type": (lambda c: c["nats"].update(replicas="three"), "$.nats.replicas", "Expected `int`"),
+    "type": (lambda c: c["nats"].update(replicas="three"), "$.nats.replicas", "Expected `int`", "replicas: three"),
     "missing": (
         lambda c: c["clusters"][0]["kubeconfig"].update(secretRef={"key": "k"}),
         "$.clusters[0].kubeconfig.secretRef",
         "name",
+        "secretRef:",
     ),
     "duration": (
         lambda c: c["policy"].update(workerLostTimeout="a minute"),
         "$.policy.workerLostTimeout",
-        "not a duration",
+        "'a minute' is not a duration; use e.g. 90s, 5m",
+        "workerLostTimeout: a minute",
+    ),
+    "duration-in-words": (
+        lambda c: c["policy"]["profiles"][0].update(roundTimeout="5 min"),
+        "$.policy.profiles[0].roundTimeout",
+        "'5 min' is not a duration; use e.g. 90s, 5m, 1h30m, 250ms or an integer of ms (did you mean '5m'?)",
+        "roundTimeout: 5 min",
     ),
     "camel-case-strategy": (
         lambda c: c["policy"]["profiles"][0]["strategy"].update(stepSize=3),
         "$.policy.profiles[0].strategy",
         "unknown field `stepSize` (the field is `step_size`)",
+        "strategy:",
     ),
     "cluster-duration": (
         lambda c: c["clusters"][0].update(heartbeatInterval="often"),
         "$.clusters[0].heartbeatInterval",
         "not a duration",
+        "heartbeatInterval: often",
+    ),
+    "sub-millisecond": (
+        lambda c: c["clusters"][0].update(heartbeatTimeout="1500us"),
+        "$.clusters[0].heartbeatTimeout",
+        "'1500us' is not a whole number of milliseconds (kdispatch counts time in ms) (did you mean '2ms'?)",
+        "heartbeatTimeout: 1500us",
     ),
 }
 
 
-def test_invalid_config_stops_serve_with_the_field_path(tmp_path: Path) -> None:
+def test_invalid_config_stops_serve_with_the_file_line_and_field_path(tmp_path: Path) -> None:
     """Through the real entry point (the container's ``kdispatch serve``), all cases at once."""
     kdispatch = Path(sys.executable).parent / "kdispatch"
     running = {}
-    for name, (edit, _, _) in BAD_CONFIGS.items():
+    for name, (edit, *_) in BAD_CONFIGS.items():
         config = yaml.safe_load(shipped_config_text())
         edit(config)
         bad = tmp_path / f"{name}.yaml"
@@ -143,9 +162,12 @@ def test_invalid_config_stops_serve_with_the_field_path(tmp_path: Path) -> None:
         )
     for name, proc in running.items():
         _, stderr = proc.communicate(timeout=60)
-        _, path, words = BAD_CONFIGS[name]
+        _, path, words, on_line = BAD_CONFIGS[name]
         assert proc.returncode == 2, (name, stderr)
-        assert stderr.startswith(f"kdispatch serve: invalid config: {tmp_path / name}.yaml: "), (name, stderr)
+        bad = tmp_path / f"{name}.yaml"
+        where = re.match(rf"kdispatch serve: invalid config: {re.escape(str(bad))}:(\d+): ", stderr)
+        assert where, (name, stderr)
+        assert on_line in bad.read_text().splitlines()[int(where.group(1)) - 1], (name, stderr)
         assert f"{path}: " in stderr and words in stderr, (name, stderr)
         assert len(stderr.splitlines()) == 1, f"{name}: one line a person can act on, no traceback"
 

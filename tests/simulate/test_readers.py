@@ -175,7 +175,7 @@ clusters:
 def test_clusters_file_errors_have_paths(tmp_path: Path) -> None:
     clusters = tmp_path / "clusters.yaml"
     clusters.write_text("- name: east\n  simulated: {capacity: {cpu: lots}}\n")
-    with pytest.raises(TraceError, match=r"clusters\[0\].simulated: cpu: 'lots' is not a quantity"):
+    with pytest.raises(TraceError, match=r"clusters\[0\]\.simulated\.capacity: cpu: 'lots' is not a quantity"):
         load_trace(TIRESIAS, clusters=clusters)
     clusters.write_text("- name: east\n  labelz: {}\n")
     with pytest.raises(TraceError, match=r"labelz"):

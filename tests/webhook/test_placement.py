@@ -108,7 +108,8 @@ BAD = [
     ),
     (
         {"kdispatch.io/simulated-runtime": "30 seconds"},
-        'annotation kdispatch.io/simulated-runtime: at $: found "30 seconds"; accepted: a duration up to a year, e.g. 30s, 5m, 1h30m, 250ms',
+        'annotation kdispatch.io/simulated-runtime: at $: found "30 seconds"; accepted: a duration up to a year, e.g. 30s, 5m, 1h30m, 250ms; '
+        'did you mean "30s"?',
     ),
 ]
 

@@ -9,12 +9,12 @@ recomputed at every CREATE and UPDATE: see webhook/stamps.py) and this module re
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import msgspec
 
 from eventlog import events as ev
+from eventlog.kube.duration import DurationError, parse_duration_ms
 from reconciler.shell.clusters.base import PLACEMENT_ANNOTATION
 from reconciler.shell.clusters.kinds import Kind
 
@@ -24,8 +24,6 @@ POD_SETS_ANNOTATION = "kdispatch.io/pod-sets"
 PRIORITY_ANNOTATION = "kdispatch.io/priority"
 RUNTIME_ANNOTATION = "kdispatch.io/simulated-runtime"
 MANAGED_BY = "kueue.x-k8s.io/multikueue"  # held by kdispatch, not suspended by the user
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
 
 class NotBackfillable(ValueError):
@@ -83,16 +81,10 @@ def _runtime_ms(annotations: dict[str, Any]) -> int | None:
     raw = annotations.get(RUNTIME_ANNOTATION)
     if not isinstance(raw, str):
         return None
-    text = raw.strip()
-    if text.isdigit():
-        return int(text)
-    total, pos = 0.0, 0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _UNIT_MS[m.group(2)]
-        pos = m.end()
-    return round(total) if pos == len(text) and text else None
+    try:
+        return parse_duration_ms(raw)
+    except DurationError:
+        return None  # a hint only: the job is still backfilled, with the default runtime
 
 
 class _PodSetStamp(msgspec.Struct, rename="camel", forbid_unknown_fields=True):

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import Inbox, LogReader
-from reconciler.config import ClusterConfig, Config, ConfigError, KubeconfigConfig, parse_duration_ms
+from reconciler.config import ClusterConfig, Config, ConfigError, KubeconfigConfig
 from reconciler.shell.actuator import Actuator
 from reconciler.shell.clusters.api import KubeApi
 from reconciler.shell.clusters.base import Worker
@@ -33,7 +33,6 @@ from reconciler.shell.clusters.heartbeats import keepalive_ms
 from reconciler.shell.clusters.kube import KubeWorker
 from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.shell.clusters.metrics import ClusterMetrics
-from reconciler.shell.clusters.quantity import parse_resources
 from reconciler.shell.clusters.reporter import InboxReporter
 from reconciler.shell.clusters.sim import SimCluster
 from reconciler.shell.logging import get_logger
@@ -44,49 +43,34 @@ log = get_logger("reconciler.clusters.setup")
 
 def registration(cfg: ClusterConfig, *, capacity: ev.Resources) -> tuple[ev.ClusterRegistered, str]:
     """The ``ClusterRegistered`` for a configured cluster and its content-derived message id."""
-    lost = cfg.worker_lost_timeout
     event = ev.ClusterRegistered(
         cluster=cfg.name,
         labels=dict(cfg.labels),
         taints=list(cfg.taints),
         capacity=capacity,
-        worker_lost_timeout_ms=None
-        if lost is None
-        else parse_duration_ms(lost, path=f"clusters[{cfg.name}]"),
+        worker_lost_timeout_ms=cfg.worker_lost_timeout_ms,
     )
     digest = hashlib.sha256(codec.encode(event)).hexdigest()[:16]
     return event, f"{cfg.name}/registered/{digest}"
 
 
-def heartbeat_keepalive_s(cfg: ClusterConfig, *, policy_lost_timeout: int | str) -> float:
+def heartbeat_keepalive_s(cfg: ClusterConfig, *, policy_lost_timeout_ms: int) -> float:
     """How often an unchanged heartbeat is still published for ``cfg``: a quarter of its
     worker-lost timeout (its own, else the policy's), in whole heartbeat intervals."""
-    where = f"clusters[{cfg.name}]"
-    interval_ms = parse_duration_ms(cfg.heartbeat_interval, path=f"{where}.heartbeatInterval")
-    if cfg.worker_lost_timeout is not None:
-        lost_ms = parse_duration_ms(cfg.worker_lost_timeout, path=f"{where}.workerLostTimeout")
-    else:
-        lost_ms = parse_duration_ms(policy_lost_timeout, path="policy.workerLostTimeout")
-    return keepalive_ms(interval_ms=interval_ms, lost_timeout_ms=lost_ms) / 1000
+    lost_ms = cfg.worker_lost_timeout_ms if cfg.worker_lost_timeout_ms is not None else policy_lost_timeout_ms
+    return keepalive_ms(interval_ms=cfg.heartbeat_interval_ms, lost_timeout_ms=lost_ms) / 1000
 
 
 def sim_cluster(cfg: ClusterConfig, *, keepalive_s: float | None = None) -> SimCluster:
     assert cfg.simulated is not None
     sim = cfg.simulated
-    where = f"clusters[{cfg.name}].simulated"
-    try:
-        capacity = parse_resources(sim.capacity)
-    except ValueError as err:
-        raise ConfigError(str(err), path=f"{where}.capacity") from None
     model = SimWorker(
         cfg.name,
-        capacity,
-        admission_latency_ms=parse_duration_ms(sim.admission_latency, path=f"{where}.admissionLatency"),
-        default_runtime_ms=parse_duration_ms(sim.default_runtime, path=f"{where}.defaultRuntime"),
+        dict(sim.capacity),
+        admission_latency_ms=sim.admission_latency_ms,
+        default_runtime_ms=sim.default_runtime_ms,
     )
-    interval_s = (
-        parse_duration_ms(cfg.heartbeat_interval, path=f"clusters[{cfg.name}].heartbeatInterval") / 1000
-    )
+    interval_s = cfg.heartbeat_interval_ms / 1000
     return SimCluster(model, heartbeat_interval_s=interval_s, heartbeat_keepalive_s=keepalive_s)
 
 
@@ -148,8 +132,8 @@ class ClusterSet:
         cls, config: Config, *, manager_api_client: client.ApiClient | None = None
     ) -> ClusterSet:
         manager = config.manager
-        resync_ms = parse_duration_ms(manager.resync, path="manager.resync") if manager else 300_000
-        gc_ms = parse_duration_ms(manager.gc_interval, path="manager.gcInterval") if manager else 30_000
+        resync_ms = manager.resync_ms if manager else 300_000
+        gc_ms = manager.gc_interval_ms if manager else 30_000
         out = cls(
             manager_id=manager.id if manager else "kdispatch",
             clusters=list(config.clusters),
@@ -172,7 +156,7 @@ class ClusterSet:
                 self.api_clients.append(manager_api_client)
             self.manager_api = KubeApi(manager_api_client, role="manager", cluster="manager")
         for cfg in config.clusters:
-            keepalive_s = heartbeat_keepalive_s(cfg, policy_lost_timeout=config.policy.worker_lost_timeout)
+            keepalive_s = heartbeat_keepalive_s(cfg, policy_lost_timeout_ms=config.policy.worker_lost_timeout_ms)
             if cfg.simulated is not None:
                 sim = sim_cluster(cfg, keepalive_s=keepalive_s)
                 self.workers[cfg.name] = sim
@@ -260,21 +244,16 @@ def kube_worker(
     resync_s: int,
     keepalive_s: float | None = None,
 ) -> KubeWorker:
-    where = f"clusters[{cfg.name}]"
-    lost = cfg.worker_lost_timeout
-    timeout_s = parse_duration_ms(cfg.heartbeat_timeout, path=f"{where}.heartbeatTimeout") / 1000
+    timeout_s = cfg.heartbeat_timeout_ms / 1000
     return KubeWorker(
         cfg.name,
         KubeApi(api_client, role="worker", cluster=cfg.name, timeout_s=max(timeout_s, 5.0)),
         manager_id=manager_id,
         labels=dict(cfg.labels),
         taints=list(cfg.taints),
-        worker_lost_timeout_ms=None
-        if lost is None
-        else parse_duration_ms(lost, path=f"{where}.workerLostTimeout"),
+        worker_lost_timeout_ms=cfg.worker_lost_timeout_ms,
         kueue=cfg.kueue,
-        heartbeat_interval_s=parse_duration_ms(cfg.heartbeat_interval, path=f"{where}.heartbeatInterval")
-        / 1000,
+        heartbeat_interval_s=cfg.heartbeat_interval_ms / 1000,
         heartbeat_timeout_s=timeout_s,
         heartbeat_keepalive_s=keepalive_s,
         resync_s=resync_s,

@@ -16,16 +16,16 @@ from typing import Any
 
 import yaml
 
-from reconciler.config import ConfigError, decode_config, parse_duration_ms
-from reconciler.simulate.quantity import QuantityError, parse_resources
+from reconciler.config import ConfigError, decode_config
 from reconciler.simulate.trace import TraceCluster, TraceError
 
 
-def clusters_from_config(raw: Any, *, source: str) -> list[TraceCluster]:
+def clusters_from_config(raw: Any, *, source: str, text: str | None = None) -> list[TraceCluster]:
+    """``text``: the file's text, for the line of an error."""
     if isinstance(raw, list):
-        raw = {"clusters": raw}
+        raw, text = {"clusters": raw}, None  # the paths no longer match the file's
     try:
-        config = decode_config(raw, source=source)
+        config = decode_config(raw, source=source, text=text)
     except ConfigError as err:
         raise TraceError(str(err)) from None
     result = []
@@ -33,18 +33,13 @@ def clusters_from_config(raw: Any, *, source: str) -> list[TraceCluster]:
         where = f"{source}: $.clusters[{i}]"
         if cluster.simulated is None or not cluster.simulated.capacity:
             raise TraceError(f"{where} ({cluster.name}): simulated.capacity is required to simulate it")
-        try:
-            capacity = parse_resources(cluster.simulated.capacity)
-            latency = parse_duration_ms(cluster.simulated.admission_latency)
-        except (QuantityError, ConfigError) as err:
-            raise TraceError(f"{where}.simulated: {err}") from None
         result.append(
             TraceCluster(
                 name=cluster.name,
-                capacity=capacity,
+                capacity=dict(sorted(cluster.simulated.capacity.items())),
                 labels=dict(cluster.labels),
                 taints=list(cluster.taints),
-                admission_latency_ms=latency,
+                admission_latency_ms=cluster.simulated.admission_latency_ms,
             )
         )
     if not result:
@@ -54,7 +49,8 @@ def clusters_from_config(raw: Any, *, source: str) -> list[TraceCluster]:
 
 def read_clusters(path: Path) -> list[TraceCluster]:
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        raw = yaml.safe_load(text)
     except (OSError, yaml.YAMLError) as err:
         raise TraceError(f"{path}: {err}") from None
-    return clusters_from_config(raw, source=str(path))
+    return clusters_from_config(raw, source=str(path), text=text)

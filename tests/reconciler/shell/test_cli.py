@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -209,7 +210,10 @@ def test_replay_profile_refuses_unknown_fields_as_start_up_does(
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     # The same message serve gives for that field at start-up: where, what, and the right name.
-    assert f"{profile}: {path}: Object contains unknown field `stepSize` (the field is `step_size`)" in proc.stderr
+    message = f"{path}: Object contains unknown field `stepSize` (the field is `step_size`)"
+    where = re.search(rf"{re.escape(str(profile))}:(\d+): {re.escape(message)}", proc.stderr)
+    assert where, proc.stderr
+    assert "strategy:" in document.splitlines()[int(where.group(1)) - 1]
 
 
 def test_log_follow_prints_new_entries(recorded: tuple[str, str, Scenario], tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import structlog
 
 from eventlog import events as ev
 from reconciler.commands.log import subject_matches
-from reconciler.config import ConfigError, PolicyConfig, ProfileConfig
+from reconciler.config import ConfigError, PolicyConfig, decode
 from reconciler.shell import logging as klog
 from reconciler.shell.logsource import parse_until
 from reconciler.shell.loop import _log_decision
@@ -65,10 +65,8 @@ def test_human_line_shows_seq_time_type_subject_and_non_default_fields() -> None
 
 
 def test_policy_event_converts_durations_and_names() -> None:
-    policy = PolicyConfig(
-        worker_lost_timeout="90s",
-        profiles=[ProfileConfig(name="gpu", filters=["ClusterHealth"], scores=["CapacityScore"], round_timeout="2m")],
-    )
+    raw = {"workerLostTimeout": "90s", "profiles": [{"name": "gpu", "filters": ["ClusterHealth"], "scores": ["CapacityScore"], "roundTimeout": "2m"}]}
+    policy = decode(raw, PolicyConfig)
     event = policy_event(policy)
     assert event.worker_lost_timeout_ms == 90_000
     assert event.profiles[0].filters == [ev.FilterSpec(name="ClusterHealth")]
