@@ -19,7 +19,7 @@ from eventlog import events as ev
 from reconciler import core
 from reconciler.shell import logging as klog
 from reconciler.shell.logsource import add_source_arguments, format_ms, friendly_errors, open_source
-from reconciler.shell.plugins import PluginDiscoveryError, PluginSet, installed, warnings
+from reconciler.shell.plugins import PluginDiscoveryError, PluginSet, installed, warning_lines
 from reconciler.shell.progress import Progress
 from reconciler.shell.render import concerns, describe, subject_key
 from reconciler.shell.replay import replay
@@ -80,7 +80,7 @@ async def gather(
                 step.error = "the job is not known to the state at this point"
 
     result = await replay(reader, on_decision=on_decision, on_input=on_input, progress=progress, plugins=plugins)
-    for warning in warnings("explain", result.plugin_problems):
+    for warning in warning_lines("explain", result.plugin_problems):
         print(warning, file=sys.stderr)
     summary = core.summary(result.state)
     current = summary.get("jobs", {}).get(key)

@@ -21,7 +21,7 @@ from reconciler.shell.logsource import (
     parse_until,
 )
 from reconciler.shell.outcomes import differences
-from reconciler.shell.plugins import PluginDiscoveryError, PluginProblem, PluginSet, installed, warnings
+from reconciler.shell.plugins import PluginDiscoveryError, PluginProblem, PluginSet, installed, warning_lines
 from reconciler.shell.policy import load_policy_file
 from reconciler.shell.progress import Progress
 from reconciler.shell.rebuild import load_snapshot
@@ -94,7 +94,7 @@ async def run_async(args: argparse.Namespace) -> int:
         else:
             _print_plugin_problems(result.plugin_problems, out)
         return 1
-    for warning in warnings("replay", result.plugin_problems):
+    for warning in warning_lines("replay", result.plugin_problems):
         print(warning, file=sys.stderr)
     if result.mismatch is not None:
         if args.json:

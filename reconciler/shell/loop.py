@@ -7,7 +7,8 @@ One leader term (``LeaderLoop.run_term``), as Armada documents its cycle:
 3. repair: if the log ends inside a decision batch (the previous leader died mid-append),
    recompute ``decide`` on the state before that batch and append the missing tail;
 4. record the configured policy (``PolicyLoaded``, with the provenance of the plugins it uses)
-   if it differs from the last one in the log, and decide once (inputs the previous leader appended but did not decide on);
+   if it differs from the last one in the log, and decide once (inputs the previous leader
+   appended but did not decide on);
 5. loop: pull inbox items (or a ``Tick`` when idle and a timer is due), append them stamped with
    the wall clock (never earlier than the last entry), fold, decide, append the decisions as one
    batch, fold them; snapshot every N entries at a batch boundary.
@@ -152,7 +153,9 @@ class LeaderLoop:
             bound.info(
                 "policy_recorded",
                 profiles=[p.name for p in policy.profiles],
-                third_party_plugins=[f"{r.name}={r.distribution}=={r.version}" for r in policy.plugins or [] if not r.builtin],
+                third_party_plugins=[
+                    f"{r.name}={r.distribution}=={r.version}" for r in policy.plugins or [] if not r.builtin
+                ],
             )
         elif policy is None:
             # Running on the log's policy: its decisions from here on use this process's plugins.

@@ -116,30 +116,29 @@ class PluginProblem:
     found: ev.PluginRef | None  # None: not installed here
     log_records_plugins: bool = True  # False: a log from before plugins were recorded
 
-    @property
-    def missing(self) -> bool:
-        return self.found is None
-
     def describe(self) -> str:
         used_by = ", ".join(self.profiles)
         head = f"plugin {self.name} (used by profile{'s' if len(self.profiles) > 1 else ''} {used_by})"
         if self.recorded is not None:
-            was = _origin(self.recorded)
+            then = f"the log was written with {_origin(self.recorded)}"
         elif self.log_records_plugins:
-            was = "no such plugin (the leader's profiles using it failed to compile)"
+            then = "the leader that wrote the log had no such plugin (profiles using it could not run)"
         else:
-            was = "a built-in plugin (the log predates recording plugins: only built-in ones are assumed)"
-        if self.found is None:
-            return f"{head}: the log was written with {was}; it is not installed here"
-        return f"{head}: the log was written with {was}; here it is {_origin(self.found)}"
+            then = "the log predates recording plugins, so it was written with a built-in one"
+        now = "it is not installed here" if self.found is None else f"here it is {_origin(self.found)}"
+        return f"{head}: {then}; {now}"
 
     def remedy(self) -> str:
-        r = self.recorded
-        if r is None and self.log_records_plugins and self.found is not None and not self.found.builtin:
-            return f"pip uninstall {self.found.distribution}"
+        r, found = self.recorded, self.found
+        if r is None and self.log_records_plugins:
+            if found is not None and not found.builtin:
+                return f"pip uninstall {found.distribution}"
+            return "use the kdispatch that wrote the log"
         if r is None or r.builtin:
             version = r.version if r is not None and r.version != "builtin" else None
-            return f"replay with kdispatch {version}" if version else "replay with the kdispatch that wrote the log"
+            return f"use kdispatch {version}" if version else "use the kdispatch that wrote the log"
+        if found is not None and found.builtin:
+            return f"use a kdispatch without a built-in {self.name}, with {r.distribution}=={r.version} installed"
         return f"pip install '{r.distribution}=={r.version}'"
 
     def as_json(self) -> dict[str, object]:
@@ -163,8 +162,8 @@ def check(policy: ev.PolicyLoaded | None, plugins: PluginSet) -> list[PluginProb
     """Problems with the plugins ``policy`` uses, as recorded in it, against ``plugins``.
 
     A log that records no plugins was written before they were recorded: its plugins are taken to
-    be built-in ones. Built-in plugins of another kdispatch version are not a
-    problem here: that is what ``replay --verify`` itself is for.
+    be built-in ones. Built-in plugins of another kdispatch version are not a problem here: that
+    is what ``replay --verify`` itself is for.
     """
     recorded = {r.name: r for r in policy.plugins} if policy is not None and policy.plugins is not None else None
     problems: list[PluginProblem] = []
@@ -191,7 +190,7 @@ def check(policy: ev.PolicyLoaded | None, plugins: PluginSet) -> list[PluginProb
     return problems
 
 
-def warnings(command: str, problems: Iterable[tuple[int, PluginProblem]]) -> list[str]:
+def warning_lines(command: str, problems: Iterable[tuple[int, PluginProblem]]) -> list[str]:
     """For stderr: the state or explanations a command prints come from other plugins than the
     log's (one line per plugin, with the seq of the policy that uses it)."""
     return [

@@ -1,10 +1,10 @@
 """Profiles: the ``Profile`` events of the policy, compiled into plugin instances.
 
 Profiles are compiled against the plugin registry the caller hands in: the framework knows no
-plugin by itself, not even the built-in ones. Compilation validates everything (plugin names, kinds, arguments, weights, strategy) and reports
-problems with a field path, so the shell can refuse a bad policy before recording it. A profile
-that is somehow invalid in the log does not crash the core: its jobs are reported unschedulable
-with the error.
+plugin by itself, not even the built-in ones. Compilation validates everything (plugin names,
+kinds, arguments, weights, strategy) and reports problems with a field path, so the shell can
+refuse a bad policy before recording it. A profile that is somehow invalid in the log does not
+crash the core: its jobs are reported unschedulable with the error.
 """
 
 from __future__ import annotations

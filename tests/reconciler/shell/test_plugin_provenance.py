@@ -35,14 +35,20 @@ def with_gpugen(version: str = "0.1") -> PluginSet:
     return PluginSet(registry=base.registry.with_plugins([gpugen.GpuGeneration]), refs={**base.refs, "GpuGeneration": ref})
 
 
-async def _lead(plugins: PluginSet) -> list[ev.LogEntry]:
-    """A leader term on a memory log under a policy using GpuGeneration: two clusters, one job."""
-    mlog = MemoryLog()
+async def _term(mlog: MemoryLog, plugins: PluginSet) -> tuple[asyncio.Event, asyncio.Task[str]]:
+    """A leader term under a policy using GpuGeneration, started and ready."""
     policy = ev.PolicyLoaded(profiles=[gpugen.PROFILE])
     loop = LeaderLoop(mlog, LoopSettings(leader_id="A", policy=policy, idle_wait_s=0.01, plugins=plugins))
     stop = asyncio.Event()
     term = asyncio.create_task(loop.run_term(stop=stop))
     await wait_ready(loop, timeout_s=20)
+    return stop, term
+
+
+async def _lead(plugins: PluginSet) -> list[ev.LogEntry]:
+    """A leader term on a memory log: two clusters, one job, placed by GpuGeneration."""
+    mlog = MemoryLog()
+    stop, term = await _term(mlog, plugins)
     for name, gen in (("old", "3"), ("new", "5")):
         await mlog.inbox.publish(ev.ClusterRegistered(cluster=name, labels={"gpu-gen": gen}, capacity={"cpu": 64_000}))
         await mlog.inbox.publish(ev.ClusterHeartbeat(cluster=name))
@@ -76,6 +82,17 @@ def test_the_leader_records_the_plugins_its_policy_uses(recorded: tuple[Path, li
     assert all(r.builtin and r.distribution == "kdispatch" for n, r in refs.items() if n != "GpuGeneration")
     [nominated] = [e.event for e in decisions_of(entries, ev.Nominated)]
     assert isinstance(nominated, ev.Nominated) and nominated.clusters == ["new"]  # the plugin did decide
+
+
+async def test_a_leader_with_another_plugin_version_records_the_policy_again() -> None:
+    mlog = MemoryLog()
+    for version in ("0.1", "0.1", "0.2"):
+        stop, term = await _term(mlog, with_gpugen(version))
+        stop.set()
+        assert await term == "stopped"
+    policies = [e.event for e in mlog.entries if isinstance(e.event, ev.PolicyLoaded)]
+    versions = [{r.name: r.version for r in p.plugins or []}["GpuGeneration"] for p in policies]
+    assert versions == ["0.1", "0.2"]  # the same plugins again: nothing new to record
 
 
 def _replay_verify(log: Path, tmp_path: Path, *, installed: str | None) -> subprocess.CompletedProcess[str]:
@@ -147,7 +164,7 @@ def test_a_log_that_records_no_plugins_is_taken_to_use_built_in_ones_only() -> N
     assert old.plugins is None and check(old, builtin_set()) == []
     [problem] = check(ev.PolicyLoaded(profiles=[gpugen.PROFILE]), with_gpugen())
     assert problem.name == "GpuGeneration" and problem.found == GPUGEN_01 and not problem.log_records_plugins
-    assert "the log predates recording plugins: only built-in ones are assumed" in problem.describe()
+    assert "the log predates recording plugins, so it was written with a built-in one" in problem.describe()
     # Built-in plugins of another kdispatch version are what --verify itself compares.
     stamped = builtin_set().stamp(old)
     older = msgspec.structs.replace(
@@ -160,3 +177,18 @@ def test_a_policy_entry_written_before_plugins_were_recorded_still_decodes() -> 
     line = b'{"seq":1,"at_ms":5,"event":{"type":"PolicyLoaded","v":1,"profiles":[{"name":"default"}]},"leader":"L"}'
     entry = codec.decode_entry(line)
     assert isinstance(entry.event, ev.PolicyLoaded) and entry.event.plugins is None
+
+
+def test_a_broken_entry_point_stops_a_command_at_start_up_naming_it(tmp_path: Path) -> None:
+    site = gpugen.install(tmp_path, version="0.3", target="kd_gpugen_gone:GpuGeneration")
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler.cli", "replay", "--file", str(tmp_path / "never-read.jsonl")],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)])),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "entry point GpuGeneration = kd_gpugen_gone:GpuGeneration of kd-gpugen 0.3" in proc.stderr
+    assert "cannot be loaded: ModuleNotFoundError" in proc.stderr
