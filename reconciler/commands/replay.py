@@ -122,7 +122,7 @@ async def run_async(args: argparse.Namespace) -> int:
 def _print_plugin_problems(problems: list[tuple[int, PluginProblem]], out: TextIO) -> None:
     out.write("verify: NOT VERIFIED: the log's policy uses plugins that are missing or different here\n")
     for seq, p in problems:
-        out.write(f"  {p.describe()} (policy at seq {seq})\n")
+        out.write(f"  {p.describe()} (policy in force at seq {seq})\n")
         out.write(f"    to verify this log: {p.remedy()}\n")
     out.write("  decisions recomputed with other plugins would differ for that reason alone; nothing was compared\n")
 

@@ -194,6 +194,6 @@ def warning_lines(command: str, problems: Iterable[tuple[int, PluginProblem]]) -
     """For stderr: the state or explanations a command prints come from other plugins than the
     log's (one line per plugin, with the seq of the policy that uses it)."""
     return [
-        f"kdispatch {command}: warning: {p.describe()} (policy at seq {seq}); to replay this log: {p.remedy()}"
+        f"kdispatch {command}: warning: {p.describe()} (policy in force at seq {seq}); to replay this log: {p.remedy()}"
         for seq, p in problems
     ]

@@ -132,8 +132,8 @@ class ReplayResult:
     incomplete_batches: list[int] = field(default_factory=list)  # first seqs of batches cut short
     mismatch: Mismatch | None = None
     last_policy: ev.PolicyLoaded | None = None
-    # Plugins the log's policies use that are missing or different here, with the seq of the
-    # policy (0: the starting state's). Reported once per plugin.
+    # Plugins the log's policies use that are missing or different here, with the seq where that
+    # policy was in force (its own, or the snapshot's the replay started from). Once per plugin.
     plugin_problems: list[tuple[int, PluginProblem]] = field(default_factory=list)
 
     def note_plugins(self, seq: int, policy: ev.PolicyLoaded | None, plugins: PluginSet) -> bool:

@@ -27,21 +27,17 @@ class PluginError(ValueError):
 
 
 class Registry:
-    """Plugin classes by name. Built once (``Registry(classes)``, ``with_plugins``) and then only
-    read: a registry that changed under a running core would make replay depend on when."""
+    """Plugin classes by name, fixed when built (``Registry(classes)``; ``with_plugins`` makes
+    another): a registry that changed under a running core would make replay depend on when."""
 
     def __init__(self, plugins: Iterable[type[Plugin]] = ()) -> None:
         self._plugins: dict[str, type[Plugin]] = {}
         for plugin in plugins:
-            self.register(plugin)
-
-    def register(self, plugin: type[Plugin]) -> type[Plugin]:
-        if not plugin.name:
-            raise PluginError(f"{plugin.__qualname__} has no name", path="registry")
-        if plugin.name in self._plugins and self._plugins[plugin.name] is not plugin:
-            raise PluginError(f"duplicate plugin name {plugin.name!r}", path="registry")
-        self._plugins[plugin.name] = plugin
-        return plugin
+            if not plugin.name:
+                raise PluginError(f"{plugin.__qualname__} has no name", path="registry")
+            if plugin.name in self._plugins and self._plugins[plugin.name] is not plugin:
+                raise PluginError(f"duplicate plugin name {plugin.name!r}", path="registry")
+            self._plugins[plugin.name] = plugin
 
     def with_plugins(self, plugins: Iterable[type[Plugin]]) -> Registry:
         """A new registry with these plugins added (this one is left as it was)."""

@@ -207,10 +207,10 @@ def test_duplicate_plugin_names_are_an_error() -> None:
     class B(FilterPlugin):
         name = "Same"
 
-    registry = Registry()
-    registry.register(A)
     with pytest.raises(PluginError, match="duplicate plugin name 'Same'"):
-        registry.register(B)
+        Registry([A, B])
+    with pytest.raises(PluginError, match="duplicate plugin name 'Same'"):
+        Registry([A]).with_plugins([B])
 
 
 def test_a_plugin_that_raises_makes_the_job_unschedulable_with_the_cause_not_the_leader_crash() -> None:

@@ -19,6 +19,7 @@ from eventlog.memory import MemoryLog
 from reconciler import core
 from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
 from reconciler.shell.plugins import PluginSet, builtin_set, check
+from reconciler.shell.replay import replay
 from tests.reconciler import gpugen
 
 from .scenario import decisions_of, wait_for
@@ -120,7 +121,7 @@ def test_replay_verify_where_the_plugin_is_missing_names_it_and_what_to_install(
     assert "MISMATCH" not in proc.stdout and "nothing was compared" in proc.stdout
     assert (
         "plugin GpuGeneration (used by profile default): the log was written with kd-gpugen 0.1; "
-        "it is not installed here (policy at seq 1)"
+        "it is not installed here (policy in force at seq 1)"
     ) in proc.stdout
     assert "to verify this log: pip install 'kd-gpugen==0.1'" in proc.stdout
 
@@ -192,3 +193,17 @@ def test_a_broken_entry_point_stops_a_command_at_start_up_naming_it(tmp_path: Pa
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "entry point GpuGeneration = kd_gpugen_gone:GpuGeneration of kd-gpugen 0.3" in proc.stderr
     assert "cannot be loaded: ModuleNotFoundError" in proc.stderr
+
+
+async def test_a_replay_from_a_snapshot_checks_the_policy_in_force_there(
+    recorded: tuple[Path, list[ev.LogEntry]],
+) -> None:
+    _, entries = recorded
+    assert isinstance(entries[0].event, ev.PolicyLoaded)
+    state = core.fold(core.new_state(plugins=with_gpugen().registry), entries[0])
+    snapshot = core.load_state(core.dump_state(state))  # loaded where kd-gpugen is missing
+    mlog = MemoryLog()
+    mlog.entries.extend(entries)
+    result = await replay(mlog.reader, state=snapshot, from_seq=2, verify=True, plugins=builtin_set())
+    assert [(seq, p.name, p.found) for seq, p in result.plugin_problems] == [(1, "GpuGeneration", None)]
+    assert result.entries == 0 and result.mismatch is None  # stopped before recomputing anything
