@@ -216,7 +216,7 @@ class EmbeddedNats:
         try:
             with urllib.request.urlopen(url, timeout=1.0) as resp:
                 body = json.loads(resp.read() or b"{}")
-                return resp.status == 200 and body.get("status") == "ok"
+                return bool(resp.status == 200 and body.get("status") == "ok")
         except (urllib.error.URLError, OSError, ValueError):
             return False
 

@@ -260,15 +260,32 @@ class Tick(Event, frozen=True, kw_only=True):
     """Time passes. Timers fire when a Tick's sequencing time passes their deadline."""
 
 
+class PluginRef(Struct, frozen=True, omit_defaults=True, gc=False):
+    """Where a plugin a policy uses came from, so a replay elsewhere can tell whether it runs the
+    same code: the distribution that provides it and that distribution's version (``kdispatch``
+    and its own version for the built-in ones)."""
+
+    name: str
+    distribution: str
+    version: str
+    builtin: bool = False
+
+
 class PolicyLoaded(Event, frozen=True, kw_only=True):
     """The leader's policy (profiles, priority classes, timeouts), recorded so replay is
-    self-contained. Appended at start-up whenever it differs from the last one in the log."""
+    self-contained. Appended at start-up whenever it differs from the last one in the log.
+
+    ``plugins``: every plugin the profiles use (the built-in default profile's too when the policy
+    does not replace it), by name; ``None`` in logs written before it was recorded, which used
+    only built-in plugins. The core ignores it: it is for replay to check its environment.
+    """
 
     profiles: list[Profile]
     priority_classes: dict[str, int] = field(default_factory=dict)
     worker_lost_timeout_ms: int = 60_000
     claim_ttl_ms: int = 120_000
     requeue_backoff_ms: int = 10_000
+    plugins: list[PluginRef] | None = None
 
 
 class Rejected(Event, frozen=True, kw_only=True):

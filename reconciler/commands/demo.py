@@ -20,9 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run_async(args: argparse.Namespace) -> int:
     from reconciler.demo.run import Options, run_demo
+    from reconciler.shell.plugins import PluginDiscoveryError, installed
 
     if args.jobs < 16:
         print("kdispatch demo: --jobs must be at least 16 (fillers, a stream and a burst)")
+        return 2
+    try:
+        installed()  # discovered once, now: the leader and the final replay --verify use these
+    except PluginDiscoveryError as err:
+        print(f"kdispatch demo: {err}")
         return 2
     return await run_demo(
         Options(jobs=args.jobs, data_dir=args.data_dir, fast=args.fast, seed=args.seed, quiet=args.quiet)

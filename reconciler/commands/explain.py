@@ -19,6 +19,7 @@ from eventlog import events as ev
 from reconciler import core
 from reconciler.shell import logging as klog
 from reconciler.shell.logsource import add_source_arguments, format_ms, friendly_errors, open_source
+from reconciler.shell.plugins import PluginDiscoveryError, PluginSet, installed, warning_lines
 from reconciler.shell.progress import Progress
 from reconciler.shell.render import concerns, describe, subject_key
 from reconciler.shell.replay import replay
@@ -54,7 +55,9 @@ class Story:
     now: Any | None = None  # the evaluation at the end of the log, for a job still waiting
 
 
-async def gather(reader: Any, key: str, *, progress: Progress | None = None) -> tuple[Story, dict[str, Any]]:
+async def gather(
+    reader: Any, key: str, *, progress: Progress | None = None, plugins: PluginSet | None = None
+) -> tuple[Story, dict[str, Any]]:
     story = Story(key=key)
 
     def on_input(entry: ev.LogEntry) -> None:
@@ -76,7 +79,9 @@ async def gather(reader: Any, key: str, *, progress: Progress | None = None) -> 
             except KeyError:
                 step.error = "the job is not known to the state at this point"
 
-    result = await replay(reader, on_decision=on_decision, on_input=on_input, progress=progress)
+    result = await replay(reader, on_decision=on_decision, on_input=on_input, progress=progress, plugins=plugins)
+    for warning in warning_lines("explain", result.plugin_problems):
+        print(warning, file=sys.stderr)
     summary = core.summary(result.state)
     current = summary.get("jobs", {}).get(key)
     if current is not None and current.get("phase") in _WAITING:
@@ -99,9 +104,16 @@ async def run_async(args: argparse.Namespace) -> int:
     if key.count("/") != 1 or key.startswith("/") or key.endswith("/"):
         print(f"kdispatch explain: {args.job!r}: give the job as NAMESPACE/NAME, e.g. team-a/train-1", file=sys.stderr)
         return 2
+    try:
+        plugins = installed()
+    except PluginDiscoveryError as err:
+        print(f"kdispatch explain: {err}", file=sys.stderr)
+        return 2
     async with open_source(args) as source:
         total = await source.reader.last_seq()
-        story, summary = await gather(source.reader, key, progress=Progress(total=total, label="explain"))
+        story, summary = await gather(
+            source.reader, key, progress=Progress(total=total, label="explain"), plugins=plugins
+        )
     current = summary.get("jobs", {}).get(key)
     if args.json:
         sys.stdout.write(codec.encode(_as_json(story, current)).decode() + "\n")

@@ -21,6 +21,7 @@ from reconciler.shell.logsource import (
     parse_until,
 )
 from reconciler.shell.outcomes import differences
+from reconciler.shell.plugins import PluginDiscoveryError, PluginProblem, PluginSet, installed, warning_lines
 from reconciler.shell.policy import load_policy_file
 from reconciler.shell.progress import Progress
 from reconciler.shell.rebuild import load_snapshot
@@ -36,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verify",
         action="store_true",
-        help="recompute every decision batch; exit 1 at the first difference, printing both",
+        help="recompute every decision batch; exit 1 at the first difference, printing both "
+        "(or when the log's plugins are missing or other versions here)",
     )
     parser.add_argument(
         "--profile",
@@ -55,9 +57,14 @@ async def run_async(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"kdispatch replay: {err}", file=sys.stderr)
         return 2
+    try:
+        plugins = installed()
+    except PluginDiscoveryError as err:
+        print(f"kdispatch replay: {err}", file=sys.stderr)
+        return 2
     if args.profile:
         try:
-            return await _run_whatif(args, until_seq=until_seq, until_ms=until_ms)
+            return await _run_whatif(args, plugins, until_seq=until_seq, until_ms=until_ms)
         except ConfigError as err:
             print(f"kdispatch replay: invalid --profile: {err}", file=sys.stderr)
             return 2
@@ -67,7 +74,7 @@ async def run_async(args: argparse.Namespace) -> int:
         from_seq = 1
         if not args.verify and until_ms is None:
             # Plain rebuilds start from the latest snapshot; --verify must recompute from seq 1.
-            state, snap_seq, _, _ = await load_snapshot(source.snapshots, at_or_before=total)
+            state, snap_seq, _, _ = await load_snapshot(source.snapshots, at_or_before=total, plugins=plugins)
             from_seq = snap_seq + 1
         result = await replay(
             source.reader,
@@ -77,8 +84,18 @@ async def run_async(args: argparse.Namespace) -> int:
             until_ms=until_ms,
             verify=args.verify,
             progress=Progress(total=max(total - from_seq + 1, 0)),
+            plugins=plugins,
         )
     out = sys.stdout
+    if args.verify and result.plugin_problems:
+        if args.json:
+            doc = {"verify": "plugins", "problems": [dict(p.as_json(), seq=seq) for seq, p in result.plugin_problems]}
+            out.write(json.dumps(doc, sort_keys=True) + "\n")
+        else:
+            _print_plugin_problems(result.plugin_problems, out)
+        return 1
+    for warning in warning_lines("replay", result.plugin_problems):
+        print(warning, file=sys.stderr)
     if result.mismatch is not None:
         if args.json:
             out.write(json.dumps(_mismatch_json(result.mismatch), sort_keys=True) + "\n")
@@ -100,6 +117,14 @@ async def run_async(args: argparse.Namespace) -> int:
         print(f"verify: decision batches cut short and never completed, starting at seq {seqs}", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_plugin_problems(problems: list[tuple[int, PluginProblem]], out: TextIO) -> None:
+    out.write("verify: NOT VERIFIED: the log's policy uses plugins that are missing or different here\n")
+    for seq, p in problems:
+        out.write(f"  {p.describe()} (policy in force at seq {seq})\n")
+        out.write(f"    to verify this log: {p.remedy()}\n")
+    out.write("  decisions recomputed with other plugins would differ for that reason alone; nothing was compared\n")
 
 
 def _print_summary(result: ReplayResult, summary: dict[str, Any], *, where: str, out: TextIO) -> None:
@@ -152,14 +177,16 @@ def _mismatch_json(m: Mismatch) -> dict[str, Any]:
     }
 
 
-async def _run_whatif(args: argparse.Namespace, *, until_seq: int | None, until_ms: int | None) -> int:
+async def _run_whatif(
+    args: argparse.Namespace, plugins: PluginSet, *, until_seq: int | None, until_ms: int | None
+) -> int:
     policy = load_policy_file(args.profile)
-    problems = core.validate_policy(policy)
+    problems = core.validate_policy(policy, plugins.registry)
     if problems:
         raise ConfigError("; ".join(problems), source=args.profile)
     async with open_source(args) as source:
         seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
-    run = WhatIf(seen, policy)
+    run = WhatIf(seen, policy, plugins=plugins)
     run.run()
     before, after = seen.recorded.summary(), run.outcomes.summary()
     diffs = differences(seen.recorded, run.outcomes)

@@ -35,6 +35,7 @@ from reconciler.shell.logsource import URL_FILE
 from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.metrics import ReconcilerMetrics, start_metrics_server
 from reconciler.shell.natsopts import connect_options
+from reconciler.shell.plugins import PluginDiscoveryError, installed
 from reconciler.shell.policy import policy_event
 
 SHUTDOWN_GRACE_S = 15.0
@@ -71,7 +72,12 @@ async def run_async(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"kdispatch serve: invalid config: {err}", file=sys.stderr)
         return 2
-    problems = core.validate_policy(policy)
+    try:
+        plugins = installed()
+    except PluginDiscoveryError as err:
+        print(f"kdispatch serve: {err}", file=sys.stderr)
+        return 2
+    problems = core.validate_policy(policy, plugins.registry)
     if problems:  # an unknown plugin or bad plugin args: say which, before leading with it
         where = args.config or "the default config"
         print(f"kdispatch serve: invalid policy in {where}:\n  " + "\n  ".join(problems), file=sys.stderr)
@@ -117,7 +123,7 @@ async def run_async(args: argparse.Namespace) -> int:
             log.info("metrics_listening", port=args.metrics_port)
         loop = LeaderLoop(
             jlog,
-            LoopSettings(leader_id=leader_id, policy=policy, snapshot_every=args.snapshot_every),
+            LoopSettings(leader_id=leader_id, policy=policy, snapshot_every=args.snapshot_every, plugins=plugins),
             metrics=metrics,
         )
         tasks.append(

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from reconciler.config import ConfigError
+from reconciler.shell.plugins import PluginDiscoveryError, installed
 from reconciler.simulate.profiles import PolicyDefaults, default_profiles, load_profiles
 from reconciler.simulate.progress import JobProgress
 from reconciler.simulate.readers import FORMATS, load_trace
@@ -100,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
             "they can never be placed (add it to the clusters' capacity)",
             file=sys.stderr,
         )
-    core = CoreApi.real()
+    try:
+        plugins = installed()
+    except PluginDiscoveryError as err:
+        print(f"kdispatch simulate: {err}", file=sys.stderr)
+        return 2
+    core = CoreApi.real(plugins.registry)
     runs: list[ProfileRun] = []
     for profile, settings in profiles:
         progress = JobProgress(total=len(trace.jobs), label=profile.name, enabled=not args.quiet)

@@ -11,7 +11,9 @@ from msgspec import Struct
 from eventlog.events import PolicyLoaded
 from reconciler.core import phases
 from reconciler.core.clusters import ClusterRecord
+from reconciler.core.framework.registry import Registry
 from reconciler.core.jobs import Claim, JobRecord
+from reconciler.core.plugins import BUILTINS
 from reconciler.core.state import State
 
 SNAPSHOT_VERSION = 1
@@ -78,14 +80,16 @@ def dump_state(state: State) -> bytes:
     )
 
 
-def load_state(raw: bytes) -> State:
+def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
+    """The state a snapshot holds, its profiles compiled against ``plugins`` (not part of the
+    snapshot: which plugins exist is the environment's, as for ``new_state``)."""
     try:
         snap = _decoder.decode(raw)
     except msgspec.DecodeError as err:
         raise SnapshotError(f"not a kdispatch core snapshot: {err}") from None
     if snap.version != SNAPSHOT_VERSION:
         raise SnapshotError(f"snapshot version {snap.version}, this core reads {SNAPSHOT_VERSION}: replay from the log")
-    state = State(policy=snap.policy, policy_override=snap.policy_override)
+    state = State(policy=snap.policy, policy_override=snap.policy_override, plugins=plugins)
     state.seq, state.now_ms = snap.seq, snap.now_ms
     state.install_policy()
     for name in snap.resources:

@@ -14,7 +14,9 @@ from eventlog.events import PolicyLoaded, Resources
 from reconciler.core import phases
 from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.profile import CompiledProfile, compile_policy
+from reconciler.core.framework.registry import Registry
 from reconciler.core.jobs import Claim, Copy, JobRecord
+from reconciler.core.plugins import BUILTINS
 from reconciler.core.pool import RunningPool
 
 DEFAULT_WORKER_LOST_TIMEOUT_MS = 60_000
@@ -28,6 +30,9 @@ class State:
     now_ms: int = 0
     policy: PolicyLoaded | None = None
     policy_override: PolicyLoaded | None = None
+    # The plugins profiles are compiled against: handed in by whoever builds the state (the shell
+    # adds third-party ones it discovered), never looked up here.
+    plugins: Registry = BUILTINS
     profiles: dict[str, CompiledProfile] = field(default_factory=dict)
     profile_errors: dict[str, str] = field(default_factory=dict)
     clusters: ClusterTable = field(default_factory=ClusterTable)
@@ -67,7 +72,7 @@ class State:
         return self.policy_override or self.policy
 
     def install_policy(self) -> None:
-        self.profiles, self.profile_errors = compile_policy(self.effective_policy)
+        self.profiles, self.profile_errors = compile_policy(self.effective_policy, self.plugins)
 
     @property
     def worker_lost_timeout_ms(self) -> int:

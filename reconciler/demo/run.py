@@ -39,6 +39,7 @@ from reconciler.shell.clusters.setup import ClusterSet
 from reconciler.shell.clusters.sim import SimCluster
 from reconciler.shell.leader import run_candidate
 from reconciler.shell.loop import LeaderLoop, LoopSettings
+from reconciler.shell.plugins import installed
 from reconciler.shell.policy import policy_event
 from reconciler.shell.replay import replay
 from reconciler.simulate.metrics import percentile, seconds
@@ -257,7 +258,7 @@ class Demo:
             argv += ["--data-dir", str(self.data_dir), "--config", str(config_path), "--log-level", "warning"]
             self.webhook = Supervised("webhook", argv)
             tasks.append(asyncio.create_task(self.webhook.run(stop), name="webhook"))
-            self.loop = LeaderLoop(jlog, LoopSettings(leader_id=f"demo-{self.run_id}", policy=policy_event(config.policy)))
+            self.loop = LeaderLoop(jlog, LoopSettings(leader_id=f"demo-{self.run_id}", policy=policy_event(config.policy), plugins=installed()))
             tasks.append(asyncio.create_task(run_candidate(jlog, self.loop, stop=stop), name="leader"))
             clusters = await ClusterSet.from_config(config)
             self.sims = {n: w for n, w in clusters.workers.items() if isinstance(w, SimCluster)}

@@ -6,8 +6,9 @@ One leader term (``LeaderLoop.run_term``), as Armada documents its cycle:
 2. rebuild: latest snapshot + the log after it, folded into a core ``State``;
 3. repair: if the log ends inside a decision batch (the previous leader died mid-append),
    recompute ``decide`` on the state before that batch and append the missing tail;
-4. record the configured policy (``PolicyLoaded``) if it differs from the last one in the log,
-   and decide once (inputs the previous leader appended but did not decide on);
+4. record the configured policy (``PolicyLoaded``, with the provenance of the plugins it uses)
+   if it differs from the last one in the log, and decide once (inputs the previous leader
+   appended but did not decide on);
 5. loop: pull inbox items (or a ``Tick`` when idle and a timer is due), append them stamped with
    the wall clock (never earlier than the last entry), fold, decide, append the decisions as one
    batch, fold them; snapshot every N entries at a batch boundary.
@@ -31,6 +32,7 @@ from eventlog.store import Fenced, InboxItem, NotLeader, Sequencer
 from reconciler import core
 from reconciler.shell.logging import event_context, get_logger
 from reconciler.shell.metrics import ReconcilerMetrics
+from reconciler.shell.plugins import PluginSet, check, installed
 from reconciler.shell.policy import same_policy
 from reconciler.shell.rebuild import LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
 
@@ -51,6 +53,7 @@ class LoopSettings:
     pull_max: int = 500
     idle_wait_s: float = 0.1  # longest wait for inbox items before checking timers / stop
     clock: Callable[[], int] = wall_ms
+    plugins: PluginSet | None = None  # this process's plugins (default: ``installed()``)
 
 
 class LeaderLoop:
@@ -119,7 +122,8 @@ class LeaderLoop:
 
     async def _start(self, seqr: Sequencer, bound: Any) -> None:
         last_seq, last_inbox = await seqr.resume()
-        rebuilt = await rebuild_for_leader(self.log, last_seq=last_seq)
+        plugins = self.settings.plugins if self.settings.plugins is not None else installed()
+        rebuilt = await rebuild_for_leader(self.log, last_seq=last_seq, plugins=plugins)
         self.state = rebuilt.state
         self.last_seq = rebuilt.last_seq
         self.last_at_ms = rebuilt.last_at_ms
@@ -143,10 +147,20 @@ class LeaderLoop:
             )
             self._fold_all(entries, decisions=True)
             bound.warning("batch_completed", appended=len(entries), count=rebuilt.repair_count)
-        policy = self.settings.policy
+        policy = plugins.stamp(self.settings.policy) if self.settings.policy is not None else None
         if policy is not None and not same_policy(policy, rebuilt.policy):
             await self._append_inputs(seqr, [InboxItem(inbox_seq=None, event=policy)])
-            bound.info("policy_recorded", profiles=[p.name for p in policy.profiles])
+            bound.info(
+                "policy_recorded",
+                profiles=[p.name for p in policy.profiles],
+                third_party_plugins=[
+                    f"{r.name}={r.distribution}=={r.version}" for r in policy.plugins or [] if not r.builtin
+                ],
+            )
+        elif policy is None:
+            # Running on the log's policy: its decisions from here on use this process's plugins.
+            for problem in check(rebuilt.policy, plugins):
+                bound.warning("policy_plugin_differs", problem=problem.describe(), remedy=problem.remedy())
         # Inputs the previous leader appended without deciding on (or a new policy) need a decision.
         await self._decide_and_append(seqr, at_ms=self.last_at_ms)
         self.ready.set()

@@ -18,6 +18,7 @@ from eventlog import events as ev
 from eventlog.store import LogReader, Sequencer, SnapshotStore
 from reconciler import core
 from reconciler.shell.logging import get_logger
+from reconciler.shell.plugins import PluginSet, installed
 from reconciler.shell.progress import Progress
 from reconciler.shell.replay import replay
 
@@ -78,19 +79,21 @@ class Rebuilt:
 
 
 async def load_snapshot(
-    snapshots: SnapshotStore | None, *, at_or_before: int
+    snapshots: SnapshotStore | None, *, at_or_before: int, plugins: PluginSet | None = None
 ) -> tuple[core.State, int, int, ev.PolicyLoaded | None]:
-    """(state, seq, at_ms, policy) from the latest usable snapshot, or a fresh state at seq 0."""
+    """(state, seq, at_ms, policy) from the latest usable snapshot, or a fresh state at seq 0,
+    its profiles compiled against ``plugins`` (default: ``installed()``)."""
+    registry = (plugins if plugins is not None else installed()).registry
     if snapshots is not None and at_or_before > 0:
         found = await snapshots.latest(at_or_before=at_or_before)
         if found is not None:
             seq, data = found
             try:
                 snap = decode_snapshot(data)
-                return core.load_state(snap.state), snap.seq, snap.at_ms, snap.policy
+                return core.load_state(snap.state, plugins=registry), snap.seq, snap.at_ms, snap.policy
             except Exception as err:  # a snapshot from another version is a cache miss, not a failure
                 log.warning("snapshot_unusable", seq=seq, error=str(err))
-    return core.new_state(), 0, 0, None
+    return core.new_state(plugins=registry), 0, 0, None
 
 
 @dataclass
@@ -110,16 +113,24 @@ async def rebuild_state(
     until_ms: int | None = None,
     label: str = "rebuild",
     logger: Any = None,
+    plugins: PluginSet | None = None,
 ) -> Folded:
     """Fold the log up to the bounds, from the latest snapshot at or before them when possible."""
+    plugins = plugins if plugins is not None else installed()
     last = until_seq if until_seq is not None else await reader.last_seq()
     snap_at = last if until_ms is None else 0  # a time bound says nothing about snapshot seqs
-    state, seq, at_ms, policy = await load_snapshot(snapshots, at_or_before=snap_at)
+    state, seq, at_ms, policy = await load_snapshot(snapshots, at_or_before=snap_at, plugins=plugins)
     if seq >= last and until_ms is None:
         return Folded(state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, snapshot_seq=seq)
     progress = Progress(total=max(last - seq, 0), label=label, logger=logger)
     result = await replay(
-        reader, state=state, from_seq=seq + 1, until_seq=until_seq, until_ms=until_ms, progress=progress
+        reader,
+        state=state,
+        from_seq=seq + 1,
+        until_seq=until_seq,
+        until_ms=until_ms,
+        progress=progress,
+        plugins=plugins,
     )
     return Folded(
         state=result.state,
@@ -130,7 +141,7 @@ async def rebuild_state(
     )
 
 
-async def rebuild_for_leader(log_: LogHandle, *, last_seq: int) -> Rebuilt:
+async def rebuild_for_leader(log_: LogHandle, *, last_seq: int, plugins: PluginSet | None = None) -> Rebuilt:
     """The leader's view of the log up to ``last_seq``, with the repair of a batch cut short."""
     reader = log_.reader
     last_entry: ev.LogEntry | None = None
@@ -139,7 +150,7 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int) -> Rebuilt:
             last_entry = chunk[-1] if chunk else last_entry
     cut = last_entry is not None and last_entry.batch is not None and last_entry.batch[0] < last_entry.batch[1] - 1
     if not cut or last_entry is None or last_entry.batch is None:
-        f = await rebuild_state(reader, log_.snapshots, until_seq=last_seq, logger=log)
+        f = await rebuild_state(reader, log_.snapshots, until_seq=last_seq, logger=log, plugins=plugins)
         return Rebuilt(
             state=f.state,
             last_seq=f.last_seq,
@@ -150,7 +161,7 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int) -> Rebuilt:
         )
     index, count = last_entry.batch
     batch_start = last_entry.seq - index
-    f = await rebuild_state(reader, log_.snapshots, until_seq=batch_start - 1, logger=log)
+    f = await rebuild_state(reader, log_.snapshots, until_seq=batch_start - 1, logger=log, plugins=plugins)
     state = f.state
     recomputed = core.decide(state)
     recorded: list[ev.LogEntry] = []

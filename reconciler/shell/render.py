@@ -94,6 +94,10 @@ def _value(name: str, value: Any) -> str:
         return "[" + ",".join(v.key for v in value) + "]"
     if name == "profiles":
         return "[" + ",".join(p.name for p in value) + "]"
+    if name == "plugins" and isinstance(value, list):  # PolicyLoaded: third-party ones matter
+        builtin = sum(1 for r in value if r.builtin)
+        named = [f"{r.name}({r.distribution}=={r.version})" for r in value if not r.builtin]
+        return "[" + ",".join([*named, f"{builtin} built-in"] if builtin else named) + "]"
     if name.endswith("_ms") and isinstance(value, int) and value > 1_000_000_000_000:
         return format_ms(value)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):

@@ -9,6 +9,11 @@ by ``decide`` on the state as it was just before the batch's first entry, so rep
   recorded, byte for byte (``codec.encode``); the first difference stops the replay;
 - look inside: hand the state before each decision to a callback (``explain`` uses it).
 
+Each policy folded is checked against the plugins installed here (``reconciler.shell.plugins``):
+a plugin it uses that is missing or another version than the log records is reported
+(``plugin_problems``); ``verify`` stops there, since recomputing with other plugins could only
+report a mismatch that says nothing about the core.
+
 Batches are grouped here (``units``) so every consumer sees a batch as one unit, whatever the
 reader's own batching is.
 """
@@ -22,6 +27,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader
 from reconciler import core
+from reconciler.shell.plugins import PluginProblem, PluginSet, check, installed
 from reconciler.shell.progress import Progress
 
 
@@ -126,6 +132,16 @@ class ReplayResult:
     incomplete_batches: list[int] = field(default_factory=list)  # first seqs of batches cut short
     mismatch: Mismatch | None = None
     last_policy: ev.PolicyLoaded | None = None
+    # Plugins the log's policies use that are missing or different here, with the seq where that
+    # policy was in force (its own, or the snapshot's the replay started from). Once per plugin.
+    plugin_problems: list[tuple[int, PluginProblem]] = field(default_factory=list)
+
+    def note_plugins(self, seq: int, policy: ev.PolicyLoaded | None, plugins: PluginSet) -> bool:
+        """Record the problems of ``policy``; True when it has any."""
+        problems = check(policy, plugins)
+        seen = {(p.name, p.recorded, p.found) for _, p in self.plugin_problems}
+        self.plugin_problems += [(seq, p) for p in problems if (p.name, p.recorded, p.found) not in seen]
+        return bool(problems)
 
 
 InputHook = Callable[[ev.LogEntry], None]
@@ -168,6 +184,7 @@ async def replay(
     on_input: InputHook | None = None,
     on_decision: DecisionHook | None = None,
     progress: Progress | None = None,
+    plugins: PluginSet | None = None,
 ) -> ReplayResult:
     """Fold the log (from ``from_seq``, onto ``state`` if given) up to the bounds.
 
@@ -178,8 +195,17 @@ async def replay(
 ``decide`` now makes some (decisions missing from the log). A batch cut short at the very end of the log is normal after a leader
     crash (the next leader completes it); one cut short in the middle is reported in
     ``incomplete_batches``.
+
+    ``plugins``: this environment's (default: ``installed()``); a fresh state is built on them,
+    and every policy folded is checked against them (``result.plugin_problems``; with ``verify``
+    the replay stops at the first policy with problems).
     """
-    result = ReplayResult(state=state if state is not None else core.new_state())
+    plugins = plugins if plugins is not None else installed()
+    result = ReplayResult(state=state if state is not None else core.new_state(plugins=plugins.registry))
+    start = result.state
+    from_snapshot = start.policy_override is None and start.policy is not None
+    if from_snapshot and result.note_plugins(start.seq, start.policy, plugins) and verify:
+        return result
     cut_short_at_end = False
     previous: ev.LogEntry | None = None  # the last input folded, if nothing came after it yet
     source = entries(reader, from_seq=from_seq, until_seq=until_seq, until_ms=until_ms, progress=progress)
@@ -220,6 +246,10 @@ async def replay(
                 _count(result, unit)
                 if isinstance(unit.event, ev.PolicyLoaded):
                     result.last_policy = unit.event
+                    if result.state.policy_override is None:
+                        stop = result.note_plugins(unit.seq, unit.event, plugins)
+                        if stop and verify:
+                            return result
     finally:
         if progress is not None:
             progress.close()

@@ -29,6 +29,7 @@ from eventlog.store import LogReader
 from reconciler import core
 from reconciler.shell.logsource import format_ms
 from reconciler.shell.outcomes import Outcomes
+from reconciler.shell.plugins import PluginSet, installed
 from reconciler.sim.worker import SimWorker
 
 # A run that takes this many steps without time moving is stuck (a model bug), not busy.
@@ -103,9 +104,10 @@ async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | N
 
 
 class WhatIf:
-    def __init__(self, seen: Observed, policy: ev.PolicyLoaded) -> None:
+    def __init__(self, seen: Observed, policy: ev.PolicyLoaded, *, plugins: PluginSet | None = None) -> None:
         self.seen = seen
-        self.state = core.new_state(policy_override=policy)
+        registry = (plugins if plugins is not None else installed()).registry
+        self.state = core.new_state(policy_override=policy, plugins=registry)
         self.workers: dict[str, SimWorker] = {}
         self.jobs: dict[str, ev.JobSubmitted] = {}
         self.outcomes = Outcomes()

@@ -17,16 +17,20 @@ ever lost, without a batch every few virtual seconds across a 149-day trace.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from eventlog import events as ev
 from reconciler.simulate.trace import Trace, TraceCluster, TraceJob
+
+if TYPE_CHECKING:
+    from reconciler.core import Registry
 
 # 2024-01-01T00:00:00Z: trace time 0. Fixed, so runs are byte-for-byte reproducible.
 EPOCH_MS = 1_704_067_200_000
@@ -68,11 +72,14 @@ class CoreApi:
     next_deadline: Callable[[Any], int | None]
 
     @classmethod
-    def real(cls) -> CoreApi:
+    def real(cls, plugins: Registry | None = None) -> CoreApi:
+        """The real core; ``plugins``: the ``Registry`` states compile profiles against (the
+        built-in plugins when not given)."""
         from reconciler import core
 
+        registry = plugins if plugins is not None else core.BUILTINS
         return cls(
-            new_state=core.new_state,
+            new_state=functools.partial(core.new_state, plugins=registry),
             fold=core.fold,
             decide=core.decide,
             next_deadline=core.next_deadline,

@@ -1,9 +1,10 @@
 """Profiles: the ``Profile`` events of the policy, compiled into plugin instances.
 
-Compilation validates everything (plugin names, kinds, arguments, weights, strategy) and reports
-problems with a field path, so the shell can refuse a bad policy before recording it. A profile
-that is somehow invalid in the log does not crash the core: its jobs are reported unschedulable
-with the error.
+Profiles are compiled against the plugin registry the caller hands in: the framework knows no
+plugin by itself, not even the built-in ones. Compilation validates everything (plugin names,
+kinds, arguments, weights, strategy) and reports problems with a field path, so the shell can
+refuse a bad policy before recording it. A profile that is somehow invalid in the log does not
+crash the core: its jobs are reported unschedulable with the error.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from typing import Any
 
 from eventlog.events import FilterSpec, PolicyLoaded, Profile, ScoreSpec, StrategySpec
 from reconciler.core.framework.interface import FilterPlugin, FilterResult, ScorePlugin
-from reconciler.core.framework.registry import REGISTRY, PluginError, load_entry_points
-from reconciler.core.plugins import __name__ as _builtin_plugins  # noqa: F401  (registers them)
+from reconciler.core.framework.registry import PluginError, Registry
 
 HEALTH = "ClusterHealth"
 
@@ -56,25 +56,24 @@ class CompiledProfile:
         return self.spec.name
 
 
-def compile_profile(profile: Profile, *, path: str = "profile") -> CompiledProfile:
-    load_entry_points()
+def compile_profile(profile: Profile, registry: Registry, *, path: str = "profile") -> CompiledProfile:
     filters: list[tuple[str, FilterPlugin]] = []
     names = [f.name for f in profile.filters]
     if HEALTH not in names:  # never dispatch to a lost cluster, whatever the profile says
-        filters.append((HEALTH, REGISTRY.build_filter(HEALTH, {}, path=f"{path}.filters[implicit]")))
+        filters.append((HEALTH, registry.build_filter(HEALTH, {}, path=f"{path}.filters[implicit]")))
     seen: dict[str, int] = {}
     for i, spec in enumerate(profile.filters):
         where = f"{path}.filters[{i}]"
         if spec.name in seen:
             raise PluginError(f"filter {spec.name} listed twice", path=where)
         seen[spec.name] = i
-        filters.append((spec.name, REGISTRY.build_filter(spec.name, _args(spec.args), path=where)))
+        filters.append((spec.name, registry.build_filter(spec.name, _args(spec.args), path=where)))
     scores: list[tuple[str, int, ScorePlugin]] = []
     for i, score in enumerate(profile.scores):
         where = f"{path}.scores[{i}]"
         if not 0 <= score.weight <= 100:
             raise PluginError(f"weight {score.weight} out of range 0..100", path=f"{where}.weight")
-        scores.append((score.name, score.weight, REGISTRY.build_score(score.name, _args(score.args), path=where)))
+        scores.append((score.name, score.weight, registry.build_score(score.name, _args(score.args), path=where)))
     strategy = profile.strategy
     if strategy.type == "Incremental" and strategy.step_size < 1:
         raise PluginError("stepSize must be at least 1", path=f"{path}.strategy.step_size")
@@ -89,7 +88,9 @@ def _args(args: dict[str, Any]) -> dict[str, Any]:
     return dict(args)
 
 
-def compile_policy(policy: PolicyLoaded | None) -> tuple[dict[str, CompiledProfile], dict[str, str]]:
+def compile_policy(
+    policy: PolicyLoaded | None, registry: Registry
+) -> tuple[dict[str, CompiledProfile], dict[str, str]]:
     """Profiles by name (the built-in default unless the policy defines ``default``), and the
     errors of profiles that failed to compile (name -> message)."""
     compiled: dict[str, CompiledProfile] = {}
@@ -97,15 +98,30 @@ def compile_policy(policy: PolicyLoaded | None) -> tuple[dict[str, CompiledProfi
     profiles = list(policy.profiles) if policy else []
     for i, profile in enumerate(profiles):
         try:
-            compiled[profile.name] = compile_profile(profile, path=f"$.profiles[{i}]")
+            compiled[profile.name] = compile_profile(profile, registry, path=f"$.profiles[{i}]")
         except PluginError as err:
             errors[profile.name] = str(err)
     if "default" not in compiled and "default" not in errors:
-        compiled["default"] = compile_profile(DEFAULT_PROFILE, path="default")
+        compiled["default"] = compile_profile(DEFAULT_PROFILE, registry, path="default")
     return compiled, errors
 
 
-def validate_policy(policy: PolicyLoaded) -> list[str]:
+def validate_policy(policy: PolicyLoaded, registry: Registry) -> list[str]:
     """Every problem in a policy, with field paths; empty when the policy is usable."""
-    _, errors = compile_policy(policy)
+    _, errors = compile_policy(policy, registry)
     return [errors[name] for name in sorted(errors)]
+
+
+def plugins_used(policy: PolicyLoaded | None) -> dict[str, list[str]]:
+    """The plugins a policy puts to work, by name (sorted), each with the profiles that use it:
+    what ``compile_policy`` builds (the implicit health filter, the built-in default profile
+    unless the policy defines one), whether or not the plugin exists."""
+    profiles = list(policy.profiles) if policy else []
+    if not any(p.name == "default" for p in profiles):
+        profiles.append(DEFAULT_PROFILE)
+    used: dict[str, list[str]] = {}
+    for profile in profiles:
+        names = [HEALTH, *(f.name for f in profile.filters), *(s.name for s in profile.scores)]
+        for name in dict.fromkeys(names):
+            used.setdefault(name, []).append(profile.name)
+    return {name: used[name] for name in sorted(used)}

@@ -1,22 +1,20 @@
-"""One registry: plugin name -> factory. Duplicate names are an error.
+"""The registry type: plugin name -> plugin class, a value the core is handed, never a global.
 
-Built-in plugins register at import; third-party ones are found through the ``kdispatch.plugins``
-entry-point group (each entry point names a ``Plugin`` subclass) and get exactly the same
-interface. Arguments are validated (msgspec, unknown fields rejected) with field paths before the
-first cycle.
+The core compiles profiles against the registry it was given (``new_state(plugins=...)``); which
+plugins exist is decided outside it: ``reconciler.core.plugins.BUILTINS`` holds ours, and the shell
+(``reconciler.shell.plugins``) adds third-party ones found through entry points. Duplicate names
+are an error. Arguments are validated (msgspec, unknown fields rejected) with field paths before
+the first cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from importlib import metadata
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
 from reconciler.core.framework.interface import FilterPlugin, Plugin, ScorePlugin
-
-ENTRY_POINT_GROUP = "kdispatch.plugins"
 
 
 class PluginError(ValueError):
@@ -28,23 +26,28 @@ class PluginError(ValueError):
         self.message = message
 
 
-Factory = Callable[[Any], Plugin]
-
-
 class Registry:
-    def __init__(self) -> None:
-        self._plugins: dict[str, type[Plugin]] = {}
+    """Plugin classes by name, fixed when built (``Registry(classes)``; ``with_plugins`` makes
+    another): a registry that changed under a running core would make replay depend on when."""
 
-    def register(self, plugin: type[Plugin]) -> type[Plugin]:
-        if not plugin.name:
-            raise PluginError(f"{plugin.__qualname__} has no name", path="registry")
-        if plugin.name in self._plugins and self._plugins[plugin.name] is not plugin:
-            raise PluginError(f"duplicate plugin name {plugin.name!r}", path="registry")
-        self._plugins[plugin.name] = plugin
-        return plugin
+    def __init__(self, plugins: Iterable[type[Plugin]] = ()) -> None:
+        self._plugins: dict[str, type[Plugin]] = {}
+        for plugin in plugins:
+            if not plugin.name:
+                raise PluginError(f"{plugin.__qualname__} has no name", path="registry")
+            if plugin.name in self._plugins and self._plugins[plugin.name] is not plugin:
+                raise PluginError(f"duplicate plugin name {plugin.name!r}", path="registry")
+            self._plugins[plugin.name] = plugin
+
+    def with_plugins(self, plugins: Iterable[type[Plugin]]) -> Registry:
+        """A new registry with these plugins added (this one is left as it was)."""
+        return Registry([*self._plugins.values(), *plugins])
 
     def names(self) -> list[str]:
         return sorted(self._plugins)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._plugins
 
     def get(self, name: str, *, path: str) -> type[Plugin]:
         plugin = self._plugins.get(name)
@@ -78,27 +81,3 @@ class Registry:
             where = text.rsplit(" - at `$", 1)[1].rstrip("`") if " - at `$" in text else ""
             raise PluginError(text.split(" - at `")[0], path=f"{path}.args{where}") from None
         return cls(typed)
-
-
-REGISTRY = Registry()
-_loaded_groups: list[str] = []
-
-
-def register(plugin: type[Plugin]) -> type[Plugin]:
-    """Class decorator for built-in plugins."""
-    return REGISTRY.register(plugin)
-
-
-def load_entry_points(group: str = ENTRY_POINT_GROUP) -> list[str]:
-    """Register third-party plugins once; returns their names (for logs and docs)."""
-    if group in _loaded_groups:
-        return []
-    _loaded_groups.append(group)
-    loaded = []
-    for ep in sorted(metadata.entry_points(group=group), key=lambda e: e.name):
-        plugin = ep.load()
-        if not (isinstance(plugin, type) and issubclass(plugin, (FilterPlugin, ScorePlugin))):
-            raise PluginError(f"entry point {ep.value} is not a FilterPlugin/ScorePlugin subclass", path=ep.name)
-        REGISTRY.register(plugin)
-        loaded.append(plugin.name)
-    return loaded

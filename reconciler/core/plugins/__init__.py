@@ -1,9 +1,37 @@
-"""Built-in filter and score plugins; importing this package registers them."""
+"""The built-in filter and score plugins, assembled into the registry the core starts from.
 
-import reconciler.core.plugins.affinity
-import reconciler.core.plugins.capacity
-import reconciler.core.plugins.health
-import reconciler.core.plugins.locality
-import reconciler.core.plugins.pinning
-import reconciler.core.plugins.selector
-import reconciler.core.plugins.taints  # noqa: F401
+Plugins depend on the framework (``reconciler.core.framework``), never the reverse: the framework
+only learns of them through the ``Registry`` value it is handed.
+"""
+
+from __future__ import annotations
+
+from reconciler.core.framework.interface import Plugin
+from reconciler.core.framework.registry import Registry
+from reconciler.core.plugins.affinity import ClusterAffinity, ClusterAffinityScore
+from reconciler.core.plugins.capacity import BinPack, CapacityScore, ClusterFeasibility, ClusterHeadroom
+from reconciler.core.plugins.health import ClusterHealth
+from reconciler.core.plugins.locality import LocalityScore
+from reconciler.core.plugins.pinning import ClusterPinning
+from reconciler.core.plugins.selector import ClusterSelector
+from reconciler.core.plugins.taints import ClusterTaints, ClusterTaintScore
+
+BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
+    ClusterHealth,
+    ClusterPinning,
+    ClusterSelector,
+    ClusterAffinity,
+    ClusterAffinityScore,
+    ClusterTaints,
+    ClusterTaintScore,
+    ClusterFeasibility,
+    ClusterHeadroom,
+    CapacityScore,
+    BinPack,
+    LocalityScore,
+)
+
+BUILTINS = Registry(BUILTIN_PLUGINS)
+"""Every built-in plugin; the shell adds third-party ones to a copy (``with_plugins``)."""
+
+__all__ = ["BUILTINS", "BUILTIN_PLUGINS"]

@@ -12,7 +12,6 @@ from reconciler.core.framework.interface import (
     Scores,
     Slots,
 )
-from reconciler.core.framework.registry import register
 from reconciler.core.framework.selectors import term_mask, terms_mask
 from reconciler.core.framework.status import Code, Reason
 
@@ -21,7 +20,6 @@ SCORE_NAME = "ClusterAffinityScore"
 REASON_NO_TERM = "no required cluster-affinity term matches"
 
 
-@register
 class ClusterAffinity(FilterPlugin):
     name = NAME
     static = True
@@ -34,7 +32,6 @@ class ClusterAffinity(FilterPlugin):
         return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NO_TERM))
 
 
-@register
 class ClusterAffinityScore(ScorePlugin):
     """Sum of the weights of the preferred terms a cluster matches, normalized by the best."""
 

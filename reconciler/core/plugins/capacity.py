@@ -21,7 +21,6 @@ from reconciler.core.framework.interface import (
     Scores,
     Slots,
 )
-from reconciler.core.framework.registry import register
 from reconciler.core.framework.status import Code, Reason
 
 FEASIBILITY = "ClusterFeasibility"
@@ -58,7 +57,6 @@ def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], cod
     return FilterResult(verdict=verdict, reasons=reasons)
 
 
-@register
 class ClusterFeasibility(FilterPlugin):
     name = FEASIBILITY
     static = True
@@ -67,7 +65,6 @@ class ClusterFeasibility(FilterPlugin):
         return _fit(inp, slots, available=inp.clusters.capacity, code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
 
 
-@register
 class ClusterHeadroom(FilterPlugin):
     name = HEADROOM
 
@@ -93,7 +90,6 @@ def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
     return out
 
 
-@register
 class CapacityScore(ScorePlugin):
     name = CAPACITY_SCORE
 
@@ -104,7 +100,6 @@ class CapacityScore(ScorePlugin):
         return scores  # already 0..100 and comparable across jobs
 
 
-@register
 class BinPack(ScorePlugin):
     name = BINPACK
 

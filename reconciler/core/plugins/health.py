@@ -5,14 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
-from reconciler.core.framework.registry import register
 from reconciler.core.framework.status import Code, Reason
 
 NAME = "ClusterHealth"
 REASON_NOT_READY = "cluster not ready (lost or removed)"
 
 
-@register
 class ClusterHealth(FilterPlugin):
     name = NAME
 

@@ -12,7 +12,6 @@ import numpy as np
 from msgspec import Struct, field
 
 from reconciler.core.framework.interface import CycleInput, ScorePlugin, Scores, Slots
-from reconciler.core.framework.registry import register
 
 NAME = "LocalityScore"
 
@@ -22,7 +21,6 @@ class LocalityArgs(Struct, kw_only=True, forbid_unknown_fields=True, rename="cam
     weights: dict[str, int] = field(default_factory=dict)
 
 
-@register
 class LocalityScore(ScorePlugin):
     name = NAME
     Args = LocalityArgs

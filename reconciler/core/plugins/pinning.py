@@ -5,14 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
-from reconciler.core.framework.registry import register
 from reconciler.core.framework.status import Code, Reason
 
 NAME = "ClusterPinning"
 REASON_NOT_PINNED = "not in the job's cluster-names"
 
 
-@register
 class ClusterPinning(FilterPlugin):
     name = NAME
     static = True

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
-from reconciler.core.framework.registry import register
 from reconciler.core.framework.status import Code, Reason
 
 NAME = "ClusterSelector"
@@ -15,7 +14,6 @@ def reason_label(key: str, value: str) -> str:
     return f"label {key}={value} missing"
 
 
-@register
 class ClusterSelector(FilterPlugin):
     name = NAME
     static = True

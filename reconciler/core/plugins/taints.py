@@ -18,7 +18,6 @@ from reconciler.core.framework.interface import (
     Slots,
     normalize_by_max,
 )
-from reconciler.core.framework.registry import register
 from reconciler.core.framework.status import Code, Reason
 from reconciler.core.framework.tolerations import tolerated
 
@@ -30,7 +29,6 @@ def reason_taint(taint_id: str) -> str:
     return f"taint {taint_id} not tolerated"
 
 
-@register
 class ClusterTaints(FilterPlugin):
     name = NAME
     static = True
@@ -53,7 +51,6 @@ class ClusterTaints(FilterPlugin):
         return FilterResult(verdict=verdict, reasons=reasons)
 
 
-@register
 class ClusterTaintScore(ScorePlugin):
     name = SCORE_NAME
 

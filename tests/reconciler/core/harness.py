@@ -10,12 +10,18 @@ from collections.abc import Iterable
 
 from eventlog import codec
 from eventlog import events as ev
-from reconciler.core import State, decide, fold, new_state
+from reconciler.core import BUILTINS, Registry, State, decide, fold, new_state
 
 
 class Harness:
-    def __init__(self, *, policy: ev.PolicyLoaded | None = None, override: ev.PolicyLoaded | None = None) -> None:
-        self.state: State = new_state(policy_override=override)
+    def __init__(
+        self,
+        *,
+        policy: ev.PolicyLoaded | None = None,
+        override: ev.PolicyLoaded | None = None,
+        plugins: Registry = BUILTINS,
+    ) -> None:
+        self.state: State = new_state(policy_override=override, plugins=plugins)
         self.log: list[ev.LogEntry] = []
         self.now = 1_000_000
         self.inbox_seq = 0

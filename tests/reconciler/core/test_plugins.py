@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from eventlog import events as ev
-from reconciler.core import REGISTRY, PluginError
+from reconciler.core import BUILTINS, PluginError
 from reconciler.core.framework.interface import FilterPlugin, ScorePlugin, normalize_by_max
 from reconciler.core.framework.status import Code
 from reconciler.core.scratch import Scratch
@@ -22,7 +22,7 @@ def world(*clusters: ev.ClusterRegistered, spec: ev.JobSubmitted) -> tuple[Harne
 def verdicts(name: str, *clusters: ev.ClusterRegistered, spec: ev.JobSubmitted) -> dict[str, str]:
     """cluster -> "" if it passes, else the reason."""
     h, inp = world(*clusters, spec=spec)
-    plugin = REGISTRY.build(name, {}, path="test")
+    plugin = BUILTINS.build(name, {}, path="test")
     assert isinstance(plugin, FilterPlugin)
     table = h.state.clusters
     slots = np.arange(len(table), dtype=np.intp)
@@ -32,7 +32,7 @@ def verdicts(name: str, *clusters: ev.ClusterRegistered, spec: ev.JobSubmitted) 
 
 def scores(name: str, *clusters: ev.ClusterRegistered, spec: ev.JobSubmitted, args: dict | None = None) -> dict[str, int]:
     h, inp = world(*clusters, spec=spec)
-    plugin = REGISTRY.build(name, args or {}, path="test")
+    plugin = BUILTINS.build(name, args or {}, path="test")
     assert isinstance(plugin, ScorePlugin)
     table = h.state.clusters
     slots = np.arange(len(table), dtype=np.intp)
@@ -141,8 +141,8 @@ def test_feasibility_is_total_capacity_and_headroom_is_free_now() -> None:
     h.inputs(job("j", cpu=3_000, gpu=1))
     inp = Scratch.start(h.state).cycle_input(h.state.jobs["team/j"])
     slots = np.arange(2, dtype=np.intp)
-    feas = REGISTRY.build("ClusterFeasibility", {}, path="t").filter(inp, slots)  # type: ignore[attr-defined]
-    head = REGISTRY.build("ClusterHeadroom", {}, path="t").filter(inp, slots)  # type: ignore[attr-defined]
+    feas = BUILTINS.build("ClusterFeasibility", {}, path="t").filter(inp, slots)  # type: ignore[attr-defined]
+    head = BUILTINS.build("ClusterHeadroom", {}, path="t").filter(inp, slots)  # type: ignore[attr-defined]
     assert [feas.reasons[v - 1].message if v else "" for v in feas.verdict] == ["insufficient nvidia.com/gpu", ""]
     assert feas.reasons[0].code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert [head.reasons[v - 1].message if v else "" for v in head.verdict] == [
@@ -189,13 +189,13 @@ def test_normalize_by_max() -> None:
 
 def test_plugin_arguments_are_validated_with_field_paths() -> None:
     with pytest.raises(PluginError) as err:
-        REGISTRY.build("LocalityScore", {"prefered": {}}, path="$.profiles[0].scores[2]")
+        BUILTINS.build("LocalityScore", {"prefered": {}}, path="$.profiles[0].scores[2]")
     assert err.value.path.startswith("$.profiles[0].scores[2].args")
     assert "prefered" in str(err.value)
     with pytest.raises(PluginError, match="takes no arguments"):
-        REGISTRY.build("ClusterTaints", {"x": 1}, path="p")
+        BUILTINS.build("ClusterTaints", {"x": 1}, path="p")
     with pytest.raises(PluginError, match="unknown plugin 'ClusterMagic'"):
-        REGISTRY.build("ClusterMagic", {}, path="p")
+        BUILTINS.build("ClusterMagic", {}, path="p")
 
 
 def test_duplicate_plugin_names_are_an_error() -> None:
@@ -207,24 +207,21 @@ def test_duplicate_plugin_names_are_an_error() -> None:
     class B(FilterPlugin):
         name = "Same"
 
-    registry = Registry()
-    registry.register(A)
     with pytest.raises(PluginError, match="duplicate plugin name 'Same'"):
-        registry.register(B)
+        Registry([A, B])
+    with pytest.raises(PluginError, match="duplicate plugin name 'Same'"):
+        Registry([A]).with_plugins([B])
 
 
 def test_a_plugin_that_raises_makes_the_job_unschedulable_with_the_cause_not_the_leader_crash() -> None:
-    from reconciler.core.framework.registry import REGISTRY as registry
-
     class Broken(FilterPlugin):
         name = "BrokenForTest"
 
         def filter(self, inp: object, slots: object) -> object:  # type: ignore[override]
             raise RuntimeError("boom")
 
-    registry.register(Broken)
     profile = ev.Profile(name="default", filters=[ev.FilterSpec(name="BrokenForTest")])
-    h = Harness(policy=ev.PolicyLoaded(profiles=[profile]))
+    h = Harness(policy=ev.PolicyLoaded(profiles=[profile]), plugins=BUILTINS.with_plugins([Broken]))
     h.inputs(cluster("a"), cluster("b"))
     [u] = h.feed(job("j"))
     assert isinstance(u, ev.Unschedulable)

@@ -1,11 +1,8 @@
-"""Strategies, profiles, policy validation and third-party plugins through entry points."""
+"""Strategies, profiles, policy validation and third-party plugins (found by the shell through
+entry points, handed to the core as a value)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import msgspec
@@ -14,6 +11,8 @@ import pytest
 from eventlog import events as ev
 from reconciler.core import DEFAULT_PROFILE, validate_policy
 from reconciler.core.strategies import choose, round_deadline
+from reconciler.shell.plugins import PluginDiscoveryError, discover
+from tests.reconciler import gpugen
 from tests.reconciler.core.harness import Harness, cluster, job, of_type
 
 RANKED = ["c1", "c2", "c3", "c4", "c5"]
@@ -96,57 +95,34 @@ def test_binpack_profile_packs_where_the_default_spreads() -> None:
     assert n1.clusters == ["roomy"] and n2.clusters == ["tight"]
 
 
-PLUGIN = '''
-import numpy as np
-from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
-from reconciler.core.framework.status import Code, Reason
-from msgspec import Struct
-
-class Args(Struct, forbid_unknown_fields=True):
-    minimum: int = 0
-
-class GpuGeneration(FilterPlugin):
-    """Only clusters whose label gpu-gen is at least ``minimum``."""
-    name = "GpuGeneration"
-    Args = Args
-    static = True
-
-    def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
-        gen = inp.clusters.label("gpu-gen").numeric[slots]
-        with np.errstate(invalid="ignore"):
-            ok = gen >= self.args.minimum
-        return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, "gpu generation too old"))
-'''
-
-DRIVER = '''
-from eventlog import events as ev
-from reconciler.core import DEFAULT_PROFILE
-from tests.reconciler.core.harness import Harness, cluster, job
-import msgspec
-
-profile = msgspec.structs.replace(
-    DEFAULT_PROFILE, filters=[*DEFAULT_PROFILE.filters, ev.FilterSpec(name="GpuGeneration", args={"minimum": 4})]
-)
-h = Harness(policy=ev.PolicyLoaded(profiles=[profile]))
-h.inputs(cluster("old", cpu=999_000, labels={"gpu-gen": "3"}), cluster("new", labels={"gpu-gen": "5"}))
-print(h.feed(job("j"))[0].clusters)
-h.inputs(cluster("older", labels={"gpu-gen": "2"}))
-h.feed(job("big", cpu=80_000))
-print(h.state.jobs["team/big"].last_reason)
-'''
+def test_third_party_plugins_come_from_the_shell_not_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(gpugen.install(tmp_path, version="0.1")))
+    plugins = discover()  # the shell reads the installed distributions ...
+    assert plugins.refs["GpuGeneration"] == ev.PluginRef(name="GpuGeneration", distribution="kd-gpugen", version="0.1")
+    assert plugins.refs["ClusterHealth"].builtin and plugins.refs["ClusterHealth"].distribution == "kdispatch"
+    policy = ev.PolicyLoaded(profiles=[gpugen.PROFILE])
+    h = Harness(policy=policy, plugins=plugins.registry)  # ... and hands the core the result
+    h.inputs(cluster("old", cpu=999_000, labels={"gpu-gen": "3"}), cluster("new", labels={"gpu-gen": "5"}))
+    [n] = h.feed(job("j"))
+    assert isinstance(n, ev.Nominated) and n.clusters == ["new"]
+    h.inputs(cluster("older", labels={"gpu-gen": "2"}))
+    h.feed(job("big", cpu=80_000))
+    assert h.state.jobs["team/big"].last_reason == "2 clusters: insufficient cpu; 1: gpu generation too old"
+    # The core never looks: installed or not, a state built on the built-ins does not know it.
+    alone = Harness(policy=policy)
+    alone.inputs(cluster("new", labels={"gpu-gen": "5"}))
+    [u] = alone.feed(job("j"))
+    assert isinstance(u, ev.Unschedulable) and "unknown plugin 'GpuGeneration'" in u.message
 
 
-def test_third_party_plugins_load_through_the_entry_point_group(tmp_path: Path) -> None:
-    (tmp_path / "kd_gpugen.py").write_text(PLUGIN)
-    dist = tmp_path / "kd_gpugen-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kd-gpugen\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[kdispatch.plugins]\nGpuGeneration = kd_gpugen:GpuGeneration\n")
-    root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{root}")
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(DRIVER)], env=env, cwd=root, capture_output=True, text=True, check=True
-    )
-    lines = out.stdout.splitlines()
-    assert lines[0] == "['new']"
-    assert lines[1] == "2 clusters: insufficient cpu; 1: gpu generation too old"  # first failing filter
+def test_a_broken_or_clashing_entry_point_is_refused_with_its_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(gpugen.install(tmp_path / "a", version="0.3", target="tests.reconciler.gpugen:Args")))
+    with pytest.raises(PluginDiscoveryError, match=r"GpuGeneration = tests.reconciler.gpugen:Args of kd-gpugen 0.3 .* is not a FilterPlugin"):
+        discover()
+    monkeypatch.syspath_prepend(str(gpugen.install(tmp_path / "b", version="0.4", target="reconciler.core.plugins.health:ClusterHealth")))
+    with pytest.raises(PluginDiscoveryError, match="the name 'ClusterHealth' is already a built-in plugin"):
+        discover()
