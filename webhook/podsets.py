@@ -12,13 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventlog import events as ev
-from webhook.kinds import KindInfo
-from webhook.quantity import QuantityError, parse_nanos, to_integer
+from eventlog.kube.kinds import KindInfo
+from eventlog.kube.names import MIN_PARALLELISM_ANNOTATION, POD_GROUP_NAME, POD_GROUP_TOTAL
+from eventlog.kube.quantity import QuantityError, parse_nanos, to_integer
 from webhook.quote import short
-
-MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
-POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
-POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 
 Amounts = dict[str, int]  # nano-units
 
