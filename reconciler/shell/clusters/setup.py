@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from eventlog import codec
 from eventlog import events as ev
+from eventlog.kube.quantity import parse_resources
 from eventlog.store import Inbox, LogReader
 from reconciler.config import ClusterConfig, Config, ConfigError, KubeconfigConfig, parse_duration_ms
 from reconciler.shell.actuator import Actuator
@@ -33,7 +34,6 @@ from reconciler.shell.clusters.heartbeats import keepalive_ms
 from reconciler.shell.clusters.kube import KubeWorker
 from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.shell.clusters.metrics import ClusterMetrics
-from reconciler.shell.clusters.quantity import parse_resources
 from reconciler.shell.clusters.reporter import InboxReporter
 from reconciler.shell.clusters.sim import SimCluster
 from reconciler.shell.logging import get_logger

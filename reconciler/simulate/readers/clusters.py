@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from eventlog.kube.quantity import QuantityError, parse_resources
 from reconciler.config import ConfigError, decode_config, parse_duration_ms
-from reconciler.simulate.quantity import QuantityError, parse_resources
 from reconciler.simulate.trace import TraceCluster, TraceError
 
 
