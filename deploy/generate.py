@@ -1,6 +1,6 @@
 """Regenerate the manifests of deploy/ that follow the code: the RBAC (from
 ``reconciler/shell/clusters/rbac.py: API_CALLS`` and the kubeconfig Secrets named in
-``deploy/base/config.yaml``) and the webhook configurations (from ``webhook/kinds.py:
+``deploy/base/config.yaml``) and the webhook configurations (from ``eventlog/kube/kinds.py:
 SUPPORTED_KINDS`` and the webhook's opt-in annotations).
 
     .venv/bin/python deploy/generate.py          # rewrite the files
@@ -21,8 +21,9 @@ import yaml
 DEPLOY = Path(__file__).resolve().parent
 sys.path.insert(0, str(DEPLOY.parent))
 
+from eventlog.kube.kinds import SUPPORTED_KINDS  # noqa: E402
+from eventlog.kube.names import QUEUE_LABEL  # noqa: E402
 from reconciler.shell.clusters.rbac import API_CALLS  # noqa: E402
-from webhook.kinds import QUEUE_LABEL, SUPPORTED_KINDS  # noqa: E402
 from webhook.placement import ALIAS_ANNOTATIONS, PREFIX  # noqa: E402
 
 NAMESPACE = "kdispatch-system"
@@ -231,7 +232,7 @@ def _entry(
 """
 
 
-_WEBHOOKS_HEADER = f"""# The admission webhooks, for exactly the kinds in webhook/kinds.py SUPPORTED_KINDS (the deploy
+_WEBHOOKS_HEADER = f"""# The admission webhooks, for exactly the kinds in eventlog/kube/kinds.py SUPPORTED_KINDS (the deploy
 # tests check it). Opt-in twice over: the namespace must carry kdispatch.io/enabled=true, and the
 # object must carry the {QUEUE_LABEL} label (first entry) or, without it, a
 # kdispatch.io/ or Kueue dispatcher annotation (second entry, a CEL matchCondition: label

@@ -22,7 +22,7 @@ from msgspec import Struct, field
 
 from eventlog import events as ev
 from eventlog.kube.duration import DurationError, parse_duration_ms
-from reconciler.shell.clusters.quantity import parse_quantity
+from eventlog.kube.quantity import to_units
 
 # Field types of the decoded config. The markers tell the decoder which fields hold a duration or
 # a resource list in the file; the values themselves are plain ints, so they go into events
@@ -213,7 +213,7 @@ def _quantity(name: Any, amount: Any, *, path: str) -> Any:
     if not isinstance(amount, int | str) or not isinstance(name, str):
         return amount  # msgspec says what is wrong with it
     try:
-        value = parse_quantity(name, amount)
+        value = to_units(name, amount)
     except ValueError as err:
         raise _Invalid(str(err), path) from None
     if value < 0:

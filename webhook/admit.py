@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventlog import events as ev
-from webhook import jsonpatch, kinds, objects, placement, podsets, priority, stamps
-from webhook.kinds import KindInfo
+from eventlog.kube import kinds, names
+from eventlog.kube.kinds import KindInfo
+from webhook import jsonpatch, objects, placement, podsets, priority, stamps
 from webhook.objects import ObjectMeta
 from webhook.quote import short
 from webhook.review import AdmissionRequest, AdmissionResponse, Status, encode_patch
@@ -79,7 +80,7 @@ def _metadata(obj: dict[str, Any], *, of: str) -> ObjectMeta:
 
 
 def opted_in(meta: ObjectMeta) -> bool:
-    if kinds.QUEUE_LABEL in meta.label_map:
+    if names.QUEUE_LABEL in meta.label_map:
         return True
     return any(placement.is_placement_annotation(name) for name in meta.annotation_map)
 
@@ -123,14 +124,14 @@ def _check_managed_by(info: KindInfo, obj: Mapping[str, Any]) -> None:
     if info.managed_by_path is None:
         return
     current = _get(obj, info.managed_by_path)
-    if current is None or current == kinds.MANAGED_BY or current in info.default_controllers:
+    if current is None or current == names.MANAGED_BY or current in info.default_controllers:
         return
     where = ".".join(info.managed_by_path)
     raise _Denied(
         "managed-elsewhere",
         f"kdispatch: {where} is {short(current)}: another controller manages this {info.kind}, so kdispatch "
-        f"cannot dispatch it. Remove {where} (kdispatch sets {kinds.MANAGED_BY!r}), or remove the "
-        f"{kinds.QUEUE_LABEL} label and the kdispatch annotations to run it without kdispatch.",
+        f"cannot dispatch it. Remove {where} (kdispatch sets {names.MANAGED_BY!r}), or remove the "
+        f"{names.QUEUE_LABEL} label and the kdispatch annotations to run it without kdispatch.",
         code=403,
     )
 
@@ -138,7 +139,7 @@ def _check_managed_by(info: KindInfo, obj: Mapping[str, Any]) -> None:
 def is_held(info: KindInfo, obj: Mapping[str, Any]) -> bool:
     if info.hold == "gate":
         gates = _get(obj, ("spec", "schedulingGates"))
-        return isinstance(gates, list) and {"name": kinds.POD_SCHEDULING_GATE} in gates
+        return isinstance(gates, list) and {"name": names.POD_SCHEDULING_GATE} in gates
     if info.hold == "inactive":
         return _get(obj, info.suspend_path) is False
     return _get(obj, info.suspend_path) is True
@@ -149,7 +150,7 @@ def user_suspended(info: KindInfo, obj: Mapping[str, Any]) -> bool:
     same way): a job kdispatch holds (managedBy ours, our gate, inactive) is not."""
     if info.hold != "suspend":
         return False
-    if info.managed_by_path is not None and _get(obj, info.managed_by_path) == kinds.MANAGED_BY:
+    if info.managed_by_path is not None and _get(obj, info.managed_by_path) == names.MANAGED_BY:
         return False
     return _get(obj, info.suspend_path) is True
 
@@ -157,7 +158,7 @@ def user_suspended(info: KindInfo, obj: Mapping[str, Any]) -> bool:
 def _hold_ops(info: KindInfo, obj: dict[str, Any]) -> list[jsonpatch.Op]:
     if info.hold == "gate":
         gates = _get(obj, ("spec", "schedulingGates"))
-        gate = {"name": kinds.POD_SCHEDULING_GATE}
+        gate = {"name": names.POD_SCHEDULING_GATE}
         if not isinstance(gates, list):
             return jsonpatch.set_value(obj, ("spec", "schedulingGates"), value=[gate])
         return [] if gate in gates else [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
@@ -167,7 +168,7 @@ def _hold_ops(info: KindInfo, obj: dict[str, Any]) -> list[jsonpatch.Op]:
     # suspend and managedBy share a parent on every kind: one nested add when it is missing.
     parent = info.suspend_path[:-1]
     assert info.managed_by_path[:-1] == parent
-    wanted = {info.suspend_path[-1]: held, info.managed_by_path[-1]: kinds.MANAGED_BY}
+    wanted = {info.suspend_path[-1]: held, info.managed_by_path[-1]: names.MANAGED_BY}
     existing = _get(obj, parent)
     if not isinstance(existing, dict):
         return jsonpatch.set_value(obj, parent, value=wanted)
@@ -416,7 +417,7 @@ def _validate_create(request: AdmissionRequest, target: _Target, *, settings: Se
         priority=priority.priority_value(name, settings.priority_classes),
         priority_class=name,
         placement=spec,
-        queue=meta.label_map.get(kinds.QUEUE_LABEL),
+        queue=meta.label_map.get(names.QUEUE_LABEL),
         runtime_ms=runtime_ms,
         manifest=_manifest(obj, meta),
     )

@@ -23,16 +23,15 @@ import msgspec
 
 from eventlog import events as ev
 from eventlog.kube.duration import DurationError, parse_duration_ms
-
-PREFIX = "kdispatch.io/"
-ALIAS_PREFIX = "kueue.x-k8s.io/"
-PLACEMENT_ANNOTATION = PREFIX + "placement"
-RUNTIME_ANNOTATION = PREFIX + "simulated-runtime"
-CLUSTER_ANNOTATION = PREFIX + "cluster"  # written by kdispatch on the manager object: where it runs
-# Written by the webhook for the manager watcher (which may not import our per-kind code): the
-# pod sets and priority it computed, recomputed at every UPDATE so a user cannot forge them.
-POD_SETS_ANNOTATION = PREFIX + "pod-sets"
-PRIORITY_ANNOTATION = PREFIX + "priority"
+from eventlog.kube.names import (
+    CLUSTER_ANNOTATION,
+    PLACEMENT_ANNOTATION,
+    POD_SETS_ANNOTATION,
+    PREFIX,
+    PRIORITY_ANNOTATION,
+    RUNTIME_ANNOTATION,
+)
+from eventlog.kube.names import KUEUE_PREFIX as ALIAS_PREFIX
 
 FIELDS = (
     "cluster-selector",

@@ -1,4 +1,4 @@
-"""Job priority, after Kueue's ``ExtractPriority`` (KINDS.md, "Priority").
+"""Job priority, after Kueue's ``ExtractPriority``.
 
 The class name comes from the ``kueue.x-k8s.io/priority-class`` label, else (Kubeflow kinds)
 ``runPolicy.schedulingPolicy.priorityClass``, else the first pod set's ``priorityClassName``.
@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from eventlog.kube.kinds import SUPPORTED_KINDS
+from eventlog.kube.names import PRIORITY_CLASS_LABEL
 from webhook.podsets import PodSetSpec
 
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-_KUBEFLOW_KINDS = ("PyTorchJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "MPIJob")
+_KUBEFLOW_KINDS = frozenset(k.kind for k in SUPPORTED_KINDS if k.family == "kubeflow")
 
 
 class PriorityError(ValueError):

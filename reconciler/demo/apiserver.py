@@ -18,13 +18,7 @@ from typing import Any
 
 import aiohttp
 
-# kind -> (group, version, plural resource), as the apiserver fills AdmissionRequest.resource.
-RESOURCES = {
-    "Job": ("batch", "v1", "jobs"),
-    "JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-    "RayJob": ("ray.io", "v1", "rayjobs"),
-    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
-}
+from eventlog.kube.kinds import lookup_api_version
 
 
 class AdmissionFailed(RuntimeError):
@@ -65,11 +59,13 @@ def apply_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
 
 
 def review(obj: dict[str, Any], *, operation: str = "CREATE") -> dict[str, Any]:
-    kind = obj["kind"]
-    group, version, plural = RESOURCES[kind]
+    info = lookup_api_version(obj["apiVersion"], obj["kind"])
+    if info is None:
+        raise AdmissionFailed(f"{obj['apiVersion']} {obj['kind']} is not a kind kdispatch dispatches")
     meta = obj.get("metadata", {})
-    gvk = {"group": group, "version": version, "kind": kind}
-    gvr = {"group": group, "version": version, "resource": plural}
+    # As the apiserver fills AdmissionRequest.kind and .resource.
+    gvk = {"group": info.group, "version": info.version, "kind": info.kind}
+    gvr = {"group": info.group, "version": info.version, "resource": info.plural}
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

@@ -9,7 +9,7 @@ from typing import Any
 
 import celpy
 
-from webhook.kinds import lookup_api_version
+from eventlog.kube.kinds import lookup_api_version
 
 Obj = dict[str, Any]
 

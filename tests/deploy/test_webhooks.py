@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eventlog.kube.kinds import SUPPORTED_KINDS
+from eventlog.kube.names import QUEUE_LABEL
 from tests.deploy import kustomize
 from tests.deploy.admission import entry_calls_webhook, rule_resources
 from tests.deploy.conftest import OVERLAYS, REPO, find, one, rendered
 from webhook import admit
-from webhook.kinds import QUEUE_LABEL, SUPPORTED_KINDS
 from webhook.review import decode_review
 
 KINDS = {(k.group, k.version, k.plural) for k in SUPPORTED_KINDS}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.simulate.quantity import QuantityError, parse_quantity
+from eventlog.kube.quantity import QuantityError, to_units
 from reconciler.simulate.readers import guess_format, load_trace
 from reconciler.simulate.readers.alibaba import GPU_RESOURCE as ALI_GPU
 from reconciler.simulate.readers.alibaba import MODEL_LABEL
@@ -188,9 +188,9 @@ def test_clusters_file_errors_have_paths(tmp_path: Path) -> None:
      ("memory", "1k", 1000), ("nvidia.com/gpu", "1", 1), ("memory", "0.5", 1)],
 )
 def test_quantities(resource: str, value: str | int, expected: int) -> None:
-    assert parse_quantity(resource, value) == expected
+    assert to_units(resource, value) == expected
 
 
 def test_quantity_rejects_garbage() -> None:
     with pytest.raises(QuantityError):
-        parse_quantity("cpu", "two")
+        to_units("cpu", "two")

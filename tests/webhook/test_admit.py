@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from eventlog import events as ev
-from webhook import admit, jsonpatch, kinds, objects, placement
+from eventlog.kube import kinds, names
+from webhook import admit, jsonpatch, objects, placement
 from webhook.review import AdmissionRequest, decode_review
 
 SETTINGS = admit.Settings(priority_classes={"high": 1000})
@@ -22,7 +23,7 @@ def _job(**annotations: str) -> dict[str, Any]:
         "metadata": {
             "name": "train",
             "namespace": "team-a",
-            "labels": {kinds.QUEUE_LABEL: "user-queue", "kueue.x-k8s.io/priority-class": "high"},
+            "labels": {names.QUEUE_LABEL: "user-queue", "kueue.x-k8s.io/priority-class": "high"},
             "annotations": dict(annotations),
         },
         "spec": {
@@ -90,18 +91,18 @@ def test_kubeflow_jobs_get_a_run_policy() -> None:
     obj = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": "p", "labels": {kinds.QUEUE_LABEL: "q"}},
+        "metadata": {"name": "p", "labels": {names.QUEUE_LABEL: "q"}},
         "spec": {"pytorchReplicaSpecs": {"Master": {"template": {"spec": {"containers": [{"name": "pytorch"}]}}}}},
     }
     ops = _ops(admit.mutate(_request(obj), SETTINGS))
-    assert ops[1:] == [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True, "managedBy": kinds.MANAGED_BY}}]
+    assert ops[1:] == [{"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True, "managedBy": names.MANAGED_BY}}]
 
 
 def test_a_job_without_pod_sets_is_admitted_with_a_warning() -> None:
     aw = {
         "apiVersion": "workload.codeflare.dev/v1beta2",
         "kind": "AppWrapper",
-        "metadata": {"name": "aw", "labels": {kinds.QUEUE_LABEL: "q"}},
+        "metadata": {"name": "aw", "labels": {names.QUEUE_LABEL: "q"}},
         "spec": {"components": [{"template": {"apiVersion": "example.com/v1", "kind": "Unknown", "spec": {}}}]},
     }
     outcome = admit.mutate(_request(aw), SETTINGS)
@@ -110,13 +111,13 @@ def test_a_job_without_pod_sets_is_admitted_with_a_warning() -> None:
 
 
 def test_pods_are_held_by_a_scheduling_gate() -> None:
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {kinds.QUEUE_LABEL: "q"}}, "spec": {"containers": [{"name": "c"}]}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {names.QUEUE_LABEL: "q"}}, "spec": {"containers": [{"name": "c"}]}}
     assert _ops(admit.mutate(_request(pod), SETTINGS))[1:] == [
-        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": kinds.POD_SCHEDULING_GATE}]}
+        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": names.POD_SCHEDULING_GATE}]}
     ]
     pod["spec"]["schedulingGates"] = [{"name": "other"}]
     assert _ops(admit.mutate(_request(pod), SETTINGS))[1:] == [
-        {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": kinds.POD_SCHEDULING_GATE}}
+        {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": names.POD_SCHEDULING_GATE}}
     ]
 
 
@@ -127,7 +128,7 @@ def test_pods_made_by_a_controller_are_left_alone() -> None:
         "kind": "Pod",
         "metadata": {
             "name": "local-job-x7k2p",
-            "labels": {kinds.QUEUE_LABEL: "q"},
+            "labels": {names.QUEUE_LABEL: "q"},
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "local-job", "uid": "u", "controller": True}],
         },
         "spec": {"containers": [{"name": "c"}]},
@@ -157,7 +158,7 @@ def test_workloads_are_held_inactive() -> None:
     "obj",
     [
         {**_job(), "metadata": {"name": "plain", "labels": {"app": "x"}}},  # not opted in
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {kinds.QUEUE_LABEL: "q"}}, "spec": {}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {names.QUEUE_LABEL: "q"}}, "spec": {}},
     ],
     ids=["not-opted-in", "unsupported-kind"],
 )
@@ -210,7 +211,7 @@ def test_a_job_managed_by_another_controller_is_denied() -> None:
 def test_the_kinds_own_controller_default_is_replaced() -> None:
     obj = _job()
     obj["spec"]["managedBy"] = "kubernetes.io/job-controller"
-    assert {"op": "add", "path": "/spec/managedBy", "value": kinds.MANAGED_BY} in _ops(admit.mutate(_request(obj), SETTINGS))
+    assert {"op": "add", "path": "/spec/managedBy", "value": names.MANAGED_BY} in _ops(admit.mutate(_request(obj), SETTINGS))
 
 
 def test_generate_name_objects_are_patched_at_mutate() -> None:
@@ -267,7 +268,7 @@ def test_pod_group_members_share_one_submission() -> None:
         "metadata": {
             "name": "g-0",
             "namespace": "team-a",
-            "labels": {kinds.QUEUE_LABEL: "q", "kueue.x-k8s.io/pod-group-name": "g"},
+            "labels": {names.QUEUE_LABEL: "q", "kueue.x-k8s.io/pod-group-name": "g"},
             "annotations": {"kueue.x-k8s.io/pod-group-total-count": "2"},
         },
         "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
@@ -320,7 +321,7 @@ def test_an_update_cannot_strip_the_placement() -> None:
     old = _admitted(_job(**{"kdispatch.io/cluster-selector": "region=eu"}))
     stripped = json.loads(json.dumps(old))
     stripped["metadata"]["annotations"] = {}
-    del stripped["metadata"]["labels"][kinds.QUEUE_LABEL]
+    del stripped["metadata"]["labels"][names.QUEUE_LABEL]
     outcome = admit.mutate(_request(stripped, operation="UPDATE", old=old), SETTINGS)
     assert not outcome.allowed and outcome.reason == "placement-changed"
     plain_old = _admitted(_job())

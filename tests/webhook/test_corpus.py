@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from eventlog.events import PodSet
+from eventlog.kube import kinds, names
 from tests.paths import DATA
-from webhook import admit, jsonpatch, kinds, placement, podsets
+from webhook import admit, jsonpatch, placement, podsets
 from webhook.review import ReviewError, decode_any_review, decode_review, encode_response
 
 CORPUS = DATA
@@ -63,7 +64,7 @@ def _review(obj: dict[str, Any], *, operation: str = "CREATE", uid: str = "3f1c"
 def _opted_in(doc: dict[str, Any]) -> dict[str, Any]:
     """The manifest as a user of kdispatch submits it: with a queue label (many already have one)."""
     obj = json.loads(json.dumps(doc))
-    obj.setdefault("metadata", {}).setdefault("labels", {}).setdefault(kinds.QUEUE_LABEL, "user-queue")
+    obj.setdefault("metadata", {}).setdefault("labels", {}).setdefault(names.QUEUE_LABEL, "user-queue")
     return obj
 
 
@@ -98,7 +99,7 @@ def test_every_supported_manifest_is_admitted_held_and_normalized(name: str, doc
         node = patched
         for key in info.managed_by_path:
             node = node[key]
-        assert node == kinds.MANAGED_BY
+        assert node == names.MANAGED_BY
     assert podsets.pod_sets(info, patched) == podsets.pod_sets(info, obj)
     if info.group in ("", "batch"):  # built-in kinds: the patched object is still valid Kubernetes, strictly
         assert kubernetes_validate.validate(patched, K8S_VERSION, strict=True)

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventlog.events import PodSet
-from webhook import kinds, podsets
+from eventlog.kube import kinds
+from webhook import podsets
 
 GI, MI = 2**30, 2**20
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from webhook import kinds, podsets
+from eventlog.kube import kinds
+from webhook import podsets
 from webhook.priority import priority_class, priority_value
 
 

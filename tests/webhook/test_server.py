@@ -28,9 +28,10 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats, free_port
 from eventlog.jetstream import LogNames
+from eventlog.kube import kinds, names
 from tests.paths import REVIEWS
 from tests.webhook.conftest import Webhook, review, start_webhook
-from webhook import jsonpatch, kinds
+from webhook import jsonpatch
 
 # The apiserver's default timeoutSeconds: a review must be answered before it gives up.
 APISERVER_TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -40,7 +41,7 @@ def _job(name: str, **annotations: str) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": "team-a", "labels": {kinds.QUEUE_LABEL: "user-queue"}, "annotations": annotations},
+        "metadata": {"name": name, "namespace": "team-a", "labels": {names.QUEUE_LABEL: "user-queue"}, "annotations": annotations},
         "spec": {
             "parallelism": 3,
             "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "x", "resources": {"limits": {"cpu": "2", "nvidia.com/gpu": "1"}}}]}},
@@ -115,7 +116,7 @@ async def test_a_submission_is_recorded_exactly_once(webhook: Webhook, nats_url:
     assert event.pod_sets == [ev.PodSet(name="main", count=3, requests={"cpu": 2000, "nvidia.com/gpu": 1})]
     assert event.placement.cluster_names == ["east"] and event.runtime_ms == 30_000 and event.queue == "user-queue"
     assert event.manifest is not None and event.manifest["spec"]["suspend"] is True
-    assert event.manifest["spec"]["managedBy"] == kinds.MANAGED_BY
+    assert event.manifest["spec"]["managedBy"] == names.MANAGED_BY
 
 
 async def test_dry_run_records_nothing(webhook: Webhook, nats_url: str) -> None:
@@ -219,7 +220,7 @@ def _reviews(draw: st.DrawFn) -> bytes:
         "kind": info.kind,
         "metadata": {
             "name": "r",
-            "labels": {kinds.QUEUE_LABEL: "q"},
+            "labels": {names.QUEUE_LABEL: "q"},
             "annotations": draw(st.dictionaries(st.sampled_from(["kdispatch.io/placement", "kdispatch.io/nominate", "x"]), st.text(max_size=12), max_size=2)),
         },
         "spec": draw(_json),

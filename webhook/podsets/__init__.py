@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from eventlog import events as ev
-from webhook.kinds import KindInfo
+from eventlog.kube.kinds import KindInfo
 from webhook.objects import ObjectError, ObjectMeta, metadata
 from webhook.podsets.appwrapper import appwrapper
 from webhook.podsets.batch import (

@@ -6,13 +6,10 @@ from typing import Any
 
 from msgspec import Struct
 
+from eventlog.kube.names import MIN_PARALLELISM_ANNOTATION, POD_GROUP_NAME, POD_GROUP_TOTAL
 from webhook.objects import Count, ObjectMeta, member
 from webhook.podsets.common import PodSetError, PodSetSpec, PodSpec, PodTemplate, decode, pod_spec
 from webhook.quote import short
-
-MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
-POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
-POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 
 
 class JobSpec(Struct, frozen=True, gc=False):

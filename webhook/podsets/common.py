@@ -4,7 +4,7 @@ per-pod request rule (KINDS.md, "Per-pod request rule").
 Mutating admission runs before the API server validates the object, so each kind's spec is
 decoded (``decode``) into the Structs of its module: a field of the wrong type raises
 ``PodSetError`` with its JSON path, which the webhook turns into a denial a person can act on.
-Quantities are kept as sent and parsed by ``webhook.quantity``, which says what it accepts; the
+Quantities are kept as sent and parsed by ``eventlog.kube.quantity``, which says what it accepts; the
 path of a bad one is put together only then.
 """
 
@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 from msgspec import Struct
 
 from eventlog import events as ev
+from eventlog.kube.quantity import QuantityError, parse_nanos, to_integer
 from webhook.objects import ObjectError, convert, member
-from webhook.quantity import QuantityError, parse_nanos, to_integer
 
 T = TypeVar("T")
 

@@ -15,15 +15,16 @@ import msgspec
 
 from eventlog import events as ev
 from eventlog.kube.duration import DurationError, parse_duration_ms
-from reconciler.shell.clusters.base import PLACEMENT_ANNOTATION
-from reconciler.shell.clusters.kinds import Kind
-
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-POD_SETS_ANNOTATION = "kdispatch.io/pod-sets"
-PRIORITY_ANNOTATION = "kdispatch.io/priority"
-RUNTIME_ANNOTATION = "kdispatch.io/simulated-runtime"
-MANAGED_BY = "kueue.x-k8s.io/multikueue"  # held by kdispatch, not suspended by the user
+from eventlog.kube.kinds import KindInfo
+from eventlog.kube.names import (
+    MANAGED_BY,
+    PLACEMENT_ANNOTATION,
+    POD_SETS_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    RUNTIME_ANNOTATION,
+)
 
 
 class NotBackfillable(ValueError):
@@ -144,7 +145,7 @@ def _get(obj: dict[str, Any], path: tuple[str, ...] | None) -> Any:
     return node
 
 
-def user_suspended(kind: Kind, obj: dict[str, Any]) -> bool:
+def user_suspended(kind: KindInfo, obj: dict[str, Any]) -> bool:
     """Did the *user* suspend it? A job kdispatch holds (managedBy MultiKueue, suspended by the
     webhook; a Pod's gate; an inactive Workload) is not suspended in that sense, as the webhook
     records it (``suspended=False``)."""
@@ -161,7 +162,7 @@ def manifest_of(obj: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 
 
-def submission_of(obj: dict[str, Any], kind: Kind) -> ev.JobSubmitted:
+def submission_of(obj: dict[str, Any], kind: KindInfo) -> ev.JobSubmitted:
     """The ``JobSubmitted`` the webhook would have recorded (source ``watch``)."""
     meta = obj.get("metadata") or {}
     annotations = _annotations(obj)

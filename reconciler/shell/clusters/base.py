@@ -15,12 +15,6 @@ from msgspec import Struct, field
 
 from eventlog.events import InputEvent, JobRef, PodSet
 
-ORIGIN_LABEL = "kdispatch.io/origin"
-JOB_UID_LABEL = "kdispatch.io/job-uid"
-ATTEMPT_LABEL = "kdispatch.io/attempt"
-CLUSTER_ANNOTATION = "kdispatch.io/cluster"
-PLACEMENT_ANNOTATION = "kdispatch.io/placement"
-
 
 class Unreachable(RuntimeError):
     """The cluster did not answer (or refused us); try again later."""

@@ -24,10 +24,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eventlog import events as ev
+from eventlog.kube.kinds import SUPPORTED_KINDS, KindInfo, by_resource, lookup_api_version
+from eventlog.kube.names import ORIGIN_LABEL
 from reconciler.shell.clusters.api import ApiError, Gone, KubeApi
 from reconciler.shell.clusters.backoff import Backoff
 from reconciler.shell.clusters.base import (
-    ORIGIN_LABEL,
     CopyRef,
     RemoteSpec,
     Reporter,
@@ -35,7 +36,6 @@ from reconciler.shell.clusters.base import (
     remote_fact_id,
 )
 from reconciler.shell.clusters.heartbeats import HeartbeatGate
-from reconciler.shell.clusters.kinds import KINDS, Kind, by_resource, kind_for
 from reconciler.shell.clusters.remote import (
     Origin,
     PermanentFailure,
@@ -52,9 +52,7 @@ from reconciler.shell.logging import get_logger
 log = get_logger("reconciler.clusters.kube")
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
-WORKLOAD_VERSIONS = tuple(k for k in KINDS if k.plural == "workloads") or (
-    Kind(KUEUE_GROUP, KUEUE_VERSION, "Workload", "workloads"),
-)
+WORKLOAD_VERSIONS = tuple(k for k in SUPPORTED_KINDS if k.plural == "workloads")
 MAX_UNMATCHED_WORKLOADS = 2_000
 
 StatusListener = Callable[[str, Origin, dict[str, Any]], Awaitable[None]]
@@ -76,7 +74,7 @@ class KubeWorker:
         taints: list[ev.Taint] | None = None,
         worker_lost_timeout_ms: int | None = None,
         kueue: bool | None = None,
-        kinds: tuple[Kind, ...] = KINDS,
+        kinds: tuple[KindInfo, ...] = SUPPORTED_KINDS,
         heartbeat_interval_s: float = 5.0,
         heartbeat_timeout_s: float = 3.0,
         heartbeat_keepalive_s: float | None = None,
@@ -115,8 +113,8 @@ class KubeWorker:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _kind(self, job: ev.JobRef) -> Kind:
-        kind = kind_for(job.api_version, job.kind)
+    def _kind(self, job: ev.JobRef) -> KindInfo:
+        kind = lookup_api_version(job.api_version, job.kind)
         if kind is None:
             raise PermanentFailure(
                 f"{job.api_version} {job.kind} is not a kind kdispatch can copy to a worker"
@@ -148,7 +146,7 @@ class KubeWorker:
                 raise
         raise Unreachable(f"{self.name}: {spec.job.key} keeps conflicting with an old copy; retrying")
 
-    async def _resolve_conflict(self, spec: RemoteSpec, kind: Kind) -> bool:
+    async def _resolve_conflict(self, spec: RemoteSpec, kind: KindInfo) -> bool:
         """AlreadyExists: True if it is this very copy; False after removing a superseded copy of
         ours (create again); reports a rejection when the name belongs to something else."""
         existing = await self.api.get(
@@ -183,7 +181,7 @@ class KubeWorker:
         await self._report(ev.RemoteRejected(job=job, cluster=self.name, attempt=attempt, reason=reason))
 
     async def delete(self, job: ev.JobRef, attempt: int) -> None:
-        kind = kind_for(job.api_version, job.kind)
+        kind = lookup_api_version(job.api_version, job.kind)
         if kind is not None:
             existing = await self.api.get(kind.group, kind.version, kind.plural, job.namespace, job.name)
             origin = origin_of(existing, manager_id=self.manager_id) if existing else None
@@ -220,7 +218,7 @@ class KubeWorker:
                     )
         return out
 
-    async def _list_served(self, versions: tuple[Kind, ...]) -> dict[str, Any] | None:
+    async def _list_served(self, versions: tuple[KindInfo, ...]) -> dict[str, Any] | None:
         """Our copies of one resource, through the first of its versions the cluster serves."""
         for kind in versions:
             if self._served.get(f"{kind.kind}/{kind.version}") is False:
@@ -346,7 +344,7 @@ class KubeWorker:
             await self._report(update, msg_id=f"{self.name}/updated/{digest}")
             self._log.info("capacity_changed", capacity=capacity)
 
-    async def _watch_loop(self, versions: tuple[Kind, ...], stop: asyncio.Event) -> None:
+    async def _watch_loop(self, versions: tuple[KindInfo, ...], stop: asyncio.Event) -> None:
         """List, then watch from the list's resourceVersion; re-list on 410 and every resync. One
         resource, through the first of its versions the cluster serves."""
         backoff = Backoff(base_s=0.2, cap_s=30.0)

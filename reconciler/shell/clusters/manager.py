@@ -21,10 +21,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eventlog import events as ev
-from reconciler.shell.clusters.api import ApiError, Gone, KubeApi
-from reconciler.shell.clusters.backfill import (
+from eventlog.kube.kinds import SUPPORTED_KINDS, KindInfo, by_resource, lookup_api_version
+from eventlog.kube.names import (
+    CLUSTER_ANNOTATION,
+    PLACEMENT_ANNOTATION,
+    POD_GROUP_NAME,
     POD_SETS_ANNOTATION,
     PRIORITY_ANNOTATION,
+)
+from reconciler.shell.clusters.api import ApiError, Gone, KubeApi
+from reconciler.shell.clusters.backfill import (
     NotBackfillable,
     job_ref,
     manifest_of,
@@ -34,15 +40,12 @@ from reconciler.shell.clusters.backfill import (
     user_suspended,
 )
 from reconciler.shell.clusters.backoff import Backoff
-from reconciler.shell.clusters.base import CLUSTER_ANNOTATION, PLACEMENT_ANNOTATION, Reporter, Unreachable
+from reconciler.shell.clusters.base import Reporter, Unreachable
 from reconciler.shell.clusters.desired import Desired
-from reconciler.shell.clusters.kinds import KINDS, Kind, by_resource, kind_for
 from reconciler.shell.clusters.remote import Origin
 from reconciler.shell.logging import get_logger
 
 log = get_logger("reconciler.clusters.manager")
-
-POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
 
 
 def update_msg_id(uid: str, previous_resource_version: str) -> str:
@@ -64,7 +67,7 @@ def _watched(obj: dict[str, Any]) -> bool:
 Signature = tuple[bool, str, str]  # (suspended by its user, pod-sets annotation, priority annotation)
 
 
-def _signature(kind: Kind, obj: dict[str, Any]) -> Signature:
+def _signature(kind: KindInfo, obj: dict[str, Any]) -> Signature:
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return (
         user_suspended(kind, obj),
@@ -80,7 +83,7 @@ class ManagerWatcher:
         reporter: Reporter,
         *,
         known: Callable[[str], bool],
-        kinds: tuple[Kind, ...] = KINDS,
+        kinds: tuple[KindInfo, ...] = SUPPORTED_KINDS,
         resync_s: int = 300,
         backfill_after_s: float = 10.0,
     ) -> None:
@@ -109,7 +112,7 @@ class ManagerWatcher:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _watch_loop(self, versions: tuple[Kind, ...], stop: asyncio.Event) -> None:
+    async def _watch_loop(self, versions: tuple[KindInfo, ...], stop: asyncio.Event) -> None:
         backoff = Backoff(base_s=0.2, cap_s=30.0)
         known: dict[str, dict[str, Any]] = {}
         index = 0  # the version watched: the first one the cluster serves
@@ -164,7 +167,7 @@ class ManagerWatcher:
                 bound.exception("manager_watch_error", error=str(err), retry_in_s=round(delay, 2))
                 await _sleep_or_stop(stop, delay)
 
-    async def _observed(self, kind: Kind, obj: dict[str, Any]) -> None:
+    async def _observed(self, kind: KindInfo, obj: dict[str, Any]) -> None:
         """A job in a (re-)list. Reported once per generation and suspend state: our own status
         writes bump its resourceVersion, and every resync would otherwise record it again."""
         ref = job_ref(obj)
@@ -179,7 +182,7 @@ class ManagerWatcher:
             self._observed_state[ref.uid] = state
         await self._changed(kind, obj, observed=True)
 
-    async def _changed(self, kind: Kind, obj: dict[str, Any], *, observed: bool = False) -> None:
+    async def _changed(self, kind: KindInfo, obj: dict[str, Any], *, observed: bool = False) -> None:
         ref = job_ref(obj)
         meta = obj.get("metadata") or {}
         rv = str(meta.get("resourceVersion", ""))
@@ -246,7 +249,7 @@ class ManagerWatcher:
                 self._objects.pop(uid, None)
                 continue
             obj = self._objects.get(uid)
-            kind = kind_for(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))) if obj else None
+            kind = lookup_api_version(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))) if obj else None
             if obj is None or kind is None:
                 continue
             try:
@@ -322,14 +325,14 @@ class ManagerSync:
             await self._write_status(job, status)
 
     async def _annotate(self, job: ev.JobRef, cluster: str) -> None:
-        kind = kind_for(job.api_version, job.kind)
+        kind = lookup_api_version(job.api_version, job.kind)
         if kind is None:
             return
         body = {"metadata": {"annotations": {CLUSTER_ANNOTATION: cluster}}}
         await self._retrying(job, "annotate", self.api.patch, kind, body)
 
     async def _write_status(self, job: ev.JobRef, status: dict[str, Any]) -> None:
-        kind = kind_for(job.api_version, job.kind)
+        kind = lookup_api_version(job.api_version, job.kind)
         if kind is None or not kind.status_synced or self._written.get(job.uid) == status:
             return
         # A merge patch keeps keys it does not name: null out what the remote status dropped.
@@ -338,7 +341,7 @@ class ManagerSync:
         await self._retrying(job, "status", self.api.patch_status, kind, {"status": body})
         self._written[job.uid] = status
 
-    async def _retrying(self, job: ev.JobRef, what: str, call: Any, kind: Kind, body: dict[str, Any]) -> None:
+    async def _retrying(self, job: ev.JobRef, what: str, call: Any, kind: KindInfo, body: dict[str, Any]) -> None:
         backoff = Backoff(base_s=0.1, cap_s=5.0)
         for _ in range(5):
             try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from reconciler.shell.clusters.kinds import KINDS
+from eventlog.kube.kinds import SUPPORTED_KINDS
 
 Role = Literal["manager", "worker"]
 ApiCall = tuple[Role, str, str, str]
@@ -18,11 +18,11 @@ _MANAGER_JOB_VERBS = ("list", "watch", "get", "patch")
 _WORKER_JOB_VERBS = ("list", "watch", "get", "create", "delete")
 
 _CALLS: list[ApiCall] = [
-    *(("manager", k.group, k.plural, verb) for k in KINDS for verb in _MANAGER_JOB_VERBS),
-    *(("manager", k.group, f"{k.plural}/status", "patch") for k in KINDS if k.status_synced),
+    *(("manager", k.group, k.plural, verb) for k in SUPPORTED_KINDS for verb in _MANAGER_JOB_VERBS),
+    *(("manager", k.group, f"{k.plural}/status", "patch") for k in SUPPORTED_KINDS if k.status_synced),
     ("manager", "", "secrets", "get"),  # a worker's kubeconfig given as a Secret reference
     ("manager", "", "/version", "get"),
-    *(("worker", k.group, k.plural, verb) for k in KINDS for verb in _WORKER_JOB_VERBS),
+    *(("worker", k.group, k.plural, verb) for k in SUPPORTED_KINDS for verb in _WORKER_JOB_VERBS),
     ("worker", "kueue.x-k8s.io", "workloads", "list"),
     ("worker", "kueue.x-k8s.io", "workloads", "watch"),
     ("worker", "kueue.x-k8s.io", "clusterqueues", "list"),

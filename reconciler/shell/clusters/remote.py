@@ -20,10 +20,10 @@ from typing import Any
 from msgspec import Struct
 
 from eventlog import events as ev
-from reconciler.shell.clusters.base import ATTEMPT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL, RemoteSpec
-from reconciler.shell.clusters.kinds import POD_SCHEDULING_GATE, Kind
+from eventlog.kube.kinds import KindInfo
+from eventlog.kube.names import ATTEMPT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL, POD_SCHEDULING_GATE, QUEUE_LABEL
+from reconciler.shell.clusters.base import RemoteSpec
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _SERVER_METADATA = (
     "uid",
     "resourceVersion",
@@ -64,7 +64,7 @@ def _set_path(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
         obj[path[-1]] = value
 
 
-def remote_manifest(spec: RemoteSpec, *, kind: Kind, manager_id: str, kueue: bool) -> dict[str, Any]:
+def remote_manifest(spec: RemoteSpec, *, kind: KindInfo, manager_id: str, kueue: bool) -> dict[str, Any]:
     """The object to create on the worker for ``spec``."""
     if spec.manifest is None:
         raise PermanentFailure(f"no manifest was recorded for {spec.job.key}: cannot create a copy of it")
@@ -96,13 +96,13 @@ def remote_manifest(spec: RemoteSpec, *, kind: Kind, manager_id: str, kueue: boo
     return body
 
 
-def _release(body: dict[str, Any], *, kind: Kind, kueue: bool) -> None:
+def _release(body: dict[str, Any], *, kind: KindInfo, kueue: bool) -> None:
     """Undo the webhook's hold the way the kind needs it on the worker."""
     spec = body.get("spec")
-    if kind.hold == "suspend" and kind.suspend_path is not None:
+    if kind.hold == "suspend":
         # With Kueue the copy stays suspended: the worker's Kueue admits and unsuspends it.
         _set_path(body, kind.suspend_path, kueue)
-    elif kind.hold == "inactive" and kind.suspend_path is not None:
+    elif kind.hold == "inactive":
         _set_path(body, kind.suspend_path, True)  # an active Workload: the worker's Kueue admits it
     elif kind.hold == "gate" and isinstance(spec, dict):
         # A plain Pod: without our gate (with Kueue, its pod webhook gates it again by the queue

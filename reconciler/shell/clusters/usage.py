@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from eventlog.events import Resources
-from reconciler.shell.clusters.quantity import add_into, parse_quantity, parse_resources
+from eventlog.kube.quantity import parse_resources, to_units
 
 
 def from_cluster_queues(queues: list[dict[str, Any]]) -> tuple[Resources, Resources]:
@@ -18,12 +18,12 @@ def from_cluster_queues(queues: list[dict[str, Any]]) -> tuple[Resources, Resour
             for flavor in group.get("flavors") or []:
                 for res in flavor.get("resources") or []:
                     name = str(res.get("name"))
-                    add_into(capacity, {name: parse_quantity(name, res.get("nominalQuota", 0))})
+                    add_into(capacity, {name: to_units(name, res.get("nominalQuota", 0))})
         status = cq.get("status") or {}
         for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
             for res in flavor.get("resources") or []:
                 name = str(res.get("name"))
-                add_into(usage, {name: parse_quantity(name, res.get("total", 0))})
+                add_into(usage, {name: to_units(name, res.get("total", 0))})
     return capacity, usage
 
 
@@ -46,6 +46,11 @@ def pod_requests(pod: dict[str, Any]) -> Resources:
             total[name] = max(total.get(name, 0), amount)
     add_into(total, parse_resources(spec.get("overhead")))
     return total
+
+
+def add_into(total: Resources, more: Resources) -> None:
+    for name, amount in more.items():
+        total[name] = total.get(name, 0) + amount
 
 
 def from_nodes_and_pods(

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from eventlog import events as ev
+from eventlog.kube.kinds import lookup_api_version
+from eventlog.kube.quantity import to_units
 from reconciler.shell.clusters import rbac
 from reconciler.shell.clusters.backfill import NotBackfillable, placement_of, submission_of
 from reconciler.shell.clusters.base import RemoteSpec, fact_id, remote_fact_id
 from reconciler.shell.clusters.desired import Desired, Intent
-from reconciler.shell.clusters.kinds import kind_for
-from reconciler.shell.clusters.quantity import parse_quantity
 from reconciler.shell.clusters.remote import Origin, PermanentFailure, job_facts, origin_of, remote_manifest
 from reconciler.shell.clusters.usage import from_cluster_queues, from_nodes_and_pods
 from tests.reconciler.clusters.conftest import batch_job
@@ -35,7 +35,7 @@ def pytorch_job() -> dict[str, object]:
 
 
 def test_remote_manifest_of_a_kubeflow_job_clears_run_policy_managed_by() -> None:
-    kind = kind_for("kubeflow.org/v1", "PyTorchJob")
+    kind = lookup_api_version("kubeflow.org/v1", "PyTorchJob")
     assert kind is not None
     spec = RemoteSpec(job=REF, cluster="w1", attempt=3, manifest=pytorch_job())
     body = remote_manifest(spec, kind=kind, manager_id="m", kueue=False)
@@ -52,14 +52,14 @@ def test_remote_manifest_of_a_kubeflow_job_clears_run_policy_managed_by() -> Non
 
 
 def test_no_manifest_is_a_permanent_failure() -> None:
-    kind = kind_for("batch/v1", "Job")
+    kind = lookup_api_version("batch/v1", "Job")
     assert kind is not None
     with pytest.raises(PermanentFailure, match="no manifest"):
         remote_manifest(RemoteSpec(job=REF, cluster="w", attempt=1), kind=kind, manager_id="m", kueue=True)
 
 
 def test_job_facts_failed_job() -> None:
-    kind = kind_for("batch/v1", "Job")
+    kind = lookup_api_version("batch/v1", "Job")
     assert kind is not None
     body = remote_manifest(
         RemoteSpec(
@@ -99,12 +99,12 @@ def test_job_facts_failed_job() -> None:
     ],
 )
 def test_quantities(resource: str, value: object, expected: int) -> None:
-    assert parse_quantity(resource, value) == expected
+    assert to_units(resource, value) == expected
 
 
 def test_quantity_errors_name_the_resource() -> None:
     with pytest.raises(ValueError, match="memory: 'lots'"):
-        parse_quantity("memory", "lots")
+        to_units("memory", "lots")
 
 
 def test_usage_from_nodes_and_pods() -> None:
@@ -178,7 +178,7 @@ def test_backfill_reads_the_webhook_canonical_placement_back() -> None:
 
 
 def test_backfill_of_any_kind_reads_the_pod_sets_and_priority_the_webhook_wrote() -> None:
-    kind = kind_for("kubeflow.org/v1", "PyTorchJob")
+    kind = lookup_api_version("kubeflow.org/v1", "PyTorchJob")
     assert kind is not None
     obj = pytorch_job()
     obj["metadata"] = {**obj["metadata"], "annotations": {"kdispatch.io/placement": "{}"}}  # type: ignore[dict-item]
@@ -253,7 +253,7 @@ def test_projection_forgets_an_ended_jobs_spec_but_not_that_it_was_submitted() -
 
 
 def _copy_of(manifest: dict[str, object], *, api_version: str, kind_name: str, kueue: bool) -> dict[str, Any]:
-    kind = kind_for(api_version, kind_name)
+    kind = lookup_api_version(api_version, kind_name)
     assert kind is not None
     spec = RemoteSpec(job=REF, cluster="w1", attempt=1, manifest=manifest)
     return remote_manifest(spec, kind=kind, manager_id="m", kueue=kueue)

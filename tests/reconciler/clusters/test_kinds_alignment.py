@@ -1,46 +1,76 @@
-"""The reconciler's copy of the kind table agrees with the webhook's (the reconciler may not import
-the webhook, so it keeps its own list): every kind the webhook holds is watched on the manager,
-copied to workers with its hold released the same way, and granted in RBAC."""
+"""The webhook and the reconciler read one kind table (eventlog/kube/kinds.py); what each side does
+with a kind must fit what the other did: every kind the webhook holds is granted in RBAC, and the
+copy the reconciler makes of a held object is released from exactly that hold."""
 
 from __future__ import annotations
 
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from eventlog import events as ev
+from eventlog.kube.kinds import SUPPORTED_KINDS, KindInfo
 from reconciler.shell.clusters import rbac
-from reconciler.shell.clusters.backfill import MANAGED_BY, POD_SETS_ANNOTATION, PRIORITY_ANNOTATION
-from reconciler.shell.clusters.kinds import KINDS, POD_SCHEDULING_GATE
+from reconciler.shell.clusters.backfill import user_suspended
+from reconciler.shell.clusters.base import RemoteSpec
 from reconciler.shell.clusters.manager import update_msg_id
-from webhook import kinds as webhook_kinds
-from webhook import placement, stamps
-
-
-def test_the_reconciler_kinds_are_the_webhook_kinds() -> None:
-    ours = [(k.group, k.version, k.kind, k.plural, k.hold) for k in KINDS]
-    theirs = [(k.group, k.version, k.kind, k.plural, k.hold) for k in webhook_kinds.SUPPORTED_KINDS]
-    assert ours == theirs
-
-
-def test_hold_paths_agree() -> None:
-    for ours, theirs in zip(KINDS, webhook_kinds.SUPPORTED_KINDS, strict=True):
-        assert ours.managed_by_path == theirs.managed_by_path, ours.kind
-        if theirs.hold != "gate":
-            assert ours.suspend_path == theirs.suspend_path, ours.kind
-    assert POD_SCHEDULING_GATE == webhook_kinds.POD_SCHEDULING_GATE
-    assert MANAGED_BY == webhook_kinds.MANAGED_BY
-
-
-def test_the_annotations_and_update_ids_both_sides_use_agree() -> None:
-    assert (POD_SETS_ANNOTATION, PRIORITY_ANNOTATION) == (
-        placement.POD_SETS_ANNOTATION,
-        placement.PRIORITY_ANNOTATION,
-    )
-    assert update_msg_id("u-1", "41") == stamps.update_msg_id("u-1", "41")
+from reconciler.shell.clusters.remote import remote_manifest
+from webhook import admit, jsonpatch, stamps
+from webhook.review import decode_review
 
 
 def test_every_kind_is_granted_on_both_sides() -> None:
     calls = set(rbac.API_CALLS)
-    for k in KINDS:
+    for k in SUPPORTED_KINDS:
         for verb in ("list", "watch", "get", "patch"):
             assert ("manager", k.group, k.plural, verb) in calls, (k.kind, verb)
         for verb in ("list", "watch", "get", "create", "delete"):
             assert ("worker", k.group, k.plural, verb) in calls, (k.kind, verb)
     assert ("manager", "", "pods/status", "patch") in calls
     assert len(rbac.API_CALLS) == len(calls)  # two versions of one resource are one grant
+
+
+def test_the_update_ids_both_sides_use_agree() -> None:
+    assert update_msg_id("u-1", "41") == stamps.update_msg_id("u-1", "41")
+
+
+def _held_by_the_webhook(info: KindInfo) -> dict[str, Any]:
+    obj = {
+        "apiVersion": info.api_version,
+        "kind": info.kind,
+        "metadata": {"name": "j", "namespace": "team-a", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        # A RayJob without a cluster of its own runs on an existing one: not dispatchable.
+        "spec": {"rayClusterSpec": {}} if info.family == "ray-job" else {},
+    }
+    request = {
+        "uid": "rev-1",
+        "kind": {"group": info.group, "version": info.version, "kind": info.kind},
+        "operation": "CREATE",
+        "namespace": "team-a",
+        "name": "j",
+        "object": obj,
+    }
+    _, parsed = decode_review(
+        json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+        ).encode()
+    )
+    outcome = admit.mutate(parsed, admit.Settings())
+    assert outcome.allowed and outcome.response.patch, info
+    held = jsonpatch.apply(obj, json.loads(base64.b64decode(outcome.response.patch)))
+    held["metadata"]["uid"] = "u-1"
+    return held
+
+
+@pytest.mark.parametrize("info", SUPPORTED_KINDS, ids=lambda k: f"{k.kind}.{k.version}")
+def test_a_worker_copy_is_released_from_the_webhooks_hold(info: KindInfo) -> None:
+    held = _held_by_the_webhook(info)
+    assert admit.is_held(info, held)
+    assert not user_suspended(info, held)  # held by kdispatch, which is not the user suspending it
+    ref = ev.JobRef(namespace="team-a", name="j", uid="u-1", api_version=info.api_version, kind=info.kind)
+    copy = remote_manifest(
+        RemoteSpec(job=ref, cluster="w", attempt=1, manifest=held), kind=info, manager_id="m", kueue=False
+    )
+    assert not admit.is_held(info, copy)

@@ -1,0 +1,42 @@
+"""Label, annotation and field values that the webhook, the reconciler and Kueue read alike.
+
+Both sides must spell these the same way: the webhook writes what the manager's watcher reads
+back, and the worker copies carry labels the reconciler finds them by.
+"""
+
+from __future__ import annotations
+
+# ---- Kueue's names (read as Kueue reads them) -------------------------------------------------
+
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+QUEUE_LABEL = KUEUE_PREFIX + "queue-name"
+PRIORITY_CLASS_LABEL = KUEUE_PREFIX + "priority-class"
+POD_GROUP_NAME = KUEUE_PREFIX + "pod-group-name"  # a label or an annotation on a plain Pod
+POD_GROUP_TOTAL = KUEUE_PREFIX + "pod-group-total-count"
+MIN_PARALLELISM_ANNOTATION = KUEUE_PREFIX + "job-min-parallelism"
+
+MANAGED_BY = KUEUE_PREFIX + "multikueue"
+"""The managedBy value that holds a job for kdispatch: the one value other than its own controller's
+that every kind's validation accepts, and the one its own controller leaves alone."""
+
+# ---- kdispatch's names ------------------------------------------------------------------------
+
+PREFIX = "kdispatch.io/"
+
+POD_SCHEDULING_GATE = PREFIX + "dispatch"
+"""Plain Pods have no suspend field: the webhook holds them with this scheduling gate."""
+
+# On the manager object. The placement (user's, canonicalised by the webhook) and the runtime a
+# simulated worker uses are the user's; the rest is written by kdispatch.
+PLACEMENT_ANNOTATION = PREFIX + "placement"
+RUNTIME_ANNOTATION = PREFIX + "simulated-runtime"
+CLUSTER_ANNOTATION = PREFIX + "cluster"  # where it runs
+# The pod sets and priority the webhook computed, for the manager watcher (which may not import the
+# per-kind code): recomputed at every UPDATE so a user cannot forge them.
+POD_SETS_ANNOTATION = PREFIX + "pod-sets"
+PRIORITY_ANNOTATION = PREFIX + "priority"
+
+# On a worker copy: whose copy it is.
+ORIGIN_LABEL = PREFIX + "origin"  # the manager's id
+JOB_UID_LABEL = PREFIX + "job-uid"  # the manager object's uid
+ATTEMPT_LABEL = PREFIX + "attempt"
