@@ -32,10 +32,10 @@ from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from reconciler.config import decode_config
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.logging import configure
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.policy import policy_event
+from reconciler.edge.logging import configure
+from reconciler.policy import policy_event
+from reconciler.service.clusters.setup import ClusterSet
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 
 GPU = "nvidia.com/gpu"
 MULTIKUEUE_JOBS_PER_S = 100.0

@@ -2,8 +2,8 @@
 
 Composition root: everything ``serve`` runs is wired here and nowhere else.
 
-- the leader candidate loop (``reconciler.shell.leader``): waits for the lease, then sequences;
-- the actuator and the cluster observers (``reconciler.shell.clusters``), unless
+- the leader candidate loop (``reconciler.service.leader``): waits for the lease, then sequences;
+- the actuator and the cluster observers (``reconciler.service.clusters``), unless
   ``--no-actuator`` — several replicas may run them: they are idempotent;
 - ``/metrics`` on ``--metrics-port``;
 - with ``--webhook``, ``python -m webhook`` as a supervised child process (never imported).
@@ -28,14 +28,14 @@ from typing import Any
 
 from reconciler import core
 from reconciler.config import ConfigError, load_config
-from reconciler.shell import logging as klog
-from reconciler.shell.child import Supervised
-from reconciler.shell.leader import run_candidate
-from reconciler.shell.logsource import URL_FILE
-from reconciler.shell.loop import LeaderLoop, LoopSettings
-from reconciler.shell.metrics import ReconcilerMetrics, start_metrics_server
-from reconciler.shell.natsopts import connect_options
-from reconciler.shell.policy import policy_event
+from reconciler.edge import logging as klog
+from reconciler.edge.logsource import URL_FILE
+from reconciler.edge.natsopts import connect_options
+from reconciler.policy import policy_event
+from reconciler.service.child import Supervised
+from reconciler.service.leader import run_candidate
+from reconciler.service.loop import LeaderLoop, LoopSettings
+from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
 
 SHUTDOWN_GRACE_S = 15.0
 
@@ -104,7 +104,7 @@ async def run_async(args: argparse.Namespace) -> int:
         clusters = None
         if not args.no_actuator:
             # Built before anything runs: a bad cluster entry must not leave a half-started server.
-            from reconciler.shell.clusters.setup import ClusterSet
+            from reconciler.service.clusters.setup import ClusterSet
 
             try:
                 clusters = await ClusterSet.from_config(config)

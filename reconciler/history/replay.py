@@ -22,7 +22,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader
 from reconciler import core
-from reconciler.shell.progress import Progress
+from reconciler.edge.progress import Progress
 
 
 @dataclass

@@ -1,1 +1,4 @@
-"""Imperative shell: the sequencer loop, the actuator, cluster adapters. All I/O lives here."""
+"""The long-running reconciler (``kdispatch serve``, and ``kdispatch demo``): leader election
+(``leader``), the sequencer loop (``loop``), the actuator and the cluster adapters
+(``clusters``), Prometheus metrics (``metrics``), the supervised webhook child (``child``), all
+put together in one place, ``wiring``."""

@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 
 from eventlog import events as ev
-from reconciler.shell.clusters.base import PLACEMENT_ANNOTATION
-from reconciler.shell.clusters.kinds import Kind
+from reconciler.service.clusters.base import PLACEMENT_ANNOTATION
+from reconciler.service.clusters.kinds import Kind
 
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -21,8 +21,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from eventlog import events as ev
-from reconciler.shell.clusters.api import ApiError, Gone, KubeApi
-from reconciler.shell.clusters.backfill import (
+from reconciler.edge.logging import get_logger
+from reconciler.service.clusters.api import ApiError, Gone, KubeApi
+from reconciler.service.clusters.backfill import (
     POD_SETS_ANNOTATION,
     PRIORITY_ANNOTATION,
     NotBackfillable,
@@ -33,12 +34,11 @@ from reconciler.shell.clusters.backfill import (
     submission_of,
     user_suspended,
 )
-from reconciler.shell.clusters.backoff import Backoff
-from reconciler.shell.clusters.base import CLUSTER_ANNOTATION, PLACEMENT_ANNOTATION, Reporter, Unreachable
-from reconciler.shell.clusters.desired import Desired
-from reconciler.shell.clusters.kinds import KINDS, Kind, by_resource, kind_for
-from reconciler.shell.clusters.remote import Origin
-from reconciler.shell.logging import get_logger
+from reconciler.service.clusters.backoff import Backoff
+from reconciler.service.clusters.base import CLUSTER_ANNOTATION, PLACEMENT_ANNOTATION, Reporter, Unreachable
+from reconciler.service.clusters.desired import Desired
+from reconciler.service.clusters.kinds import KINDS, Kind, by_resource, kind_for
+from reconciler.service.clusters.remote import Origin
 
 log = get_logger("reconciler.clusters.manager")
 

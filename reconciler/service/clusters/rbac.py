@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from reconciler.shell.clusters.kinds import KINDS
+from reconciler.service.clusters.kinds import KINDS
 
 Role = Literal["manager", "worker"]
 ApiCall = tuple[Role, str, str, str]

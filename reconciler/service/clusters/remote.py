@@ -20,8 +20,8 @@ from typing import Any
 from msgspec import Struct
 
 from eventlog import events as ev
-from reconciler.shell.clusters.base import ATTEMPT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL, RemoteSpec
-from reconciler.shell.clusters.kinds import POD_SCHEDULING_GATE, Kind
+from reconciler.service.clusters.base import ATTEMPT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL, RemoteSpec
+from reconciler.service.clusters.kinds import POD_SCHEDULING_GATE, Kind
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _SERVER_METADATA = (

@@ -26,18 +26,18 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import Inbox, LogReader
 from reconciler.config import ClusterConfig, Config, ConfigError, KubeconfigConfig, parse_duration_ms
-from reconciler.shell.actuator import Actuator
-from reconciler.shell.clusters.api import KubeApi
-from reconciler.shell.clusters.base import Worker
-from reconciler.shell.clusters.heartbeats import keepalive_ms
-from reconciler.shell.clusters.kube import KubeWorker
-from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
-from reconciler.shell.clusters.metrics import ClusterMetrics
-from reconciler.shell.clusters.quantity import parse_resources
-from reconciler.shell.clusters.reporter import InboxReporter
-from reconciler.shell.clusters.sim import SimCluster
-from reconciler.shell.logging import get_logger
-from reconciler.sim.worker import SimWorker
+from reconciler.edge.logging import get_logger
+from reconciler.service.clusters.actuator import Actuator
+from reconciler.service.clusters.api import KubeApi
+from reconciler.service.clusters.base import Worker
+from reconciler.service.clusters.heartbeats import keepalive_ms
+from reconciler.service.clusters.kube import KubeWorker
+from reconciler.service.clusters.manager import ManagerSync, ManagerWatcher
+from reconciler.service.clusters.metrics import ClusterMetrics
+from reconciler.service.clusters.quantity import parse_resources
+from reconciler.service.clusters.reporter import InboxReporter
+from reconciler.service.clusters.simulated import SimCluster
+from reconciler.simworker import SimWorker
 
 log = get_logger("reconciler.clusters.setup")
 

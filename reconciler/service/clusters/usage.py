@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from eventlog.events import Resources
-from reconciler.shell.clusters.quantity import add_into, parse_quantity, parse_resources
+from reconciler.service.clusters.quantity import add_into, parse_quantity, parse_resources
 
 
 def from_cluster_queues(queues: list[dict[str, Any]]) -> tuple[Resources, Resources]:

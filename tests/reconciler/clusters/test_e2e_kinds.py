@@ -21,9 +21,9 @@ import pytest
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from reconciler.config import decode_config
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.policy import policy_event
+from reconciler.policy import policy_event
+from reconciler.service.clusters.setup import ClusterSet
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 from tests.reconciler.clusters import admission
 from tests.reconciler.clusters.conftest import ApiServer, eventually
 from tests.reconciler.clusters.test_e2e_kube import _eventually_async, kubeconfig, log_entries

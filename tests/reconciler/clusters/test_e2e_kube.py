@@ -23,10 +23,10 @@ from eventlog.embedded import free_port
 from eventlog.jetstream import JetStreamLog
 from reconciler.config import decode_config
 from reconciler.demo.apiserver import ApiServer as AdmissionClient
-from reconciler.shell.child import Supervised
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.policy import policy_event
+from reconciler.policy import policy_event
+from reconciler.service.child import Supervised
+from reconciler.service.clusters.setup import ClusterSet
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
 
 JOBS = ("batch", "v1", "jobs")

@@ -12,11 +12,11 @@ import pytest
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from reconciler.config import decode_config
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.clusters.sim import SimCluster
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.policy import policy_event
-from reconciler.sim import CopyState
+from reconciler.policy import policy_event
+from reconciler.service.clusters.setup import ClusterSet
+from reconciler.service.clusters.simulated import SimCluster
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
+from reconciler.simworker import CopyState
 from tests.reconciler.clusters.conftest import eventually
 
 GPU = "nvidia.com/gpu"

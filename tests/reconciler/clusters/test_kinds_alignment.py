@@ -4,10 +4,10 @@ copied to workers with its hold released the same way, and granted in RBAC."""
 
 from __future__ import annotations
 
-from reconciler.shell.clusters import rbac
-from reconciler.shell.clusters.backfill import MANAGED_BY, POD_SETS_ANNOTATION, PRIORITY_ANNOTATION
-from reconciler.shell.clusters.kinds import KINDS, POD_SCHEDULING_GATE
-from reconciler.shell.clusters.manager import update_msg_id
+from reconciler.service.clusters import rbac
+from reconciler.service.clusters.backfill import MANAGED_BY, POD_SETS_ANNOTATION, PRIORITY_ANNOTATION
+from reconciler.service.clusters.kinds import KINDS, POD_SCHEDULING_GATE
+from reconciler.service.clusters.manager import update_msg_id
 from webhook import kinds as webhook_kinds
 from webhook import placement, stamps
 
