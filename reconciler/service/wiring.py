@@ -23,7 +23,7 @@ The process around it (signals, logging, opening and closing the log) is the cal
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -108,7 +108,9 @@ def connect_clusters(
     configured: ClusterSet, log_: JetStreamLog, *, metrics: ClusterMetrics, backfill_after_s: float
 ) -> Clusters:
     reporter = InboxReporter(log_.inbox)
-    actuator = Actuator(log_.reader, configured.workers, gc_interval_s=configured.gc_interval_s, metrics=metrics)
+    actuator = Actuator(
+        log_.reader, configured.workers, gc_interval_s=configured.gc_interval_s, metrics=metrics
+    )
     out = Clusters(configured, actuator, reporter)
     if configured.manager_api is not None:
         sync = ManagerSync(configured.manager_api, actuator.desired)
@@ -165,7 +167,7 @@ class System:
         if self.webhook is not None:
             self._spawn(self.webhook.run(self.stopping), "webhook")
 
-    def _spawn(self, work: Any, name: str) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
         self.tasks.append(asyncio.create_task(work, name=name))
 
     async def wait(self) -> int:
