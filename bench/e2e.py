@@ -32,10 +32,10 @@ from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from reconciler.config import decode_config
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.logging import configure
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.policy import policy_event
+from reconciler.edge.logging import configure
+from reconciler.policy import policy_event
+from reconciler.service.loop import LoopSettings, wait_ready
+from reconciler.service.wiring import Settings, running
 
 GPU = "nvidia.com/gpu"
 MULTIKUEUE_JOBS_PER_S = 100.0
@@ -123,29 +123,25 @@ async def wait_decided(
 async def run_pipeline(url: str, *, root: str, n: int, with_clusters: bool) -> tuple[float, list[float]]:
     config = decode_config(CONFIG if with_clusters else {**CONFIG, "clusters": []})
     jlog = await connect(url, root=root)
-    loop = LeaderLoop(
-        jlog, LoopSettings(leader_id=root, policy=policy_event(config.policy), idle_wait_s=0.01)
+    settings = Settings(
+        loop=LoopSettings(leader_id=root, policy=policy_event(config.policy), idle_wait_s=0.01),
+        actuate=with_clusters,
     )
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(loop.run_term(stop=stop))]
     try:
-        await wait_ready(loop, timeout_s=30)
-        if with_clusters:
-            clusters = await ClusterSet.from_config(config)
-            tasks.append(asyncio.create_task(clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop)))
-            await wait_decided_clusters(jlog, 3)
-        verbs = ("placed",) if with_clusters else ("unschedulable", "nominated")
-        started = time.time_ns() // 1_000_000
-        waiter = asyncio.create_task(wait_decided(jlog, n, verbs, timeout_s=120))
-        sent = await submit_all(jlog, n)
-        decided = await waiter
-        last = max(decided.values())
-        rate = n / max((last - started) / 1000, 1e-3)
-        latencies = [(decided[uid] - sent[uid]) / 1000 for uid in sent]
-        return rate, latencies
+        async with running(jlog, config, settings) as system:
+            await wait_ready(system.loop, timeout_s=30)
+            if with_clusters:
+                await wait_decided_clusters(jlog, 3)
+            verbs = ("placed",) if with_clusters else ("unschedulable", "nominated")
+            started = time.time_ns() // 1_000_000
+            waiter = asyncio.create_task(wait_decided(jlog, n, verbs, timeout_s=120))
+            sent = await submit_all(jlog, n)
+            decided = await waiter
+            last = max(decided.values())
+            rate = n / max((last - started) / 1000, 1e-3)
+            latencies = [(decided[uid] - sent[uid]) / 1000 for uid in sent]
+            return rate, latencies
     finally:
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
         await jlog.close()
 
 

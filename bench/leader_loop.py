@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.replay import replay
+from reconciler.history.replay import replay
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 
 GPU = "nvidia.com/gpu"
 POLICY = ev.PolicyLoaded(

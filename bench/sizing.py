@@ -42,7 +42,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import connect
-from reconciler.shell.clusters.heartbeats import HeartbeatGate, keepalive_ms
+from reconciler.service.clusters.heartbeats import HeartbeatGate, keepalive_ms
 
 MANIFEST = Path(__file__).resolve().parent.parent / "data" / "manifests" / "kueue" / "jobs" / "sample-job.yaml"
 CLUSTERS = 50

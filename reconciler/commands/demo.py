@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run_async(args: argparse.Namespace) -> int:
     from reconciler.demo.run import Options, run_demo
-    from reconciler.shell.plugins import PluginDiscoveryError, installed
+    from reconciler.edge.plugins import PluginDiscoveryError, installed
 
     if args.jobs < 16:
         print("kdispatch demo: --jobs must be at least 16 (fillers, a stream and a burst)")

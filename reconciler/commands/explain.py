@@ -17,12 +17,12 @@ from typing import Any, TextIO
 from eventlog import codec
 from eventlog import events as ev
 from reconciler import core
-from reconciler.shell import logging as klog
-from reconciler.shell.logsource import add_source_arguments, format_ms, friendly_errors, open_source
-from reconciler.shell.plugins import PluginDiscoveryError, PluginSet, installed, warning_lines
-from reconciler.shell.progress import Progress
-from reconciler.shell.render import concerns, describe, subject_key
-from reconciler.shell.replay import replay
+from reconciler.edge import logging as klog
+from reconciler.edge.logsource import add_source_arguments, format_ms, friendly_errors, open_source
+from reconciler.edge.plugins import PluginDiscoveryError, PluginSet, installed, warning_lines
+from reconciler.edge.progress import Progress
+from reconciler.history.replay import replay
+from reconciler.offline.render import concerns, describe, subject_key
 
 HELP = "explain every decision about a job: each cluster's filter verdict or per-plugin scores"
 

@@ -9,9 +9,9 @@ import sys
 from eventlog import codec
 from eventlog import events as ev
 from eventlog.subjects import log_subject
-from reconciler.shell import logging as klog
-from reconciler.shell.logsource import add_source_arguments, friendly_errors, open_source
-from reconciler.shell.render import concerns, line
+from reconciler.edge import logging as klog
+from reconciler.edge.logsource import add_source_arguments, friendly_errors, open_source
+from reconciler.offline.render import concerns, line
 
 HELP = "read the log like tail: one line per entry (seq, time, type, job/cluster, key fields)"
 

@@ -12,22 +12,22 @@ from eventlog import codec
 from eventlog import events as ev
 from reconciler import core
 from reconciler.config import ConfigError
-from reconciler.shell import logging as klog
-from reconciler.shell.logsource import (
+from reconciler.edge import logging as klog
+from reconciler.edge.logsource import (
     add_source_arguments,
     format_ms,
     friendly_errors,
     open_source,
     parse_until,
 )
-from reconciler.shell.outcomes import differences
-from reconciler.shell.plugins import PluginDiscoveryError, PluginProblem, PluginSet, installed, warning_lines
-from reconciler.shell.policy import load_policy_file
-from reconciler.shell.progress import Progress
-from reconciler.shell.rebuild import load_snapshot
-from reconciler.shell.render import line
-from reconciler.shell.replay import Mismatch, ReplayResult, replay
-from reconciler.shell.whatif import Observed, WhatIf, observe
+from reconciler.edge.plugins import PluginDiscoveryError, PluginProblem, PluginSet, installed, warning_lines
+from reconciler.edge.progress import Progress
+from reconciler.history.rebuild import load_snapshot
+from reconciler.history.replay import Mismatch, ReplayResult, replay
+from reconciler.offline.outcomes import differences
+from reconciler.offline.render import line
+from reconciler.offline.whatif import Observed, WhatIf, observe
+from reconciler.policy import load_policy_file
 
 HELP = "rebuild state from the log (--until), verify every decision (--verify), or replay under another policy"
 

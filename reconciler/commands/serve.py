@@ -1,9 +1,10 @@
 """``kdispatch serve``: the reconciler process (leader candidate + actuator + observers + metrics).
 
-Composition root: everything ``serve`` runs is wired here and nowhere else.
+What runs is put together by ``reconciler.service.wiring`` (shared with ``demo`` and the tests);
+this module is the process around it: arguments, config, logging, the log, signals.
 
-- the leader candidate loop (``reconciler.shell.leader``): waits for the lease, then sequences;
-- the actuator and the cluster observers (``reconciler.shell.clusters``), unless
+- the leader candidate loop (``reconciler.service.leader``): waits for the lease, then sequences;
+- the actuator and the cluster observers (``reconciler.service.clusters``), unless
   ``--no-actuator`` — several replicas may run them: they are idempotent;
 - ``/metrics`` on ``--metrics-port``;
 - with ``--webhook``, ``python -m webhook`` as a supervised child process (never imported).
@@ -22,23 +23,17 @@ import signal
 import socket
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from reconciler import core
 from reconciler.config import ConfigError, load_config
-from reconciler.shell import logging as klog
-from reconciler.shell.child import Supervised
-from reconciler.shell.leader import run_candidate
-from reconciler.shell.logsource import URL_FILE
-from reconciler.shell.loop import LeaderLoop, LoopSettings
-from reconciler.shell.metrics import ReconcilerMetrics, start_metrics_server
-from reconciler.shell.natsopts import connect_options
-from reconciler.shell.plugins import PluginDiscoveryError, installed
-from reconciler.shell.policy import policy_event
-
-SHUTDOWN_GRACE_S = 15.0
+from reconciler.edge import logging as klog
+from reconciler.edge.logsource import URL_FILE
+from reconciler.edge.natsopts import connect_options
+from reconciler.edge.plugins import PluginDiscoveryError, installed
+from reconciler.policy import policy_event
+from reconciler.service.loop import LoopSettings
 
 HELP = "run the reconciler: leader election, sequencing, actuator, metrics (and the webhook)"
 
@@ -102,86 +97,33 @@ async def run_async(args: argparse.Namespace) -> int:
         url_file.write_text(jlog.url + "\n")
     stop = asyncio.Event()
     _install_signal_handlers(stop, log)
-    metrics = ReconcilerMetrics()
-    runner = None
-    tasks: list[asyncio.Task[Any]] = []
-    closers: list[Callable[[], Awaitable[None]]] = []
-    try:
-        clusters = None
-        if not args.no_actuator:
-            # Built before anything runs: a bad cluster entry must not leave a half-started server.
-            from reconciler.shell.clusters.setup import ClusterSet
+    from reconciler.service.wiring import Settings, System, build
 
-            try:
-                clusters = await ClusterSet.from_config(config)
-            except (ConfigError, ValueError) as err:
-                print(f"kdispatch serve: invalid cluster configuration: {err}", file=sys.stderr)
-                return 2
-            closers.append(clusters.close)
-        if args.metrics_port is not None:
-            runner = await start_metrics_server(metrics, port=args.metrics_port, ready=lambda: jlog.nc.is_connected)
-            log.info("metrics_listening", port=args.metrics_port)
-        loop = LeaderLoop(
-            jlog,
-            LoopSettings(leader_id=leader_id, policy=policy, snapshot_every=args.snapshot_every, plugins=plugins),
-            metrics=metrics,
+    system: System | None = None
+    try:
+        settings = Settings(
+            loop=LoopSettings(leader_id=leader_id, policy=policy, snapshot_every=args.snapshot_every, plugins=plugins),
+            actuate=not args.no_actuator,
+            lease_ttl_s=args.lease_ttl,
+            metrics_port=args.metrics_port,
+            webhook_argv=_webhook_argv(args, nats_url=jlog.url, data_dir=data_dir) if args.webhook else None,
         )
-        tasks.append(
-            asyncio.create_task(
-                run_candidate(jlog, loop, stop=stop, ttl_s=args.lease_ttl), name="leader-candidate"
-            )
-        )
-        if clusters is not None:
-            tasks.append(
-                asyncio.create_task(
-                    clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop, registry=metrics.registry),
-                    name="clusters",
-                )
-            )
-        if args.webhook:
-            argv = _webhook_argv(args, nats_url=jlog.url, data_dir=data_dir)
-            child = Supervised("webhook", argv, on_restart=metrics.webhook_restarts.inc)
-            tasks.append(asyncio.create_task(child.run(stop), name="webhook"))
+        try:
+            system = await build(jlog, config, settings, stop=stop)
+        except (ConfigError, ValueError) as err:
+            print(f"kdispatch serve: invalid cluster configuration: {err}", file=sys.stderr)
+            return 2
+        await system.start()
         log.info("serving", nats=jlog.url, root=args.root, webhook=args.webhook, actuator=not args.no_actuator)
-        return await _wait(tasks, stop, log=log)
+        return await system.wait()
     finally:
         stop.set()
-        # Components wind down on ``stop`` (release the lease, terminate the webhook); only one
-        # that does not within the grace period is cancelled.
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
-            for task in late:
-                log.warning("component_cancelled", component=task.get_name(), grace_s=SHUTDOWN_GRACE_S)
-                task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if runner is not None:
-            await runner.cleanup()
-        for close in closers:
-            await close()
+        if system is not None:
+            await system.stop()
         if url is None:
             url_file.unlink(missing_ok=True)
         await jlog.close()
         log.info("stopped")
-
-
-async def _wait(tasks: list[asyncio.Task[Any]], stop: asyncio.Event, *, log: Any) -> int:
-    """Until stop (0), or until a component fails (1: a dead component is not a running server)."""
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-    for task in done:
-        if task is stopper or task.cancelled():
-            continue
-        err = task.exception()
-        if err is not None:
-            log.error("component_failed", component=task.get_name(), error=repr(err), exc_info=err)
-            return 1
-        if not stop.is_set():
-            log.error("component_exited", component=task.get_name())
-            return 1
-    return 0
 
 
 def _install_signal_handlers(stop: asyncio.Event, log: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from reconciler.config import ConfigError
-from reconciler.shell.plugins import PluginDiscoveryError, installed
+from reconciler.edge.plugins import PluginDiscoveryError, installed
 from reconciler.simulate.profiles import PolicyDefaults, default_profiles, load_profiles
 from reconciler.simulate.progress import JobProgress
 from reconciler.simulate.readers import FORMATS, load_trace

@@ -9,7 +9,7 @@ The API other areas code against:
   ``dump_state(state)`` / ``load_state(raw, plugins=BUILTINS)``, ``validate_policy(policy, plugins)``.
 
 Which plugins exist is a value handed in (a ``Registry``): ``BUILTINS`` are ours; the shell adds
-third-party ones it discovered (``reconciler.shell.plugins``). The core never looks them up.
+third-party ones it discovered (``reconciler.edge.plugins``). The core never looks them up.
 """
 
 from __future__ import annotations

@@ -33,15 +33,14 @@ from reconciler.demo.apiserver import AdmissionFailed, ApiServer
 from reconciler.demo.follower import LogFollower
 from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_line
 from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, long_cpu_jobs, main_jobs
-from reconciler.shell import logging as klog
-from reconciler.shell.child import Supervised
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.clusters.sim import SimCluster
-from reconciler.shell.leader import run_candidate
-from reconciler.shell.loop import LeaderLoop, LoopSettings
-from reconciler.shell.plugins import installed
-from reconciler.shell.policy import policy_event
-from reconciler.shell.replay import replay
+from reconciler.edge import logging as klog
+from reconciler.edge.plugins import installed
+from reconciler.history.replay import replay
+from reconciler.policy import policy_event
+from reconciler.service.child import Supervised
+from reconciler.service.clusters.simulated import SimCluster
+from reconciler.service.loop import LeaderLoop, LoopSettings
+from reconciler.service.wiring import Settings, System, build
 from reconciler.simulate.metrics import percentile, seconds
 from reconciler.simulate.recorder import Recorder
 
@@ -250,23 +249,26 @@ class Demo:
     ) -> None:
         """Start every component, play the script, wait for the end, stop every component."""
         stop = asyncio.Event()
-        tasks: list[asyncio.Task[Any]] = []
-        clusters: ClusterSet | None = None
+        tasks: list[asyncio.Task[Any]] = []  # the system's and the demo's own
+        own: list[asyncio.Task[Any]] = []
+        system: System | None = None
         try:
             port = free_port()
             argv = [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(port), "--nats", jlog.url]
             argv += ["--data-dir", str(self.data_dir), "--config", str(config_path), "--log-level", "warning"]
-            self.webhook = Supervised("webhook", argv)
-            tasks.append(asyncio.create_task(self.webhook.run(stop), name="webhook"))
-            self.loop = LeaderLoop(jlog, LoopSettings(leader_id=f"demo-{self.run_id}", policy=policy_event(config.policy), plugins=installed()))
-            tasks.append(asyncio.create_task(run_candidate(jlog, self.loop, stop=stop), name="leader"))
-            clusters = await ClusterSet.from_config(config)
-            self.sims = {n: w for n, w in clusters.workers.items() if isinstance(w, SimCluster)}
-            tasks.append(
-                asyncio.create_task(clusters.run(inbox=jlog.inbox, reader=jlog.reader, stop=stop), name="clusters")
+            settings = Settings(
+                loop=LoopSettings(leader_id=f"demo-{self.run_id}", policy=policy_event(config.policy), plugins=installed()),
+                webhook_argv=argv,
             )
-            tasks.append(asyncio.create_task(follower.run(stop), name="follower"))
-            tasks.append(asyncio.create_task(self._progress(stop), name="progress"))
+            system = await build(jlog, config, settings, stop=stop)
+            self.webhook, self.loop = system.webhook, system.loop
+            assert system.clusters is not None
+            workers = system.clusters.configured.workers
+            self.sims = {n: w for n, w in workers.items() if isinstance(w, SimCluster)}
+            await system.start()
+            own.append(asyncio.create_task(follower.run(stop), name="follower"))
+            own.append(asyncio.create_task(self._progress(stop), name="progress"))
+            tasks += [*system.tasks, *own]
             self.screen.say(
                 f"4 simulated clusters: {', '.join(self.sims)}; webhook on https://127.0.0.1:{port} (child process)"
             )
@@ -286,9 +288,9 @@ class Demo:
             self._check_tasks(tasks, outcome)
         finally:
             stop.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            if clusters is not None:
-                await clusters.close()
+            if system is not None:
+                await system.stop()
+            await asyncio.gather(*own, return_exceptions=True)
             self.screen.done()
 
     async def _script(self, api: ApiServer) -> None:

@@ -12,7 +12,7 @@ import yaml
 
 from eventlog import events as ev
 from reconciler.config import PolicyConfig, decode
-from reconciler.shell.policy import profile_event
+from reconciler.policy import profile_event
 
 SHIPPED = ("default", "examples")
 

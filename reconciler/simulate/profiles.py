@@ -16,7 +16,7 @@ import yaml
 
 from eventlog import events as ev
 from reconciler.core.framework.profile import DEFAULT_PROFILE
-from reconciler.shell.policy import load_policy_file
+from reconciler.policy import load_policy_file
 
 
 def _profile(name: str, strategy: ev.StrategySpec) -> ev.Profile:

@@ -37,7 +37,7 @@ EPOCH_MS = 1_704_067_200_000
 
 
 class WorkerModel(Protocol):
-    """What the runner needs of ``reconciler.sim.worker.SimWorker``."""
+    """What the runner needs of ``reconciler.simworker.SimWorker``."""
 
     name: str
 
@@ -87,7 +87,7 @@ class CoreApi:
 
 
 def sim_worker(cluster: TraceCluster) -> WorkerModel:
-    from reconciler.sim.worker import SimWorker
+    from reconciler.simworker import SimWorker
 
     worker: WorkerModel = SimWorker(
         cluster.name, cluster.capacity, admission_latency_ms=cluster.admission_latency_ms

@@ -16,7 +16,7 @@ import yaml
 from reconciler.cli import build_parser
 from reconciler.config import Config, decode_config
 from reconciler.core import validate_policy
-from reconciler.shell.policy import policy_event
+from reconciler.policy import policy_event
 from tests.deploy.conftest import DEPLOY, OVERLAYS, find, one, rendered
 
 CONFIG_MOUNT = "/etc/kdispatch/config"

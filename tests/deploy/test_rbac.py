@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from reconciler.config import decode_config
-from reconciler.shell.clusters.rbac import API_CALLS
+from reconciler.service.clusters.rbac import API_CALLS
 from tests.deploy.conftest import OVERLAYS, find, one, rendered
 
 Grant = tuple[str, str, str]  # (api group, resource or non-resource URL, verb)

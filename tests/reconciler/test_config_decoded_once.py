@@ -13,9 +13,9 @@ import yaml
 from eventlog.kube import duration
 from reconciler.config import load_config
 from reconciler.demo.setup import config_document
-from reconciler.shell.clusters.setup import ClusterSet, registration
-from reconciler.shell.clusters.sim import SimCluster
-from reconciler.shell.policy import policy_event
+from reconciler.policy import policy_event
+from reconciler.service.clusters.setup import ClusterSet, registration
+from reconciler.service.clusters.simulated import SimCluster
 
 
 class Parser:

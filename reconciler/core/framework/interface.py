@@ -1,7 +1,7 @@
 """What a plugin is: a name, reason messages, a factory, and Filter and/or Score.
 
 Third-party plugins implement the same classes and register through the ``kdispatch.plugins``
-entry-point group, which the shell reads (``reconciler.shell.plugins``) to build the ``Registry``
+entry-point group, which the shell reads (``reconciler.edge.plugins``) to build the ``Registry``
 the core is handed. A plugin is built once per profile from its validated
 arguments and must be a pure function of its inputs: no clock, no I/O, no randomness.
 """

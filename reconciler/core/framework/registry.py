@@ -2,7 +2,7 @@
 
 The core compiles profiles against the registry it was given (``new_state(plugins=...)``); which
 plugins exist is decided outside it: ``reconciler.core.plugins.BUILTINS`` holds ours, and the shell
-(``reconciler.shell.plugins``) adds third-party ones found through entry points. Duplicate names
+(``reconciler.edge.plugins``) adds third-party ones found through entry points. Duplicate names
 are an error. Arguments are validated (msgspec, unknown fields rejected) with field paths before
 the first cycle.
 """

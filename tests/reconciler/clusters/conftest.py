@@ -13,7 +13,7 @@ from aiohttp.test_utils import RawTestServer
 from kubernetes_asyncio import client
 
 from eventlog import events as ev
-from reconciler.shell.clusters.api import KubeApi
+from reconciler.service.clusters.api import KubeApi
 from tests.reconciler.clusters.kubeapi import KubeApiEmulator
 
 

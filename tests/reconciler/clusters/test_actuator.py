@@ -17,12 +17,12 @@ from prometheus_client import generate_latest
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from eventlog.store import InboxItem
-from reconciler.shell.actuator import Actuator
-from reconciler.shell.clusters.base import Worker
-from reconciler.shell.clusters.kube import KubeWorker
-from reconciler.shell.clusters.reporter import InboxReporter
-from reconciler.shell.clusters.sim import SimCluster
-from reconciler.sim import CopyState, SimWorker
+from reconciler.service.clusters.actuator import Actuator
+from reconciler.service.clusters.base import Worker
+from reconciler.service.clusters.kube import KubeWorker
+from reconciler.service.clusters.reporter import InboxReporter
+from reconciler.service.clusters.simulated import SimCluster
+from reconciler.simworker import CopyState, SimWorker
 from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
 
 GPU = "nvidia.com/gpu"

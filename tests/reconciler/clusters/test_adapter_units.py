@@ -9,12 +9,12 @@ import pytest
 from eventlog import events as ev
 from eventlog.kube.kinds import lookup_api_version
 from eventlog.kube.quantity import to_units
-from reconciler.shell.clusters import rbac
-from reconciler.shell.clusters.backfill import NotBackfillable, placement_of, submission_of
-from reconciler.shell.clusters.base import RemoteSpec, fact_id, remote_fact_id
-from reconciler.shell.clusters.desired import Desired, Intent
-from reconciler.shell.clusters.remote import Origin, PermanentFailure, job_facts, origin_of, remote_manifest
-from reconciler.shell.clusters.usage import from_cluster_queues, from_nodes_and_pods
+from reconciler.service.clusters import rbac
+from reconciler.service.clusters.backfill import NotBackfillable, placement_of, submission_of
+from reconciler.service.clusters.base import RemoteSpec, fact_id, remote_fact_id
+from reconciler.service.clusters.desired import Desired, Intent
+from reconciler.service.clusters.remote import Origin, PermanentFailure, job_facts, origin_of, remote_manifest
+from reconciler.service.clusters.usage import from_cluster_queues, from_nodes_and_pods
 from tests.reconciler.clusters.conftest import batch_job
 from webhook import placement as webhook_placement
 

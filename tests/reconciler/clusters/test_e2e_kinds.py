@@ -10,7 +10,6 @@ manager object -> finished, and the copy cleaned up. Real nats-server, sequencer
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,9 +20,9 @@ import pytest
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from reconciler.config import decode_config
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.policy import policy_event
+from reconciler.policy import policy_event
+from reconciler.service.loop import LoopSettings, wait_ready
+from reconciler.service.wiring import Settings, running
 from tests.reconciler.clusters import admission
 from tests.reconciler.clusters.conftest import ApiServer, eventually
 from tests.reconciler.clusters.test_e2e_kube import _eventually_async, kubeconfig, log_entries
@@ -139,21 +138,13 @@ async def world(jslog: JetStreamLog, api_servers: Callable[..., Any], tmp_path: 
             ],
         }
     )
-    loop = LeaderLoop(
-        jslog, LoopSettings(leader_id="kinds", policy=policy_event(config.policy), idle_wait_s=0.02)
+    settings = Settings(
+        loop=LoopSettings(leader_id="kinds", policy=policy_event(config.policy), idle_wait_s=0.02),
+        backfill_after_s=0.5,
     )
-    stop = asyncio.Event()
-    term = asyncio.create_task(loop.run_term(stop=stop))
-    await wait_ready(loop, timeout_s=20)
-    clusters = await ClusterSet.from_config(config)
-    clusters.backfill_after_s = 0.5
-    running = asyncio.create_task(clusters.run(inbox=jslog.inbox, reader=jslog.reader, stop=stop))
-    try:
+    async with running(jslog, config, settings) as system:
+        await wait_ready(system.loop, timeout_s=20)
         yield World(jslog, manager, worker)
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(term, running, return_exceptions=True), 20)
-        await clusters.close()
 
 
 # (resource, user object, expected pod sets, where managedBy lives, how the copy is released,

@@ -1,5 +1,5 @@
 """End to end on emulated Kubernetes clusters: one manager, three Kueue workers, a real nats-server,
-the real sequencer loop and core, and ``ClusterSet`` built from a config file with kubeconfigs.
+the real sequencer loop and core, wired as ``serve`` wires them from a config file with kubeconfigs.
 
 A submitted Job goes: JobSubmitted (as the webhook records it) -> log -> Nominated -> a copy on the
 chosen worker -> the test admits and finishes it the way Kueue would -> Placed, status synced back
@@ -23,10 +23,10 @@ from eventlog.embedded import free_port
 from eventlog.jetstream import JetStreamLog
 from reconciler.config import decode_config
 from reconciler.demo.apiserver import ApiServer as AdmissionClient
-from reconciler.shell.child import Supervised
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.policy import policy_event
+from reconciler.policy import policy_event
+from reconciler.service.child import Supervised
+from reconciler.service.loop import LoopSettings, wait_ready
+from reconciler.service.wiring import Settings, running
 from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
 
 JOBS = ("batch", "v1", "jobs")
@@ -223,21 +223,13 @@ async def world(jslog: JetStreamLog, api_servers: Any, tmp_path: Path) -> AsyncI
             ],
         }
     )
-    loop = LeaderLoop(
-        jslog, LoopSettings(leader_id="e2e", policy=policy_event(config.policy), idle_wait_s=0.02)
+    settings = Settings(
+        loop=LoopSettings(leader_id="e2e", policy=policy_event(config.policy), idle_wait_s=0.02),
+        backfill_after_s=1.0,
     )
-    stop = asyncio.Event()
-    term = asyncio.create_task(loop.run_term(stop=stop))
-    await wait_ready(loop, timeout_s=20)
-    clusters = await ClusterSet.from_config(config)
-    clusters.backfill_after_s = 1.0
-    running = asyncio.create_task(clusters.run(inbox=jslog.inbox, reader=jslog.reader, stop=stop))
-    try:
+    async with running(jslog, config, settings) as system:
+        await wait_ready(system.loop, timeout_s=20)
         yield World(jslog, manager, workers)
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(term, running, return_exceptions=True), 20)
-        await clusters.close()
 
 
 async def test_a_job_runs_on_a_worker_reports_back_and_is_cleaned_up(world: World) -> None:

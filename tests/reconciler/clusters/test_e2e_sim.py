@@ -1,9 +1,8 @@
-"""End to end with simulated clusters, as ``serve``/``demo`` run them: ClusterSet from a config
-file with ``simulated:`` clusters, the real sequencer loop and core, a real nats-server."""
+"""End to end with simulated clusters, wired as ``serve``/``demo`` wire them (``service.wiring``)
+from a config file with ``simulated:`` clusters: the real leader loop and core, a real nats-server."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,11 +11,11 @@ import pytest
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from reconciler.config import decode_config
-from reconciler.shell.clusters.setup import ClusterSet
-from reconciler.shell.clusters.sim import SimCluster
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.policy import policy_event
-from reconciler.sim import CopyState
+from reconciler.policy import policy_event
+from reconciler.service.clusters.simulated import SimCluster
+from reconciler.service.loop import LoopSettings, wait_ready
+from reconciler.service.wiring import Settings, System, running
+from reconciler.simworker import CopyState
 from tests.reconciler.clusters.conftest import eventually
 
 GPU = "nvidia.com/gpu"
@@ -54,12 +53,13 @@ def config(*, runtime: str) -> Any:
 
 
 class World:
-    def __init__(self, jlog: JetStreamLog, clusters: ClusterSet) -> None:
+    def __init__(self, jlog: JetStreamLog, system: System) -> None:
         self.jlog = jlog
-        self.clusters = clusters
+        self.system = system
 
     def sim(self, name: str) -> SimCluster:
-        worker = self.clusters.workers[name]
+        assert self.system.clusters is not None
+        worker = self.system.clusters.configured.workers[name]
         assert isinstance(worker, SimCluster)
         return worker
 
@@ -85,21 +85,15 @@ class World:
         return out
 
 
+def settings(cfg: Any, leader_id: str) -> Settings:
+    return Settings(loop=LoopSettings(leader_id=leader_id, policy=policy_event(cfg.policy), idle_wait_s=0.02))
+
+
 async def start(jslog: JetStreamLog, *, runtime: str) -> AsyncIterator[World]:
     cfg = config(runtime=runtime)
-    loop = LeaderLoop(
-        jslog, LoopSettings(leader_id="sim-e2e", policy=policy_event(cfg.policy), idle_wait_s=0.02)
-    )
-    stop = asyncio.Event()
-    term = asyncio.create_task(loop.run_term(stop=stop))
-    await wait_ready(loop, timeout_s=20)
-    clusters = await ClusterSet.from_config(cfg)
-    running = asyncio.create_task(clusters.run(inbox=jslog.inbox, reader=jslog.reader, stop=stop))
-    try:
-        yield World(jslog, clusters)
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(term, running, return_exceptions=True), 20)
+    async with running(jslog, cfg, settings(cfg, "sim-e2e")) as system:
+        await wait_ready(system.loop, timeout_s=20)
+        yield World(jslog, system)
 
 
 @pytest.fixture
@@ -161,16 +155,10 @@ async def test_a_cluster_dropped_from_the_config_is_removed_and_its_job_moves(js
     await first.aclose()  # serve stops; the operator deletes "big" from the config file
     cfg = config(runtime="1h")
     cfg.clusters = [c for c in cfg.clusters if c.name != "big"]
-    loop = LeaderLoop(
-        jslog, LoopSettings(leader_id="sim-e2e-2", policy=policy_event(cfg.policy), idle_wait_s=0.02)
-    )
-    stop = asyncio.Event()
-    term = asyncio.create_task(loop.run_term(stop=stop))
-    await wait_ready(loop, timeout_s=20)
-    clusters = await ClusterSet.from_config(cfg)
-    running = asyncio.create_task(clusters.run(inbox=jslog.inbox, reader=jslog.reader, stop=stop))
-    try:
-        small = clusters.workers["small"]
+    async with running(jslog, cfg, settings(cfg, "sim-e2e-2")) as system:
+        await wait_ready(system.loop, timeout_s=20)
+        assert system.clusters is not None
+        small = system.clusters.configured.workers["small"]
         assert isinstance(small, SimCluster)
 
         def moved() -> bool:
@@ -182,6 +170,3 @@ async def test_a_cluster_dropped_from_the_config_is_removed_and_its_job_moves(js
             entries.extend(chunk)
         removed = [e.event for e in entries if isinstance(e.event, ev.ClusterRemoved)]
         assert removed == [ev.ClusterRemoved(cluster="big")]
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(term, running, return_exceptions=True), 20)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from eventlog.events import ClusterHeartbeat
-from reconciler.shell.clusters.heartbeats import HeartbeatGate, keepalive_ms
+from reconciler.service.clusters.heartbeats import HeartbeatGate, keepalive_ms
 
 IDLE = ClusterHeartbeat(cluster="east", usage={"cpu": 1000})
 BUSY = ClusterHeartbeat(cluster="east", usage={"cpu": 9000})

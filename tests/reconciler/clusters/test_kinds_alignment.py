@@ -12,11 +12,11 @@ import pytest
 
 from eventlog import events as ev
 from eventlog.kube.kinds import SUPPORTED_KINDS, KindInfo
-from reconciler.shell.clusters import rbac
-from reconciler.shell.clusters.backfill import user_suspended
-from reconciler.shell.clusters.base import RemoteSpec
-from reconciler.shell.clusters.manager import update_msg_id
-from reconciler.shell.clusters.remote import remote_manifest
+from reconciler.service.clusters import rbac
+from reconciler.service.clusters.backfill import user_suspended
+from reconciler.service.clusters.base import RemoteSpec
+from reconciler.service.clusters.manager import update_msg_id
+from reconciler.service.clusters.remote import remote_manifest
 from webhook import admit, jsonpatch, stamps
 from webhook.review import decode_review
 

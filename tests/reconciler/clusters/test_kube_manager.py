@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from eventlog import events as ev
-from reconciler.shell.clusters.desired import Desired
-from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
-from reconciler.shell.clusters.remote import Origin
+from reconciler.service.clusters.desired import Desired
+from reconciler.service.clusters.manager import ManagerSync, ManagerWatcher
+from reconciler.service.clusters.remote import Origin
 from tests.reconciler.clusters import admission
 from tests.reconciler.clusters.conftest import ApiServer, Recorder, batch_job, eventually
 

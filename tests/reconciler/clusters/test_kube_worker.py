@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from eventlog import events as ev
-from reconciler.shell.clusters.base import RemoteSpec
-from reconciler.shell.clusters.kube import KubeWorker
+from reconciler.service.clusters.base import RemoteSpec
+from reconciler.service.clusters.kube import KubeWorker
 from tests.reconciler.clusters.conftest import ApiServer, Recorder, batch_job, eventually
 
 GROUP = ("batch", "v1", "jobs")

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from reconciler.config import ConfigError, decode_config
-from reconciler.shell.clusters.kube import KubeWorker
-from reconciler.shell.clusters.setup import ClusterSet, registration
-from reconciler.shell.clusters.sim import SimCluster
+from reconciler.service.clusters.kube import KubeWorker
+from reconciler.service.clusters.setup import ClusterSet, registration
+from reconciler.service.clusters.simulated import SimCluster
 from tests.reconciler.clusters.conftest import ApiServer
 
 

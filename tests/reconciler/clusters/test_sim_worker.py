@@ -14,7 +14,7 @@ from eventlog.events import (
     RemoteGone,
     RemoteRejected,
 )
-from reconciler.sim import CopyState, SimWorker
+from reconciler.simworker import CopyState, SimWorker
 
 
 def job(n: int) -> JobRef:

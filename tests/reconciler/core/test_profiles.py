@@ -11,7 +11,7 @@ import pytest
 from eventlog import events as ev
 from reconciler.core import DEFAULT_PROFILE, validate_policy
 from reconciler.core.strategies import choose, round_deadline
-from reconciler.shell.plugins import PluginDiscoveryError, discover
+from reconciler.edge.plugins import PluginDiscoveryError, discover
 from tests.reconciler import gpugen
 from tests.reconciler.core.harness import Harness, cluster, job, of_type
 

@@ -16,7 +16,7 @@ import msgspec
 
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog, connect
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 
 GPU = "nvidia.com/gpu"
 POLICY = ev.PolicyLoaded(

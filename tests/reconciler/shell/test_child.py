@@ -6,7 +6,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from reconciler.shell.child import Supervised
+from reconciler.service.child import Supervised
 
 
 async def test_a_child_that_dies_is_restarted_and_terminated_on_stop(tmp_path: Path) -> None:

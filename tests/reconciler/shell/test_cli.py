@@ -22,7 +22,7 @@ from eventlog import events as ev
 from eventlog.jetstream import connect
 from eventlog.store import InboxItem
 from reconciler.cli import main
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 
 from .scenario import GPU, POLICY, Scenario, admit, decisions_of, delete_log, run_scenario, wait_for
 

@@ -13,13 +13,13 @@ import structlog
 from eventlog import events as ev
 from reconciler.commands.log import subject_matches
 from reconciler.config import ConfigError, PolicyConfig, decode
-from reconciler.shell import logging as klog
-from reconciler.shell.logsource import parse_until
-from reconciler.shell.loop import _log_decision
-from reconciler.shell.policy import load_policy_file, policy_event, same_policy
-from reconciler.shell.progress import Progress
-from reconciler.shell.render import line
-from reconciler.shell.replay import DecisionBatch, units
+from reconciler.edge import logging as klog
+from reconciler.edge.logsource import parse_until
+from reconciler.edge.progress import Progress
+from reconciler.history.replay import DecisionBatch, units
+from reconciler.offline.render import line
+from reconciler.policy import load_policy_file, policy_event, same_policy
+from reconciler.service.loop import _log_decision
 
 JOB = ev.JobRef(namespace="team-a", name="train.v1", uid="u1")
 

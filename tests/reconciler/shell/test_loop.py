@@ -12,9 +12,9 @@ from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from eventlog.store import InboxItem
 from reconciler import core
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.rebuild import decode_snapshot, rebuild_state
-from reconciler.shell.replay import replay
+from reconciler.history.rebuild import decode_snapshot, rebuild_state
+from reconciler.history.replay import replay
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 
 from .scenario import (
     POLICY,

@@ -8,9 +8,9 @@ from pathlib import Path
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import connect
-from reconciler.shell.leader import run_candidate
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.replay import replay
+from reconciler.history.replay import replay
+from reconciler.service.leader import run_candidate
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 
 from .scenario import POLICY, decisions_of, publish_clusters, submission, wait_for
 

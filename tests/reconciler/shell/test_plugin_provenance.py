@@ -17,9 +17,9 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.memory import MemoryLog
 from reconciler import core
-from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.shell.plugins import PluginSet, builtin_set, check
-from reconciler.shell.replay import replay
+from reconciler.edge.plugins import PluginSet, builtin_set, check
+from reconciler.history.replay import replay
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 from tests.reconciler import gpugen
 
 from .scenario import decisions_of, wait_for

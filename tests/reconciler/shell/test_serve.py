@@ -17,7 +17,7 @@ import pytest
 from eventlog import events as ev
 from eventlog.embedded import free_port
 from eventlog.jetstream import JetStreamLog
-from reconciler.shell.replay import DecisionBatch, units
+from reconciler.history.replay import DecisionBatch, units
 
 from .scenario import admit, decisions_of, publish_clusters, read_all, submission, wait_for
 

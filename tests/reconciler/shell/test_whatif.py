@@ -7,7 +7,7 @@ from pathlib import Path
 from eventlog import codec
 from eventlog import events as ev
 from eventlog.jsonl import JsonlLog
-from reconciler.shell.whatif import WhatIf, observe
+from reconciler.offline.whatif import WhatIf, observe
 
 GPU = "nvidia.com/gpu"
 T0 = 1_795_000_000_000

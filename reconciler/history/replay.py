@@ -9,7 +9,7 @@ by ``decide`` on the state as it was just before the batch's first entry, so rep
   recorded, byte for byte (``codec.encode``); the first difference stops the replay;
 - look inside: hand the state before each decision to a callback (``explain`` uses it).
 
-Each policy folded is checked against the plugins installed here (``reconciler.shell.plugins``):
+Each policy folded is checked against the plugins installed here (``reconciler.edge.plugins``):
 a plugin it uses that is missing or another version than the log records is reported
 (``plugin_problems``); ``verify`` stops there, since recomputing with other plugins could only
 report a mismatch that says nothing about the core.
@@ -27,8 +27,8 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader
 from reconciler import core
-from reconciler.shell.plugins import PluginProblem, PluginSet, check, installed
-from reconciler.shell.progress import Progress
+from reconciler.edge.plugins import PluginProblem, PluginSet, check, installed
+from reconciler.edge.progress import Progress
 
 
 @dataclass

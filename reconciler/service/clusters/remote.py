@@ -22,7 +22,7 @@ from msgspec import Struct
 from eventlog import events as ev
 from eventlog.kube.kinds import KindInfo
 from eventlog.kube.names import ATTEMPT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL, POD_SCHEDULING_GATE, QUEUE_LABEL
-from reconciler.shell.clusters.base import RemoteSpec
+from reconciler.service.clusters.base import RemoteSpec
 
 _SERVER_METADATA = (
     "uid",

@@ -14,7 +14,7 @@ One leader term (``LeaderLoop.run_term``), as Armada documents its cycle:
    batch, fold them; snapshot every N entries at a batch boundary.
 
 Any ``Fenced`` append ends the term: someone else wrote, so this replica's state is stale. The
-caller (``reconciler.shell.leader``) goes back to being a candidate. Nothing here decides: the
+caller (``reconciler.service.leader``) goes back to being a candidate. Nothing here decides: the
 core does; this module only moves entries and keeps time.
 """
 
@@ -30,11 +30,11 @@ from typing import Any
 from eventlog import events as ev
 from eventlog.store import Fenced, InboxItem, NotLeader, Sequencer
 from reconciler import core
-from reconciler.shell.logging import event_context, get_logger
-from reconciler.shell.metrics import ReconcilerMetrics
-from reconciler.shell.plugins import PluginSet, check, installed
-from reconciler.shell.policy import same_policy
-from reconciler.shell.rebuild import LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
+from reconciler.edge.logging import event_context, get_logger
+from reconciler.edge.plugins import PluginSet, check, installed
+from reconciler.history.rebuild import LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
+from reconciler.policy import same_policy
+from reconciler.service.metrics import ReconcilerMetrics
 
 log = get_logger("reconciler.loop")
 

@@ -13,7 +13,7 @@ from typing import Any
 from msgspec import Struct, field
 
 from eventlog import events as ev
-from reconciler.shell.clusters.base import RemoteSpec
+from reconciler.service.clusters.base import RemoteSpec
 
 CopyKey = tuple[str, str, int]  # (job uid, cluster, attempt)
 

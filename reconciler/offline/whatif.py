@@ -4,7 +4,7 @@ The *outside* inputs of the log are replayed at their recorded times: submission
 deletions of jobs, cluster registrations and removals, heartbeats (their timing and
 reachability — so worker losses happen when they happened), and silences (a cluster that went
 Lost is silent from its last heartbeat until it came back). Everything that depended on our own
-decisions is simulated instead, by one ``SimWorker`` per cluster (``reconciler.sim.worker``):
+decisions is simulated instead, by one ``SimWorker`` per cluster (``reconciler.simworker``):
 
 - a job runs for the time it was observed running (admitted -> finished in the log); a job
   never seen finishing runs for its ``runtime_ms`` hint, or past the end of the log;
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from eventlog import events as ev
 from eventlog.store import LogReader
 from reconciler import core
-from reconciler.shell.logsource import format_ms
-from reconciler.shell.outcomes import Outcomes
-from reconciler.shell.plugins import PluginSet, installed
-from reconciler.sim.worker import SimWorker
+from reconciler.edge.logsource import format_ms
+from reconciler.edge.plugins import PluginSet, installed
+from reconciler.offline.outcomes import Outcomes
+from reconciler.simworker import SimWorker
 
 # A run that takes this many steps without time moving is stuck (a model bug), not busy.
 MAX_STEPS_AT_ONE_TIME = 10_000

@@ -29,8 +29,9 @@ from eventlog.kube.names import (
     POD_SETS_ANNOTATION,
     PRIORITY_ANNOTATION,
 )
-from reconciler.shell.clusters.api import ApiError, Gone, KubeApi
-from reconciler.shell.clusters.backfill import (
+from reconciler.edge.logging import get_logger
+from reconciler.service.clusters.api import ApiError, Gone, KubeApi
+from reconciler.service.clusters.backfill import (
     NotBackfillable,
     job_ref,
     manifest_of,
@@ -39,11 +40,10 @@ from reconciler.shell.clusters.backfill import (
     submission_of,
     user_suspended,
 )
-from reconciler.shell.clusters.backoff import Backoff
-from reconciler.shell.clusters.base import Reporter, Unreachable
-from reconciler.shell.clusters.desired import Desired
-from reconciler.shell.clusters.remote import Origin
-from reconciler.shell.logging import get_logger
+from reconciler.service.clusters.backoff import Backoff
+from reconciler.service.clusters.base import Reporter, Unreachable
+from reconciler.service.clusters.desired import Desired
+from reconciler.service.clusters.remote import Origin
 
 log = get_logger("reconciler.clusters.manager")
 

@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 from typing import Any, Protocol
 
-from reconciler.shell.logging import get_logger
-from reconciler.shell.loop import LeaderLoop
+from reconciler.edge.logging import get_logger
+from reconciler.service.loop import LeaderLoop
 
 log = get_logger("reconciler.leader")
 

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from eventlog.codec import DecodeError
 from eventlog.store import LogReader, SnapshotStore
 from reconciler.config import ConfigError, load_config
-from reconciler.shell.natsopts import connect_options
+from reconciler.edge.natsopts import connect_options
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, file: bool = True) -> None:

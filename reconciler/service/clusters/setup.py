@@ -1,17 +1,13 @@
-"""The clusters side of ``kdispatch serve``/``demo``, built from the config file in one place.
+"""The cluster adapters the config file names, built in one place.
 
-``ClusterSet.from_config`` makes one worker per configured cluster (simulated or Kubernetes), and
-for Kubernetes the manager watcher and status sync; ``run`` registers the clusters
-(``ClusterRegistered``, once per content thanks to its message id), starts every observer and the
-actuator, and returns when ``stop`` is set::
-
-    clusters = await ClusterSet.from_config(config)
-    await clusters.run(inbox=log.inbox, reader=log.reader, stop=stop)
+``ClusterSet.from_config`` makes one worker per configured cluster (simulated or Kubernetes) and,
+for Kubernetes, the API clients (the manager's too); ``registration`` is the
+``ClusterRegistered`` each one is recorded with (once per content, thanks to its message id).
+Connecting them to the actuator and running them is ``reconciler.service.wiring``'s work.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 from dataclasses import dataclass, field
@@ -20,23 +16,17 @@ from typing import Any
 import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
-from prometheus_client import CollectorRegistry
 
 from eventlog import codec
 from eventlog import events as ev
-from eventlog.store import Inbox, LogReader
 from reconciler.config import ClusterConfig, Config, ConfigError, KubeconfigConfig
-from reconciler.shell.actuator import Actuator
-from reconciler.shell.clusters.api import KubeApi
-from reconciler.shell.clusters.base import Worker
-from reconciler.shell.clusters.heartbeats import keepalive_ms
-from reconciler.shell.clusters.kube import KubeWorker
-from reconciler.shell.clusters.manager import ManagerSync, ManagerWatcher
-from reconciler.shell.clusters.metrics import ClusterMetrics
-from reconciler.shell.clusters.reporter import InboxReporter
-from reconciler.shell.clusters.sim import SimCluster
-from reconciler.shell.logging import get_logger
-from reconciler.sim.worker import SimWorker
+from reconciler.edge.logging import get_logger
+from reconciler.service.clusters.api import KubeApi
+from reconciler.service.clusters.base import Worker
+from reconciler.service.clusters.heartbeats import keepalive_ms
+from reconciler.service.clusters.kube import KubeWorker
+from reconciler.service.clusters.simulated import SimCluster
+from reconciler.simworker import SimWorker
 
 log = get_logger("reconciler.clusters.setup")
 
@@ -122,10 +112,7 @@ class ClusterSet:
     manager_api: KubeApi | None = None
     resync_s: int = 300
     gc_interval_s: float = 30.0
-    backfill_after_s: float = 10.0
     api_clients: list[client.ApiClient] = field(default_factory=list)
-    actuator: Actuator | None = None
-    watcher: ManagerWatcher | None = None
 
     @classmethod
     async def from_config(
@@ -171,66 +158,6 @@ class ClusterSet:
                 )
                 self.capacities[cfg.name] = {}  # learnt from the cluster: ClusterUpdated follows
 
-    async def run(
-        self,
-        *,
-        inbox: Inbox,
-        reader: LogReader,
-        stop: asyncio.Event,
-        registry: CollectorRegistry | None = None,
-    ) -> None:
-        """Register, observe and actuate until ``stop``. ``registry``: where the actuator's metrics
-        go (pass ``ReconcilerMetrics.registry`` to have them on ``/metrics``)."""
-        reporter = InboxReporter(inbox)
-        for cfg in self.clusters:
-            event, msg_id = registration(cfg, capacity=self.capacities.get(cfg.name, {}))
-            await reporter.report(event, msg_id=msg_id)
-        actuator = Actuator(
-            reader, self.workers, gc_interval_s=self.gc_interval_s, metrics=ClusterMetrics(registry)
-        )
-        self.actuator = actuator
-        if self.manager_api is not None:
-            sync = ManagerSync(self.manager_api, actuator.desired)
-            actuator.listeners = (sync,)
-            self.watcher = ManagerWatcher(
-                self.manager_api,
-                reporter,
-                known=lambda uid: uid in actuator.desired.submitted,
-                resync_s=self.resync_s,
-                backfill_after_s=self.backfill_after_s,
-            )
-            for name, worker in self.workers.items():
-                if isinstance(worker, KubeWorker):
-                    worker.wanted = _wanted(actuator, name)
-                    worker.status_listeners.append(sync.remote_status)
-        tasks = [asyncio.create_task(actuator.run(stop), name="actuator")]
-        tasks.append(
-            asyncio.create_task(self._remove_unconfigured(actuator, reporter), name="cluster-removal")
-        )
-        tasks += [
-            asyncio.create_task(w.run(reporter, stop), name=f"observer-{n}") for n, w in self.workers.items()
-        ]
-        if self.watcher is not None:
-            tasks.append(asyncio.create_task(self.watcher.run(stop), name="manager-watcher"))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _remove_unconfigured(self, actuator: Actuator, reporter: InboxReporter) -> None:
-        """Once the log is read: a cluster registered there but no longer in the config file is
-        recorded as ``ClusterRemoved`` (its jobs are requeued elsewhere by the core)."""
-        await actuator.caught_up.wait()
-        configured = {c.name for c in self.clusters}
-        for name, registered_at in sorted(actuator.desired.clusters.items()):
-            if name not in configured:
-                log.warning("cluster_removed_from_config", cluster=name)
-                await reporter.report(
-                    ev.ClusterRemoved(cluster=name), msg_id=f"{name}/removed/{registered_at}"
-                )
-
     async def close(self) -> None:
         for api_client in self.api_clients:
             await api_client.close()
@@ -259,9 +186,3 @@ def kube_worker(
         resync_s=resync_s,
     )
 
-
-def _wanted(actuator: Actuator, cluster: str) -> Any:
-    def wanted(job_uid: str, attempt: int) -> bool:
-        return actuator.desired.wanted(job_uid, cluster, attempt)
-
-    return wanted

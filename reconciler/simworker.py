@@ -1,6 +1,6 @@
 """A simulated worker cluster that behaves like a Kueue worker: pure, no clock, no I/O.
 
-Whoever drives it passes the time: the real-time driver (``reconciler.shell.clusters.sim``) with
+Whoever drives it passes the time: the real-time driver (``reconciler.service.clusters.simulated``) with
 the wall clock, ``kdispatch simulate`` with virtual time. Both call ``advance(now_ms)`` at
 ``next_event_ms()`` and publish the facts it returns.
 

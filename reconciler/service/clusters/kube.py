@@ -26,17 +26,18 @@ from typing import Any
 from eventlog import events as ev
 from eventlog.kube.kinds import SUPPORTED_KINDS, KindInfo, by_resource, lookup_api_version
 from eventlog.kube.names import ORIGIN_LABEL
-from reconciler.shell.clusters.api import ApiError, Gone, KubeApi
-from reconciler.shell.clusters.backoff import Backoff
-from reconciler.shell.clusters.base import (
+from reconciler.edge.logging import get_logger
+from reconciler.service.clusters.api import ApiError, Gone, KubeApi
+from reconciler.service.clusters.backoff import Backoff
+from reconciler.service.clusters.base import (
     CopyRef,
     RemoteSpec,
     Reporter,
     Unreachable,
     remote_fact_id,
 )
-from reconciler.shell.clusters.heartbeats import HeartbeatGate
-from reconciler.shell.clusters.remote import (
+from reconciler.service.clusters.heartbeats import HeartbeatGate
+from reconciler.service.clusters.remote import (
     Origin,
     PermanentFailure,
     age_ms,
@@ -46,8 +47,7 @@ from reconciler.shell.clusters.remote import (
     workload_facts,
     workload_owner_uid,
 )
-from reconciler.shell.clusters.usage import from_cluster_queues, from_nodes_and_pods
-from reconciler.shell.logging import get_logger
+from reconciler.service.clusters.usage import from_cluster_queues, from_nodes_and_pods
 
 log = get_logger("reconciler.clusters.kube")
 
@@ -302,7 +302,7 @@ class KubeWorker:
                 self._log.info("heartbeat_failed", error=str(err))
                 hb = ev.ClusterHeartbeat(cluster=self.name, reachable=False)
             msg_id = self.heartbeats.observe(hb, now)
-            if msg_id is not None:  # only news, or a keepalive: see reconciler.shell.clusters.heartbeats
+            if msg_id is not None:  # only news, or a keepalive: see reconciler.service.clusters.heartbeats
                 await self._report(hb, msg_id=msg_id)
             wait_s = max(self.heartbeats.next_check_ms(wall_ms()) - wall_ms(), 0) / 1000
             with contextlib.suppress(TimeoutError):

@@ -19,8 +19,8 @@ import aiohttp
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from reconciler.shell.clusters import rbac
-from reconciler.shell.clusters.base import Unreachable
+from reconciler.service.clusters import rbac
+from reconciler.service.clusters.base import Unreachable
 
 MERGE_PATCH = "application/merge-patch+json"
 _MERGE: dict[str, Any] = {"_content_type": MERGE_PATCH}  # the generated client would pick json-patch

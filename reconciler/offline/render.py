@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from eventlog import events as ev
-from reconciler.shell.logsource import format_ms
+from reconciler.edge.logsource import format_ms
 
 _HIDDEN = {"v", "manifest", "job", "raw"}
 

@@ -17,10 +17,10 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader, Sequencer, SnapshotStore
 from reconciler import core
-from reconciler.shell.logging import get_logger
-from reconciler.shell.plugins import PluginSet, installed
-from reconciler.shell.progress import Progress
-from reconciler.shell.replay import replay
+from reconciler.edge.logging import get_logger
+from reconciler.edge.plugins import PluginSet, installed
+from reconciler.edge.progress import Progress
+from reconciler.history.replay import replay
 
 log = get_logger("reconciler.rebuild")
 

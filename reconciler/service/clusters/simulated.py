@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 
 from eventlog.events import ClusterHeartbeat, InputEvent, JobRef
-from reconciler.shell.clusters.base import CopyRef, RemoteSpec, Reporter, Unreachable, remote_fact_id
-from reconciler.shell.clusters.heartbeats import HeartbeatGate
-from reconciler.shell.logging import get_logger
-from reconciler.sim.worker import SimWorker
+from reconciler.edge.logging import get_logger
+from reconciler.service.clusters.base import CopyRef, RemoteSpec, Reporter, Unreachable, remote_fact_id
+from reconciler.service.clusters.heartbeats import HeartbeatGate
+from reconciler.simworker import SimWorker
 
 log = get_logger("reconciler.clusters.sim")
 

@@ -23,11 +23,11 @@ from typing import Protocol
 
 from eventlog import events as ev
 from eventlog.store import LogReader
-from reconciler.shell.clusters.backoff import Backoff
-from reconciler.shell.clusters.base import Unreachable, Worker
-from reconciler.shell.clusters.desired import CopyKey, Desired, Intent
-from reconciler.shell.clusters.metrics import ClusterMetrics
-from reconciler.shell.logging import get_logger
+from reconciler.edge.logging import get_logger
+from reconciler.service.clusters.backoff import Backoff
+from reconciler.service.clusters.base import Unreachable, Worker
+from reconciler.service.clusters.desired import CopyKey, Desired, Intent
+from reconciler.service.clusters.metrics import ClusterMetrics
 
 log = get_logger("reconciler.actuator")
 

@@ -14,7 +14,7 @@ import ctypes
 import signal
 from collections.abc import Callable, Sequence
 
-from reconciler.shell.logging import get_logger
+from reconciler.edge.logging import get_logger
 
 log = get_logger("reconciler.child")
 

@@ -6,9 +6,9 @@ import asyncio
 
 from eventlog.events import InputEvent
 from eventlog.store import Inbox
-from reconciler.shell.clusters.backoff import Backoff
-from reconciler.shell.clusters.base import log_context
-from reconciler.shell.logging import get_logger
+from reconciler.edge.logging import get_logger
+from reconciler.service.clusters.backoff import Backoff
+from reconciler.service.clusters.base import log_context
 
 log = get_logger("reconciler.clusters.reporter")
 

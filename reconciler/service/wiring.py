@@ -1,0 +1,246 @@
+"""The composition root: the running reconciler is put together here and nowhere else.
+
+``kdispatch serve``, ``kdispatch demo``, the end-to-end tests and the benchmark all call it::
+
+    system = await build(log, config, Settings(loop=LoopSettings(leader_id=..., policy=...)))
+    await system.start()      # /metrics, then every component as a task
+    code = await system.wait()  # until stop (0) or until a component fails (1)
+    await system.stop()
+
+``build`` only constructs (a bad cluster entry raises ``ConfigError`` before anything runs);
+``start`` runs, each component as one named task, so a failure says which:
+
+- ``leader-candidate``: waits for the lease, then sequences (``leader``, ``loop``);
+- ``clusters``: registers the configured clusters, then runs the actuator, one observer per
+  cluster and, with Kubernetes clusters, the manager watcher and status sync (``clusters``);
+  left out with ``Settings.actuate=False``: several replicas may run it, it is idempotent;
+- ``webhook``: ``python -m webhook`` as a supervised child process (never imported);
+- ``/metrics`` (an aiohttp server, not a task) when ``Settings.metrics_port`` is given.
+
+The process around it (signals, logging, opening and closing the log) is the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from eventlog import events as ev
+from reconciler.config import Config
+from reconciler.edge.logging import get_logger
+from reconciler.service.child import Supervised
+from reconciler.service.clusters.actuator import Actuator
+from reconciler.service.clusters.kube import KubeWorker
+from reconciler.service.clusters.manager import ManagerSync, ManagerWatcher
+from reconciler.service.clusters.metrics import ClusterMetrics
+from reconciler.service.clusters.reporter import InboxReporter
+from reconciler.service.clusters.setup import ClusterSet, registration
+from reconciler.service.leader import run_candidate
+from reconciler.service.loop import LeaderLoop, LoopSettings
+from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
+
+if TYPE_CHECKING:
+    from eventlog.jetstream import JetStreamLog
+
+log = get_logger("reconciler.wiring")
+
+SHUTDOWN_GRACE_S = 15.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    loop: LoopSettings  # who this replica is, the policy to record, snapshots, idle wait
+    actuate: bool = True  # False: sequence and decide only, touch no cluster (serve --no-actuator)
+    lease_ttl_s: float = 5.0
+    metrics_port: int | None = None
+    webhook_argv: Sequence[str] | None = None  # run the webhook as a child process with this argv
+    backfill_after_s: float = 10.0  # manager watcher: how long an unknown object waits for the webhook
+
+
+@dataclass
+class Clusters:
+    """The clusters side, connected: the adapters from the config file, the actuator that drives
+    them from the log, and (Kubernetes only) the manager's watcher and status sync."""
+
+    configured: ClusterSet
+    actuator: Actuator
+    reporter: InboxReporter
+    watcher: ManagerWatcher | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        for cfg in self.configured.clusters:
+            event, msg_id = registration(cfg, capacity=self.configured.capacities.get(cfg.name, {}))
+            await self.reporter.report(event, msg_id=msg_id)
+        tasks = [asyncio.create_task(self.actuator.run(stop), name="actuator")]
+        tasks.append(asyncio.create_task(self._remove_unconfigured(), name="cluster-removal"))
+        tasks += [
+            asyncio.create_task(w.run(self.reporter, stop), name=f"observer-{n}")
+            for n, w in self.configured.workers.items()
+        ]
+        if self.watcher is not None:
+            tasks.append(asyncio.create_task(self.watcher.run(stop), name="manager-watcher"))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _remove_unconfigured(self) -> None:
+        """Once the log is read: a cluster registered there but no longer in the config file is
+        recorded as ``ClusterRemoved`` (its jobs are requeued elsewhere by the core)."""
+        await self.actuator.caught_up.wait()
+        configured = {c.name for c in self.configured.clusters}
+        for name, registered_at in sorted(self.actuator.desired.clusters.items()):
+            if name not in configured:
+                log.warning("cluster_removed_from_config", cluster=name)
+                await self.reporter.report(
+                    ev.ClusterRemoved(cluster=name), msg_id=f"{name}/removed/{registered_at}"
+                )
+
+
+def connect_clusters(
+    configured: ClusterSet, log_: JetStreamLog, *, metrics: ClusterMetrics, backfill_after_s: float
+) -> Clusters:
+    reporter = InboxReporter(log_.inbox)
+    actuator = Actuator(
+        log_.reader, configured.workers, gc_interval_s=configured.gc_interval_s, metrics=metrics
+    )
+    out = Clusters(configured, actuator, reporter)
+    if configured.manager_api is not None:
+        sync = ManagerSync(configured.manager_api, actuator.desired)
+        actuator.listeners = (sync,)
+        out.watcher = ManagerWatcher(
+            configured.manager_api,
+            reporter,
+            known=lambda uid: uid in actuator.desired.submitted,
+            resync_s=configured.resync_s,
+            backfill_after_s=backfill_after_s,
+        )
+        for name, worker in configured.workers.items():
+            if isinstance(worker, KubeWorker):
+                worker.wanted = _wanted(actuator, name)
+                worker.status_listeners.append(sync.remote_status)
+    return out
+
+
+def _wanted(actuator: Actuator, cluster: str) -> Callable[[str, int], bool]:
+    def wanted(job_uid: str, attempt: int) -> bool:
+        return actuator.desired.wanted(job_uid, cluster, attempt)
+
+    return wanted
+
+
+@dataclass
+class System:
+    """Handle on the running reconciler: its pieces (for the demo and tests to look at) and
+    ``stop``. ``stopping`` is the event every component winds down on."""
+
+    log: JetStreamLog
+    settings: Settings
+    loop: LeaderLoop
+    metrics: ReconcilerMetrics
+    stopping: asyncio.Event
+    clusters: Clusters | None = None
+    webhook: Supervised | None = None
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    _metrics_server: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        port = self.settings.metrics_port
+        if port is not None:
+            self._metrics_server = await start_metrics_server(
+                self.metrics, port=port, ready=lambda: self.log.nc.is_connected
+            )
+            log.info("metrics_listening", port=port)
+        self._spawn(
+            run_candidate(self.log, self.loop, stop=self.stopping, ttl_s=self.settings.lease_ttl_s),
+            "leader-candidate",
+        )
+        if self.clusters is not None:
+            self._spawn(self.clusters.run(self.stopping), "clusters")
+        if self.webhook is not None:
+            self._spawn(self.webhook.run(self.stopping), "webhook")
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
+        self.tasks.append(asyncio.create_task(work, name=name))
+
+    async def wait(self) -> int:
+        """Until stop (0), or until a component fails (1: a dead component is not a running server)."""
+        stopper = asyncio.ensure_future(self.stopping.wait())
+        try:
+            done, _ = await asyncio.wait({*self.tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        for task in done:
+            if task is stopper or task.cancelled():
+                continue
+            err = task.exception()
+            if err is not None:
+                log.error("component_failed", component=task.get_name(), error=repr(err), exc_info=err)
+                return 1
+            if not self.stopping.is_set():
+                log.error("component_exited", component=task.get_name())
+                return 1
+        return 0
+
+    async def stop(self, *, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        """Components wind down on ``stopping`` (the lease is released so a standby takes over at
+        once, the webhook is terminated); only one that does not within ``grace_s`` is cancelled.
+        The log stays open: it is the caller's."""
+        self.stopping.set()
+        if self.tasks:
+            _, late = await asyncio.wait(self.tasks, timeout=grace_s)
+            for task in late:
+                log.warning("component_cancelled", component=task.get_name(), grace_s=grace_s)
+                task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self._metrics_server is not None:
+            await self._metrics_server.cleanup()
+        if self.clusters is not None:
+            await self.clusters.configured.close()
+
+
+async def build(
+    log_: JetStreamLog, config: Config, settings: Settings, *, stop: asyncio.Event | None = None
+) -> System:
+    """Every component, connected, none running. The clusters are built first: a bad cluster
+    entry (``ConfigError``, ``ValueError``) must not leave a half-started server behind."""
+    metrics = ReconcilerMetrics()
+    clusters = None
+    if settings.actuate:
+        configured = await ClusterSet.from_config(config)
+        clusters = connect_clusters(
+            configured,
+            log_,
+            metrics=ClusterMetrics(metrics.registry),
+            backfill_after_s=settings.backfill_after_s,
+        )
+    webhook = None
+    if settings.webhook_argv is not None:
+        webhook = Supervised("webhook", list(settings.webhook_argv), on_restart=metrics.webhook_restarts.inc)
+    return System(
+        log=log_,
+        settings=settings,
+        loop=LeaderLoop(log_, settings.loop, metrics=metrics),
+        metrics=metrics,
+        stopping=stop if stop is not None else asyncio.Event(),
+        clusters=clusters,
+        webhook=webhook,
+    )
+
+
+@asynccontextmanager
+async def running(log_: JetStreamLog, config: Config, settings: Settings) -> AsyncIterator[System]:
+    """``build`` and ``start``; ``stop`` on the way out (tests, benchmarks)."""
+    system = await build(log_, config, settings)
+    try:
+        await system.start()
+        yield system
+    finally:
+        await system.stop()

@@ -1,1 +1,0 @@
-"""Imperative shell: the sequencer loop, the actuator, cluster adapters. All I/O lives here."""

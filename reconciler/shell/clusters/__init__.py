@@ -1,5 +1,0 @@
-"""Worker clusters behind one interface: simulated (``sim``) and Kubernetes (``kube``).
-
-The actuator (``reconciler.shell.actuator``) applies the log's decisions to them; their observers
-report facts into the inbox. ``rbac.API_CALLS`` lists every Kubernetes API call the adapter makes.
-"""
