@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from eventlog import events as ev
 from reconciler.core import phases, transitions
-from reconciler.core.jobs import Copy, JobRecord
+from reconciler.core.jobs import Copy, JobRecord, find_copy
 from reconciler.core.scratch import Scratch
 
 
@@ -70,10 +70,7 @@ class Draft:
         return None if self.winner_withdrawn else self.winner
 
     def copy(self, cluster: str, attempt: int) -> Copy | None:
-        for c in self.copies:
-            if c.cluster == cluster and c.attempt == attempt:
-                return c
-        return None
+        return find_copy(self.copies, cluster, attempt)
 
     # ---- decisions: emitted, then applied as fold will ----------------------------------------
 
