@@ -22,6 +22,13 @@ from reconciler.core.state import State
 
 
 def decide(state: State) -> list[ev.DecisionEvent]:
+    s, _ = decide_pass(state)
+    return s.out
+
+
+def decide_pass(state: State) -> tuple[Scratch, list[Draft]]:
+    """``decide``, with what the pass expects fold to make of its decisions: the scratch (capacity,
+    claims) and a draft of every job it looked at (``s.out`` holds the decisions)."""
     s = Scratch.start(state)
     lost, recovered = cluster_health(s)
     keys = dict(state.pending)
@@ -53,4 +60,4 @@ def decide(state: State) -> list[ev.DecisionEvent]:
             candidates.append(Draft.of(job, capacity_only=True))
     left = dispatch(s, candidates)
     report_unschedulable(s, left)
-    return s.out
+    return s, [*drafts.values(), *(d for d in candidates if d.capacity_only)]

@@ -190,4 +190,4 @@ def report_unschedulable(s: Scratch, drafts: list[Draft]) -> None:
                 by_spec[memo] = counts
         if not d.requeued and job.phase == phases.UNSCHEDULABLE and job.unschedulable == counts:
             continue
-        s.emit(ev.Unschedulable(job=job.ref, reasons=counts, message=summary_message(counts)))
+        d.unschedulable(s, reasons=counts, message=summary_message(counts))

@@ -1,9 +1,13 @@
 """A job as one decide pass has changed it so far.
 
-Every decision about a job goes through a ``Draft`` method that emits the event and mirrors what
-``fold`` will do with it (phase, attempt, nominations, copies, released capacity), so the rest of
-the pass sees the job and the clusters as they will be once the batch is folded. That mirroring
-is what makes ``decide`` reach its fixpoint in one pass.
+Every decision about a job goes through a ``Draft`` method that emits the event and applies it
+to the draft with the same ``transitions`` fold will use, so the rest of the pass sees the job
+(and, through the scratch, the clusters) as they will be once the batch is folded. That is what
+makes ``decide`` reach its fixpoint in one pass.
+
+A draft's lifecycle fields are fold's, with one reading of decide's own: a round that timed out
+(or was left with nothing open by a batch cut short) is waiting again (``phase`` Queued,
+``timed_out``) although fold keeps it Nominated until the pass nominates or requeues it.
 """
 
 from __future__ import annotations
@@ -11,16 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from eventlog import events as ev
-from reconciler.core import phases
-from reconciler.core.clusters import LOST, REMOVED
-from reconciler.core.jobs import JobRecord
+from reconciler.core import phases, transitions
+from reconciler.core.jobs import Copy, JobRecord, find_copy
 from reconciler.core.scratch import Scratch
-
-
-@dataclass
-class CopyView:
-    state: str
-    counted: bool
 
 
 @dataclass
@@ -34,9 +31,11 @@ class Draft:
     winner: str | None
     not_before_ms: int | None
     round: int
-    copies: dict[tuple[str, int], CopyView]  # (cluster, attempt) -> what fold will hold
+    copies: list[Copy]  # copies of the record's, changed as fold will change them
     requeued: bool = False
     timed_out: bool = False
+    # The winner was withdrawn in this pass: decide no longer counts on it (fold keeps naming it).
+    winner_withdrawn: bool = False
     # Only here because capacity came free somewhere: skip it unless it could fit there.
     capacity_only: bool = False
     notes: list[str] = field(default_factory=list)
@@ -54,98 +53,112 @@ class Draft:
             winner=job.winner,
             not_before_ms=job.not_before_ms,
             round=job.round,
-            copies={(c.cluster, c.attempt): CopyView(c.state, c.counted) for c in job.copies},
+            copies=[Copy(cluster=c.cluster, attempt=c.attempt, state=c.state, counted=c.counted) for c in job.copies],
         )
+
+    @property
+    def suspended(self) -> bool:
+        return self.job.suspended
 
     @property
     def terminal(self) -> bool:
         return self.phase in phases.TERMINAL
 
-    # ---- decisions, mirrored ----------------------------------------------------------------
+    @property
+    def admitted_on(self) -> str | None:
+        """The winner decide still counts on."""
+        return None if self.winner_withdrawn else self.winner
 
-    def _uncount(self, s: Scratch, key: tuple[str, int]) -> None:
-        entry = self.copies.get(key)
-        if entry is not None and entry.counted:
-            entry.counted = False
-            s.release(key[0], self.job.demand)
+    def copy(self, cluster: str, attempt: int) -> Copy | None:
+        return find_copy(self.copies, cluster, attempt)
+
+    # ---- decisions: emitted, then applied as fold will ----------------------------------------
+
+    def _apply(self, s: Scratch, event: ev.DecisionEvent) -> None:
+        s.emit(event)
+        transitions.apply(self, event, _Books(s))
 
     def withdraw(self, s: Scratch, *, cluster: str, attempt: int, reason: str) -> None:
         if self.terminal:
-            s.emit(ev.CleanUp(job=self.job.ref, cluster=cluster, attempt=attempt))
+            self._apply(s, ev.CleanUp(job=self.job.ref, cluster=cluster, attempt=attempt))
         else:
-            s.emit(ev.Withdrawn(job=self.job.ref, cluster=cluster, attempt=attempt, reason=reason))
-        key = (cluster, attempt)
-        if self.terminal or (attempt == self.attempt and cluster == self.cluster):
-            s.gone(self.job.key)
-        self._uncount(s, key)
-        if key in self.copies:
-            self.copies[key].state = phases.COPY_WITHDRAWING
-        if attempt == self.attempt and cluster in self.nominated:
-            self.nominated.remove(cluster)
-            if cluster not in self.tried:
-                self.tried.append(cluster)
-        if attempt == self.attempt and self.cluster == cluster and not self.terminal:
-            self.cluster = None
+            self._apply(s, ev.Withdrawn(job=self.job.ref, cluster=cluster, attempt=attempt, reason=reason))
 
     def requeue(
         self, s: Scratch, *, reason: ev.RequeueReason, cluster: str | None, backoff: bool, message: str = ""
     ) -> None:
         not_before = s.now + s.state.requeue_backoff_ms if backoff else None
-        s.emit(ev.Requeued(job=self.job.ref, reason=reason, cluster=cluster, not_before_ms=not_before, message=message))
-        table = s.state.clusters
-        for key, entry in self.copies.items():
-            if key[1] != self.attempt:
-                continue
-            self._uncount(s, key)
-            slot = table.index.get(key[0])
-            health = table.records[slot].health if slot is not None else REMOVED
-            if health == LOST and entry.state != phases.COPY_WITHDRAWING:
-                entry.state = phases.COPY_STALE
-        self.attempt += 1
-        self.round = 0
-        self.nominated = []
-        self.tried = []
-        self.cluster = None
-        self.winner = None
-        self.not_before_ms = not_before
+        self._apply(
+            s, ev.Requeued(job=self.job.ref, reason=reason, cluster=cluster, not_before_ms=not_before, message=message)
+        )
         self.requeued = True
-        s.gone(self.job.key)
-        self.phase = phases.SUSPENDED if self.job.suspended else phases.QUEUED
 
     def place(self, s: Scratch, cluster: str) -> None:
-        s.emit(ev.Placed(job=self.job.ref, cluster=cluster, attempt=self.attempt))
-        s.placed_now[self.job.key] = cluster
-        s.placed_low = self.job.priority if s.placed_low is None else min(s.placed_low, self.job.priority)
-        self.cluster = cluster
-        self.winner = None
-        self.phase = phases.PLACED
-        for other in [c for c in self.nominated if c != cluster]:
+        others = [c for c in self.nominated if c != cluster]
+        self._apply(s, ev.Placed(job=self.job.ref, cluster=cluster, attempt=self.attempt))
+        for other in others:
             self.withdraw(s, cluster=other, attempt=self.attempt, reason=f"admitted on {cluster}")
-        self.nominated = [cluster]
 
     def finish(self, s: Scratch, *, cluster: str, attempt: int, succeeded: bool) -> None:
-        s.emit(ev.Finished(job=self.job.ref, cluster=cluster, attempt=attempt, succeeded=succeeded))
-        for key in self.copies:
-            self._uncount(s, key)
-            if key == (cluster, attempt) and self.copies[key].state != phases.COPY_WITHDRAWING:
-                self.copies[key].state = phases.COPY_DONE
-        self.phase = phases.FINISHED
-        s.gone(self.job.key)
-        self.cluster = cluster
-        self.nominated = []
-        self.winner = None
+        self._apply(s, ev.Finished(job=self.job.ref, cluster=cluster, attempt=attempt, succeeded=succeeded))
 
     def nominate(self, s: Scratch, *, clusters: list[str], deadline_ms: int | None) -> None:
         round_ = self.round + 1 if self.timed_out else self.round
-        s.emit(
-            ev.Nominated(job=self.job.ref, clusters=clusters, attempt=self.attempt, round=round_, deadline_ms=deadline_ms)
+        self._apply(
+            s,
+            ev.Nominated(job=self.job.ref, clusters=clusters, attempt=self.attempt, round=round_, deadline_ms=deadline_ms),
         )
-        for cluster in clusters:
-            key = (cluster, self.attempt)
-            if key not in self.copies or not self.copies[key].counted:
-                s.assume(cluster, self.job.demand)
-            self.copies[key] = CopyView(phases.COPY_NOMINATED, True)
-        self.nominated = list(clusters)
-        self.round = round_
-        self.phase = phases.NOMINATED
-        s.drop_claim(self.job.key, expired=False)
+
+    def unschedulable(self, s: Scratch, *, reasons: dict[str, int], message: str) -> None:
+        self._apply(s, ev.Unschedulable(job=self.job.ref, reasons=reasons, message=message))
+
+
+@dataclass(slots=True)
+class _Books:
+    """The scratch as ``transitions.Books``: what the pass's decisions do to capacity, the
+    running set and claims, as fold will do it to the state."""
+
+    s: Scratch
+
+    def health(self, cluster: str) -> str:
+        return self.s.health(cluster)
+
+    def count(self, job: Draft, copy: Copy) -> None:
+        if not copy.counted and copy.cluster in self.s.state.clusters.index:
+            self.s.assume(copy.cluster, job.job.demand)
+            copy.counted = True
+
+    def uncount(self, job: Draft, copy: Copy) -> None:
+        if copy.counted:
+            copy.counted = False
+            self.s.release(copy.cluster, job.job.demand)
+
+    def add_copy(self, job: Draft, *, cluster: str, attempt: int, state: str) -> Copy:
+        copy = job.copy(cluster, attempt)
+        if copy is None:
+            copy = Copy(cluster=cluster, attempt=attempt, state=state)
+            job.copies.append(copy)
+        else:
+            copy.state = state
+        return copy
+
+    def drop_copy(self, job: Draft, copy: Copy) -> None:
+        self.uncount(job, copy)
+        job.copies.remove(copy)
+
+    def set_phase(self, job: Draft, phase: str) -> None:
+        job.phase = phase
+
+    def started(self, job: Draft, cluster: str) -> None:
+        s = self.s
+        s.placed_now[job.job.key] = cluster
+        s.placed_low = job.job.priority if s.placed_low is None else min(s.placed_low, job.job.priority)
+
+    def stopped(self, job: Draft) -> None:
+        self.s.gone(job.job.key)
+
+    def claim_used(self, job: Draft) -> None:
+        self.s.drop_claim(job.job.key, expired=False)
+
+    def wake(self, job: Draft, at_ms: int | None) -> None:
+        pass  # the pass is one instant: timers are fold's

@@ -1,7 +1,10 @@
 """``fold(state, entry)``: apply one log entry (an input fact or a decision) to the state.
 
 Inputs record facts and mark what ``decide`` must look at; decisions carry out what was decided.
-Time is the entry's ``at_ms``: timers whose deadline it passes mark their jobs for ``decide``.
+How an event moves the job it names is ``transitions`` (shared with decide); here is what else
+the state keeps: the job's record (reports, deadlines, reasons, counters), clusters, claims, and
+the work left for ``decide``. Time is the entry's ``at_ms``: timers whose deadline it passes mark
+their jobs for ``decide``.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from typing import Any
 import msgspec
 
 from eventlog import events as ev
-from reconciler.core import phases
+from reconciler.core import phases, transitions
 from reconciler.core.clusters import LOST, READY, REMOVED, ClusterRecord, taint_id
 from reconciler.core.framework.tolerations import eviction_delay_ms
 from reconciler.core.jobs import Claim, JobRecord, Report, gang_demand
-from reconciler.core.state import State
+from reconciler.core.state import State, highest, lowest
 
 _placement_encoder = msgspec.json.Encoder(order="deterministic")
 
@@ -80,20 +83,12 @@ def _batch_cut_short(state: State) -> None:
     state.help = state.help or state.open_batch[1]
     for cluster in state.open_freed:
         state.freed[cluster] = None
-    state.placed_low = _lowest(state.placed_low, state.open_placed_low)
-    state.unclaimed = _highest(state.unclaimed, state.open_unclaimed)
+    state.placed_low = lowest(state.placed_low, state.open_placed_low)
+    state.unclaimed = highest(state.unclaimed, state.open_unclaimed)
     state.open_batch = None
     state.open_freed = []
     state.open_placed_low = None
     state.open_unclaimed = None
-
-
-def _lowest(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
-def _highest(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else max(a, b)
 
 
 def _fire_timers(state: State) -> None:
@@ -119,8 +114,8 @@ def _spec_key(placement: ev.Placement, demand: ev.Resources) -> bytes:
 
 def _submitted(state: State, e: ev.JobSubmitted) -> None:
     old = state.jobs.get(e.job.key)
-    if old is not None and old.ref.uid == e.job.uid:
-        return  # the same job seen again (webhook and watch both report it)
+    if old is not None and old.ref.uid == e.job.uid and transitions.ignores(old.phase, e):
+        return
     state.unsubmitted.pop(e.job.key, None)
     demand = gang_demand(e.pod_sets)
     job = JobRecord(
@@ -154,7 +149,7 @@ def _observed(state: State, e: ev.JobObserved) -> None:
 
 def _updated(state: State, e: ev.JobUpdated) -> None:
     job = _job(state, e.job)
-    if job is None or job.phase in phases.TERMINAL:
+    if job is None or transitions.ignores(job.phase, e):
         return
     if e.pod_sets and list(e.pod_sets) != job.pod_sets:
         counted = [c for c in job.copies if c.counted]
@@ -173,24 +168,15 @@ def _updated(state: State, e: ev.JobUpdated) -> None:
         job.priority_class = e.priority_class
     job.priority = state.resolve_priority(job)
     state.pool.set_priority(job.key, job.priority)
-    if e.suspended != job.suspended:
-        job.suspended = e.suspended
-        if e.suspended and job.phase in phases.WAITING:
-            state.set_phase(job, phases.SUSPENDED)
-        elif not e.suspended and job.phase == phases.SUSPENDED:
-            job.not_before_ms = None
-            state.set_phase(job, phases.QUEUED)
-    state.mark(job.key)
+    if transitions.apply(job, e, state):
+        state.mark(job.key)
 
 
 def _deleted(state: State, e: ev.JobDeleted) -> None:
     state.unsubmitted.pop(e.job.key, None)
     job = _job(state, e.job)
-    if job is None or job.phase == phases.DELETED:
-        return
-    state.set_phase(job, phases.DELETED)
-    state.pool.remove(job.key)
-    state.mark(job.key)
+    if job is not None and transitions.apply(job, e, state):
+        state.mark(job.key)
 
 
 # ---- cluster inputs ----------------------------------------------------------------------------
@@ -270,38 +256,15 @@ def _heartbeat(state: State, e: ev.ClusterHeartbeat) -> None:
 
 def _remote_created(state: State, e: ev.RemoteCreated | ev.RemoteAdmitted) -> None:
     job = _job(state, e.job)
-    if job is None:
-        return
-    copy = job.copy(e.cluster, e.attempt)
-    admitted = isinstance(e, ev.RemoteAdmitted)
-    if copy is None:
-        state.add_copy(job, cluster=e.cluster, attempt=e.attempt, state=phases.COPY_ADMITTED if admitted else phases.COPY_CREATED)
-    elif copy.state in (phases.COPY_NOMINATED, phases.COPY_CREATED):
-        copy.state = phases.COPY_ADMITTED if admitted else phases.COPY_CREATED
-    current = e.attempt == job.attempt and job.phase == phases.NOMINATED and e.cluster in job.nominated
-    if current and job.winner is None:
-        best_effort = job.placement.dispatch_mode == "BestEffort"
-        if admitted or best_effort:
-            job.winner = e.cluster
-    state.mark(job.key)
+    if job is not None and transitions.apply(job, e, state):
+        state.mark(job.key)
 
 
 def _report(kind: str) -> Callable[[State, Any], None]:
     def handle(state: State, e: ev.RemoteRejected | ev.RemoteEvicted | ev.RemoteFinished | ev.RemoteGone) -> None:
         job = _job(state, e.job)
-        if job is None:
+        if job is None or not transitions.apply(job, e, state):
             return
-        copy = job.copy(e.cluster, e.attempt)
-        if kind == "gone":
-            if copy is not None:
-                was_withdrawing = copy.state == phases.COPY_WITHDRAWING
-                state.drop_copy(job, copy)
-                if was_withdrawing:
-                    return
-        elif copy is None:
-            copy = state.add_copy(job, cluster=e.cluster, attempt=e.attempt, state=phases.COPY_DONE)
-        elif copy.state != phases.COPY_WITHDRAWING:
-            copy.state = phases.COPY_DONE
         job.reports.append(
             Report(
                 kind=kind,
@@ -334,106 +297,57 @@ def _policy_changed(state: State) -> None:
 # ---- decisions ---------------------------------------------------------------------------------
 
 
+# The lifecycle moves in ``transitions``; what follows each ``apply`` is the job's record.
+
+
 def _nominated(state: State, e: ev.Nominated) -> None:
     job = _job(state, e.job)
     if job is None:
         return
-    job.attempt = e.attempt
-    job.round = e.round
-    job.nominated = list(e.clusters)
+    transitions.apply(job, e, state)
     job.deadline_ms = e.deadline_ms
-    job.winner = None
     if job.unschedulable is not None:  # the summary no longer applies
         job.last_reason = ""
     job.unschedulable = None
-    job.not_before_ms = None
-    for cluster in e.clusters:
-        state.count(job, state.add_copy(job, cluster=cluster, attempt=e.attempt, state=phases.COPY_NOMINATED))
-    claim = state.claims.pop(job.key, None)
-    if claim is not None:
-        state.unclaimed = _highest(state.unclaimed, claim.priority)
-    state.set_phase(job, phases.NOMINATED)
-    state.timer(e.deadline_ms, job.key)
 
 
 def _placed(state: State, e: ev.Placed) -> None:
     job = _job(state, e.job)
     if job is None:
         return
-    job.cluster = e.cluster
+    transitions.apply(job, e, state)
     job.placed_at_ms = state.now_ms
-    job.winner = None
     job.deadline_ms = None
-    job.nominated = [c for c in job.nominated if c == e.cluster]
-    copy = job.copy(e.cluster, e.attempt)
-    if copy is not None:
-        copy.state = phases.COPY_ADMITTED
-        state.count(job, copy)
-    state.set_phase(job, phases.PLACED)
-    state.placed_low = _lowest(state.placed_low, job.priority)
-    slot = state.clusters.index[e.cluster]
-    state.pool.add(job.key, cluster=slot, priority=job.priority, started_ms=state.now_ms, demand=job.demand, seqno=job.submitted_seq)
 
 
 def _withdrawn(state: State, e: ev.Withdrawn | ev.CleanUp) -> None:
     job = _job(state, e.job)
-    if job is None:
-        return
-    copy = job.copy(e.cluster, e.attempt)
-    if copy is not None:
-        state.uncount(job, copy)
-        copy.state = phases.COPY_WITHDRAWING
-    if e.attempt == job.attempt and e.cluster in job.nominated:
-        job.nominated.remove(e.cluster)
-        if e.cluster not in job.tried:
-            job.tried.append(e.cluster)
-    if e.attempt == job.attempt and job.cluster == e.cluster and isinstance(e, ev.Withdrawn):
-        job.cluster = None
-        state.pool.remove(job.key)
+    if job is not None:
+        transitions.apply(job, e, state)
 
 
 def _unschedulable(state: State, e: ev.Unschedulable) -> None:
     job = _job(state, e.job)
     if job is None:
         return
+    transitions.apply(job, e, state)
     job.unschedulable = dict(e.reasons)
     job.last_reason = e.message
-    state.set_phase(job, phases.UNSCHEDULABLE)
 
 
 def _requeued(state: State, e: ev.Requeued) -> None:
     job = _job(state, e.job)
     if job is None:
         return
-    table = state.clusters
-    for copy in list(job.copies):
-        if copy.attempt != job.attempt:
-            continue
-        state.uncount(job, copy)
-        slot = table.index.get(copy.cluster)
-        health = table.records[slot].health if slot is not None else REMOVED
-        if health == REMOVED:
-            state.drop_copy(job, copy)
-        elif health == LOST and copy.state != phases.COPY_WITHDRAWING:
-            copy.state = phases.COPY_STALE
-    job.attempt += 1
-    job.round = 0
-    job.nominated = []
-    job.tried = []
-    job.winner = None
-    job.cluster = None
+    transitions.apply(job, e, state)
     job.placed_at_ms = None
     job.deadline_ms = None
-    job.not_before_ms = e.not_before_ms
     job.requeues += 1
     job.last_reason = f"{e.reason}: {e.message}" if e.message else e.reason
     job.unschedulable = None
     job.evicting_for = None
     if e.reason in ("Preempted", "Evicted"):
         job.evictions += 1
-    state.pool.remove(job.key)
-    state.set_phase(job, phases.SUSPENDED if job.suspended else phases.QUEUED)
-    state.timer(e.not_before_ms, job.key)
 
 
 def _cluster_lost(state: State, e: ev.ClusterLost) -> None:
@@ -494,20 +408,9 @@ def _finished(state: State, e: ev.Finished) -> None:
     job = _job(state, e.job)
     if job is None:
         return
-    copy = job.copy(e.cluster, e.attempt)
-    if copy is not None:
-        state.uncount(job, copy)
-        if copy.state != phases.COPY_WITHDRAWING:
-            copy.state = phases.COPY_DONE
-    for other in job.copies:
-        state.uncount(job, other)
+    transitions.apply(job, e, state)
     job.succeeded = e.succeeded
-    job.cluster = e.cluster
-    job.nominated = []
-    job.winner = None
     job.deadline_ms = None
-    state.pool.remove(job.key)
-    state.set_phase(job, phases.FINISHED)
 
 
 _HANDLERS: dict[type, Callable[[State, Any], None]] = {

@@ -81,10 +81,14 @@ class JobRecord(Struct, kw_only=True):
         return f"{self.ref.namespace}/{self.ref.name}"
 
     def copy(self, cluster: str, attempt: int) -> Copy | None:
-        for c in self.copies:
-            if c.cluster == cluster and c.attempt == attempt:
-                return c
-        return None
+        return find_copy(self.copies, cluster, attempt)
+
+
+def find_copy(copies: list[Copy], cluster: str, attempt: int) -> Copy | None:
+    for c in copies:
+        if c.cluster == cluster and c.attempt == attempt:
+            return c
+    return None
 
 
 def gang_demand(pod_sets: list[PodSet]) -> Resources:

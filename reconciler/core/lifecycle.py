@@ -12,7 +12,7 @@ import numpy as np
 
 from eventlog import events as ev
 from reconciler.core import phases
-from reconciler.core.clusters import REMOVED, taint_id
+from reconciler.core.clusters import LOST, READY, taint_id
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import run_filter
 from reconciler.core.framework.interface import CycleInput
@@ -32,7 +32,7 @@ def cluster_health(s: Scratch) -> tuple[list[str], list[str]]:
     lost = sorted(table.names[i] for i in np.flatnonzero(silent))
     down = np.flatnonzero(table.present & ~table.ready)
     recovered = sorted(
-        table.names[i] for i in down if table.records[i].health == "Lost" and table.records[i].heard_while_lost
+        table.names[i] for i in down if table.records[i].health == LOST and table.records[i].heard_while_lost
     )
     for name in lost:
         slot = table.index[name]
@@ -113,16 +113,6 @@ def _ready(s: Scratch, cluster: str) -> bool:
     return slot is not None and bool(s.ready[slot])
 
 
-def _health(s: Scratch, cluster: str) -> str:
-    table = s.state.clusters
-    slot = table.index.get(cluster)
-    if slot is None:
-        return REMOVED
-    if s.ready[slot]:
-        return "Ready"
-    return table.records[slot].health if table.records[slot].health == REMOVED else "Lost"
-
-
 def _reports(s: Scratch, d: Draft) -> None:
     job = d.job
     for rep in job.reports:
@@ -152,8 +142,8 @@ def _reports(s: Scratch, d: Draft) -> None:
             d.requeue(s, reason=reason, cluster=rep.cluster, backoff=reason != "Preempted", message=message)
         elif rep.cluster in d.nominated:
             d.withdraw(s, cluster=rep.cluster, attempt=rep.attempt, reason=message)
-            if d.winner == rep.cluster:
-                d.winner = None
+            if d.admitted_on == rep.cluster:
+                d.winner_withdrawn = True
             if not d.nominated and d.phase == phases.NOMINATED:
                 d.requeue(s, reason=reason, cluster=rep.cluster, backoff=True, message=message)
 
@@ -162,26 +152,26 @@ def _half_done(s: Scratch, d: Draft) -> None:
     """States only a decision batch cut short by a leader crash leaves behind: finish the job."""
     if d.phase == phases.PLACED and d.cluster is None:
         d.requeue(s, reason="Evicted", cluster=None, backoff=False, message="placement withdrawn")
-    elif d.phase == phases.NOMINATED and not d.nominated and d.winner is None:
+    elif d.phase == phases.NOMINATED and not d.nominated and d.admitted_on is None:
         d.timed_out = True
         d.phase = phases.QUEUED
 
 
 def _clusters_gone(s: Scratch, d: Draft) -> None:
     if d.phase == phases.PLACED and d.cluster is not None:
-        health = _health(s, d.cluster)
-        if health != "Ready":
-            reason: ev.RequeueReason = "WorkerLost" if health == "Lost" else "ClusterRemoved"
+        health = s.health(d.cluster)
+        if health != READY:
+            reason: ev.RequeueReason = "WorkerLost" if health == LOST else "ClusterRemoved"
             d.requeue(s, reason=reason, cluster=d.cluster, backoff=False, message=f"cluster {d.cluster} {health.lower()}")
             return
     if d.phase == phases.NOMINATED:
-        gone = [c for c in d.nominated if _health(s, c) != "Ready"]
+        gone = [c for c in d.nominated if s.health(c) != READY]
         for cluster in gone:
-            d.withdraw(s, cluster=cluster, attempt=d.attempt, reason=f"cluster {cluster} {_health(s, cluster).lower()}")
-            if d.winner == cluster:
-                d.winner = None
+            d.withdraw(s, cluster=cluster, attempt=d.attempt, reason=f"cluster {cluster} {s.health(cluster).lower()}")
+            if d.admitted_on == cluster:
+                d.winner_withdrawn = True
         if gone and not d.nominated:
-            reason = "WorkerLost" if _health(s, gone[0]) == "Lost" else "ClusterRemoved"
+            reason = "WorkerLost" if s.health(gone[0]) == LOST else "ClusterRemoved"
             d.requeue(s, reason=reason, cluster=gone[0], backoff=False, message=f"cluster {gone[0]} unavailable")
 
 
@@ -196,8 +186,9 @@ def _suspension(s: Scratch, d: Draft) -> None:
 
 
 def _admission(s: Scratch, d: Draft) -> None:
-    if d.phase == phases.NOMINATED and d.winner is not None and d.winner in d.nominated:
-        d.place(s, d.winner)
+    winner = d.admitted_on
+    if d.phase == phases.NOMINATED and winner is not None and winner in d.nominated:
+        d.place(s, winner)
 
 
 def _nominated_drift(s: Scratch, d: Draft) -> None:
@@ -259,7 +250,7 @@ def _no_longer_fits(state: State, job: JobRecord, *, slot: int) -> str:
 
 def _round_timeout(s: Scratch, d: Draft) -> None:
     job = d.job
-    if d.phase != phases.NOMINATED or d.winner is not None or job.deadline_ms is None:
+    if d.phase != phases.NOMINATED or d.admitted_on is not None or job.deadline_ms is None:
         return
     if s.now < job.deadline_ms:
         return
@@ -271,8 +262,8 @@ def _round_timeout(s: Scratch, d: Draft) -> None:
 
 def _reconcile_copies(s: Scratch, d: Draft) -> None:
     """Withdraw (or clean up) every copy the job no longer wants, once its cluster is reachable."""
-    for (cluster, attempt), view in list(d.copies.items()):
-        copy_state = view.state
+    for copy in list(d.copies):
+        cluster, attempt, copy_state = copy.cluster, copy.attempt, copy.state
         if copy_state == phases.COPY_WITHDRAWING:
             continue
         wanted = (

@@ -8,6 +8,7 @@ DELETED = "Deleted"
 SUSPENDED = "Suspended"
 UNSCHEDULABLE = "Unschedulable"
 
+ALL = (QUEUED, SUSPENDED, NOMINATED, PLACED, UNSCHEDULABLE, FINISHED, DELETED)
 TERMINAL = (FINISHED, DELETED)
 WAITING = (QUEUED, UNSCHEDULABLE)  # waiting to be dispatched (Suspended waits for the user)
 

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from eventlog import events as ev
 from eventlog.events import Resources
-from reconciler.core.clusters import Mask
+from reconciler.core.clusters import LOST, READY, REMOVED, Mask
 from reconciler.core.framework.interface import CycleInput, JobView
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.pool import RunningPool
@@ -80,6 +80,16 @@ class Scratch:
         slot = self.state.clusters.index.get(cluster)
         if slot is not None:
             self.freed.add(slot)
+
+    def health(self, cluster: str) -> str:
+        """As fold will have it: clusters lost or recovered earlier in this pass count as such."""
+        table = self.state.clusters
+        slot = table.index.get(cluster)
+        if slot is None:
+            return REMOVED
+        if self.ready[slot]:
+            return READY
+        return REMOVED if table.records[slot].health == REMOVED else LOST
 
     def gone(self, key: str) -> None:
         """The job stops running in this pass (requeued, finished, its placement withdrawn)."""

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any
 
 from eventlog.events import PolicyLoaded, Resources
 from reconciler.core import phases
-from reconciler.core.clusters import ClusterTable
+from reconciler.core.clusters import REMOVED, ClusterTable
+from reconciler.core.framework.interface import JobView
 from reconciler.core.framework.profile import CompiledProfile, compile_policy
 from reconciler.core.framework.registry import Registry
 from reconciler.core.jobs import Claim, Copy, JobRecord
@@ -60,7 +60,7 @@ class State:
     unsubmitted: dict[str, str] = field(default_factory=dict)  # seen by the watcher, never submitted
     pool: RunningPool = field(init=False)
     # Pure memo (never affects results): job key -> (table version, spec key, priority, view).
-    view_memo: dict[str, tuple[int, bytes, int, Any]] = field(default_factory=dict)
+    view_memo: dict[str, tuple[int, bytes, int, JobView]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pool = RunningPool(self.clusters.resources)
@@ -95,7 +95,7 @@ class State:
             return p.priority_classes[job.priority_class]
         return job.event_priority
 
-    # ---- bookkeeping helpers used by fold ------------------------------------------------------
+    # ---- bookkeeping used by fold (the state is the ``transitions.Books`` of a fold) -----------
 
     def mark(self, key: str) -> None:
         self.pending[key] = None
@@ -138,9 +138,43 @@ class State:
         if not any(c.cluster == copy.cluster for c in job.copies):
             self.by_cluster.get(copy.cluster, {}).pop(job.key, None)
 
+    def health(self, cluster: str) -> str:
+        slot = self.clusters.index.get(cluster)
+        return self.clusters.records[slot].health if slot is not None else REMOVED
+
+    def started(self, job: JobRecord, cluster: str) -> None:
+        self.placed_low = lowest(self.placed_low, job.priority)
+        self.pool.add(
+            job.key,
+            cluster=self.clusters.index[cluster],
+            priority=job.priority,
+            started_ms=self.now_ms,
+            demand=job.demand,
+            seqno=job.submitted_seq,
+        )
+
+    def stopped(self, job: JobRecord) -> None:
+        self.pool.remove(job.key)
+
+    def claim_used(self, job: JobRecord) -> None:
+        claim = self.claims.pop(job.key, None)
+        if claim is not None:
+            self.unclaimed = highest(self.unclaimed, claim.priority)
+
+    def wake(self, job: JobRecord, at_ms: int | None) -> None:
+        self.timer(at_ms, job.key)
+
     def claimed_victims(self) -> dict[str, str]:
         """victim key -> preemptor key, over all live claims."""
         return {v: c.preemptor for c in self.claims.values() for v in c.victims}
+
+
+def lowest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def highest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def claim_vector_total(claims: list[Claim]) -> Resources:
