@@ -34,8 +34,6 @@ class Draft:
     copies: list[Copy]  # copies of the record's, changed as fold will change them
     requeued: bool = False
     timed_out: bool = False
-    # The winner was withdrawn in this pass: decide no longer counts on it (fold keeps naming it).
-    winner_withdrawn: bool = False
     # Only here because capacity came free somewhere: skip it unless it could fit there.
     capacity_only: bool = False
     notes: list[str] = field(default_factory=list)
@@ -66,8 +64,8 @@ class Draft:
 
     @property
     def admitted_on(self) -> str | None:
-        """The winner decide still counts on."""
-        return None if self.winner_withdrawn else self.winner
+        """The cluster that admitted the current round's copy first (a withdrawn one is forgotten)."""
+        return self.winner
 
     def copy(self, cluster: str, attempt: int) -> Copy | None:
         return find_copy(self.copies, cluster, attempt)

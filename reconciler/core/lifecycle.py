@@ -142,8 +142,6 @@ def _reports(s: Scratch, d: Draft) -> None:
             d.requeue(s, reason=reason, cluster=rep.cluster, backoff=reason != "Preempted", message=message)
         elif rep.cluster in d.nominated:
             d.withdraw(s, cluster=rep.cluster, attempt=rep.attempt, reason=message)
-            if d.admitted_on == rep.cluster:
-                d.winner_withdrawn = True
             if not d.nominated and d.phase == phases.NOMINATED:
                 d.requeue(s, reason=reason, cluster=rep.cluster, backoff=True, message=message)
 
@@ -168,8 +166,6 @@ def _clusters_gone(s: Scratch, d: Draft) -> None:
         gone = [c for c in d.nominated if s.health(c) != READY]
         for cluster in gone:
             d.withdraw(s, cluster=cluster, attempt=d.attempt, reason=f"cluster {cluster} {s.health(cluster).lower()}")
-            if d.admitted_on == cluster:
-                d.winner_withdrawn = True
         if gone and not d.nominated:
             reason = "WorkerLost" if s.health(gone[0]) == LOST else "ClusterRemoved"
             d.requeue(s, reason=reason, cluster=gone[0], backoff=False, message=f"cluster {gone[0]} unavailable")

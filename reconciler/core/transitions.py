@@ -188,6 +188,10 @@ def _withdraw_copy(job: J, e: ev.Withdrawn | ev.CleanUp, books: Books[J]) -> Non
         job.nominated.remove(e.cluster)
         if e.cluster not in job.tried:
             job.tried.append(e.cluster)
+    if e.attempt == job.attempt and job.winner == e.cluster and job.cluster != e.cluster:
+        # A winner withdrawn before placement (rejected, evicted, its cluster lost) no longer
+        # holds the round: another cluster may still win it, and the round can time out.
+        job.winner = None
 
 
 def _withdrawn(job: J, e: ev.Withdrawn, books: Books[J]) -> bool:
