@@ -33,6 +33,7 @@ from reconciler.demo.apiserver import AdmissionFailed, ApiServer
 from reconciler.demo.follower import LogFollower
 from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_line
 from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, long_cpu_jobs, main_jobs
+from reconciler.percentile import percentile
 from reconciler.shell import logging as klog
 from reconciler.shell.child import Supervised
 from reconciler.shell.clusters.setup import ClusterSet
@@ -41,7 +42,7 @@ from reconciler.shell.leader import run_candidate
 from reconciler.shell.loop import LeaderLoop, LoopSettings
 from reconciler.shell.policy import policy_event
 from reconciler.shell.replay import replay
-from reconciler.simulate.metrics import percentile, seconds
+from reconciler.simulate.metrics import seconds
 from reconciler.simulate.recorder import Recorder
 
 MARKER = "demo-config.yaml"

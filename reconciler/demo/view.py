@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reconciler.demo.workload import DemoJob
-from reconciler.simulate.metrics import percentile, seconds
+from reconciler.percentile import percentile
+from reconciler.simulate.metrics import seconds
 from reconciler.simulate.recorder import Recorder
 from reconciler.simulate.report import text_table
 
