@@ -31,7 +31,7 @@ from reconciler import core
 from reconciler.demo import setup
 from reconciler.demo.apiserver import AdmissionFailed, ApiServer
 from reconciler.demo.follower import LogFollower
-from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_line
+from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_status
 from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, long_cpu_jobs, main_jobs
 from reconciler.percentile import percentile
 from reconciler.shell import logging as klog
@@ -191,13 +191,9 @@ class Demo:
         total = len(self.plan.all)
         while not stop.is_set():
             self.screen.progress(
-                progress_line(
-                    elapsed=self.screen.elapsed(),
-                    submitted=self.submitted,
-                    total=total,
-                    summary=self._summary(),
-                    recorder=self.recorder,
-                )
+                submitted=self.submitted,
+                total=total,
+                status=progress_status(summary=self._summary(), recorder=self.recorder),
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
