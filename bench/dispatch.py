@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eventlog import events as ev
 from reconciler.core import State, decide, fold, new_state
 from reconciler.core.framework.tolerations import tolerated
+from reconciler.edge.percentile import percentile
 
 # The machine this runs on is shared: wall-clock time includes whatever else the scheduler ran
 # meanwhile. The floors are about the cost of the core, so every figure is CPU time of this
@@ -224,11 +225,6 @@ def _resource_order(name: str) -> int:
 # ---- measurements -----------------------------------------------------------------------------
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def bench_dispatch(n_clusters: int, n_jobs: int, *, naive_sample: int, seed: int = 7) -> dict[str, float]:
     rng = random.Random(seed)
     clusters = make_clusters(n_clusters, rng)
@@ -274,10 +270,10 @@ def bench_dispatch(n_clusters: int, n_jobs: int, *, naive_sample: int, seed: int
         "decisions": len(decisions),
         "nominated": len(nominated),
         "rate": rate,
-        "p50_ms": pct(latencies, 0.5),
-        "p99_ms": pct(latencies, 0.99),
+        "p50_ms": percentile(latencies, 50),
+        "p99_ms": percentile(latencies, 99),
         "naive_rate": naive_rate,
-        "naive_p99_ms": pct(naive_times, 0.99),
+        "naive_p99_ms": percentile(naive_times, 99),
         "agree": agree / max(naive_sample, 1),
     }
 
@@ -345,7 +341,7 @@ def bench_preemption(*, n_clusters: int = 1_000, n_jobs: int = 50_000, trials: i
         for i, d in enumerate(out):
             leader._fold(d, (i, len(out)))
         claims += sum(1 for d in out if isinstance(d, ev.PreemptionClaimed))
-    return {"running": running, "claims": claims, "p50_ms": pct(times, 0.5), "max_ms": max(times)}
+    return {"running": running, "claims": claims, "p50_ms": percentile(times, 50), "max_ms": max(times)}
 
 
 def main() -> int:

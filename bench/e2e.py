@@ -33,6 +33,7 @@ from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from reconciler.config import decode_config
 from reconciler.edge.logging import configure
+from reconciler.edge.percentile import percentile
 from reconciler.policy import policy_event
 from reconciler.service.loop import LoopSettings, wait_ready
 from reconciler.service.wiring import Settings, running
@@ -68,11 +69,6 @@ def submission(i: int) -> ev.JobSubmitted:
     return ev.JobSubmitted(
         job=ref, pod_sets=[ev.PodSet(name="main", count=1, requests={"cpu": 1000, GPU: 1})]
     )
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
 async def submit_all(jlog: JetStreamLog, n: int) -> dict[str, int]:
@@ -170,8 +166,8 @@ async def main() -> None:
 
     def row(name: str, r: float, lat_s: list[float]) -> str:
         return (
-            f"{name:<44} {r:>8,.0f} jobs/s   p50 {pct(lat_s, 50) * 1000:>6.0f} ms"
-            f"   p95 {pct(lat_s, 95) * 1000:>6.0f} ms   p99 {pct(lat_s, 99) * 1000:>6.0f} ms"
+            f"{name:<44} {r:>8,.0f} jobs/s   p50 {percentile(lat_s, 50) * 1000:>6.0f} ms"
+            f"   p95 {percentile(lat_s, 95) * 1000:>6.0f} ms   p99 {percentile(lat_s, 99) * 1000:>6.0f} ms"
         )
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -182,7 +178,7 @@ async def main() -> None:
     print(
         f"pipeline / baseline throughput: {rate / base_rate:.2f}x; vs MultiKueue's ~100/s: {rate / MULTIKUEUE_JOBS_PER_S:.1f}x"
     )
-    p95 = pct(lat, 95)
+    p95 = percentile(lat, 95)
     ok = rate >= 500 and p95 < 1.0
     print(f"floors: >= 500 jobs/s and p95 < 1 s: {'met' if ok else 'NOT met'}")
     print(f"e2e: {rate:,.0f} jobs/s submit->Placed through 3 simulated workers, p95 {p95 * 1000:.0f} ms")

@@ -33,6 +33,7 @@ from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.jetstream.publish import Publisher
 from eventlog.store import InboxItem
+from reconciler.edge.percentile import percentile
 
 
 def event_mix(n: int) -> list[ev.InputEvent]:
@@ -103,10 +104,6 @@ async def bench_sequencer(jlog: JetStreamLog, n: int, *, batch: int) -> tuple[fl
     return n / elapsed, latencies
 
 
-def pct(values: list[float], p: float) -> float:
-    return statistics.quantiles(values, n=100)[int(p) - 1] if len(values) >= 2 else values[0]
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=100_000, help="events per round")
@@ -151,8 +148,8 @@ async def main() -> None:
         f"kdispatch sequencer, fenced     {ours:>10,.0f} events/s   (rounds: {', '.join(f'{r:,.0f}' for r in ours_)})"
     )
     print(
-        f"append batch latency (ms)       p50 {pct(latencies, 50) * 1000:.1f}  p90 {pct(latencies, 90) * 1000:.1f}"
-        f"  p99 {pct(latencies, 99) * 1000:.1f}"
+        f"append batch latency (ms)       p50 {percentile(latencies, 50) * 1000:.1f}  p90 {percentile(latencies, 90) * 1000:.1f}"
+        f"  p99 {percentile(latencies, 99) * 1000:.1f}"
     )
     ok = ours >= 10_000 and ratio >= 0.4
     print(f"floors: >= 10,000 events/s and ratio >= 0.4: {'met' if ok else 'NOT met'}")

@@ -31,6 +31,7 @@ from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.jetstream.publish import Publisher
 from eventlog.jetstream.sequencer import INBOX_LAST_HEADER
+from reconciler.edge.percentile import percentile
 
 
 def log_entries(n: int) -> list[ev.LogEntry]:
@@ -176,10 +177,10 @@ async def main() -> None:
     print(
         f"kdispatch reader, decoded LogEntry      {ours:>10,.0f} events/s   (rounds: {', '.join(f'{r:,.0f}' for r in replays)})"
     )
-    q = statistics.quantiles(BATCH_GAPS, n=100)
+    p50, p90, p99 = (percentile(BATCH_GAPS, p) or 0.0 for p in (50, 90, 99))
     print(
-        f"time per batch of {args.batch} from NATS (ms)  p50 {q[49] * 1000:.1f}  p90 {q[89] * 1000:.1f}"
-        f"  p99 {q[98] * 1000:.1f}"
+        f"time per batch of {args.batch} from NATS (ms)  p50 {p50 * 1000:.1f}  p90 {p90 * 1000:.1f}"
+        f"  p99 {p99 * 1000:.1f}"
     )
     print(f"JSONL export                            {n / export_s:>10,.0f} events/s")
     print(f"kdispatch JsonlLog, decoded LogEntry    {from_file:>10,.0f} events/s")

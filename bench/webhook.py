@@ -311,6 +311,8 @@ def drive(args: argparse.Namespace) -> None:
 
             import numpy as np
 
+            from reconciler.edge.percentile import percentile
+
             targets = {
                 "bare": (bare_url + "/mutate", mutate_body),
                 "mutate": (hook_url + "/mutate", mutate_body),
@@ -347,8 +349,8 @@ def drive(args: argparse.Namespace) -> None:
                 summary[label] = {
                     "rps": float(np.median(rps[label])),
                     "cpu_us": float(np.median(cpu_us[label])),
-                    "p50": float(np.percentile(arr, 50)),
-                    "p99": float(np.percentile(arr, 99)),
+                    "p50": float(percentile(lat[label], 50) or 0.0),
+                    "p99": float(percentile(lat[label], 99) or 0.0),
                     "max": float(arr.max()),
                 }
                 m = summary[label]

@@ -23,6 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from reconciler.edge.percentile import percentile  # noqa: E402
 from webhook import admit  # noqa: E402
 from webhook.review import AdmissionRequest, decode_review  # noqa: E402
 
@@ -63,11 +64,6 @@ def _round(requests: list[AdmissionRequest], calls: int) -> list[float]:
     return times
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=20000)
@@ -86,7 +82,7 @@ def main() -> None:
     admit._stamps = shipped  # type: ignore[assignment]
     for name, times in results.items():
         print(
-            f"{name:9s} p50 {_pct(times, 0.5):6.1f} us  p99 {_pct(times, 0.99):6.1f} us  mean {statistics.fmean(times):6.1f} us"
+            f"{name:9s} p50 {percentile(times, 50):6.1f} us  p99 {percentile(times, 99):6.1f} us  mean {statistics.fmean(times):6.1f} us"
         )
     base, with_stamps = statistics.median(results["baseline"]), statistics.median(results["stamps"])
     print(f"ratio stamps/baseline (p50) {with_stamps / base:.2f}")

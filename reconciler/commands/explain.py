@@ -34,6 +34,7 @@ _WAITING = ("Queued", "Unschedulable", "Suspended")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", metavar="NS/NAME", help="the job on the manager cluster, e.g. team-a/train-1")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (stderr) on long logs")
     add_source_arguments(parser)
 
 
@@ -112,7 +113,7 @@ async def run_async(args: argparse.Namespace) -> int:
     async with open_source(args) as source:
         total = await source.reader.last_seq()
         story, summary = await gather(
-            source.reader, key, progress=Progress(total=total, label="explain"), plugins=plugins
+            source.reader, key, progress=Progress(total=total, label="explain", enabled=not args.quiet), plugins=plugins
         )
     current = summary.get("jobs", {}).get(key)
     if args.json:

@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replay the outside inputs under this policy (config, policy or profile YAML) and compare",
     )
     parser.add_argument("--json", action="store_true", help="print the final state as one JSON document")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (stderr) on long logs")
     add_source_arguments(parser)
 
 
@@ -83,7 +84,7 @@ async def run_async(args: argparse.Namespace) -> int:
             until_seq=until_seq,
             until_ms=until_ms,
             verify=args.verify,
-            progress=Progress(total=max(total - from_seq + 1, 0)),
+            progress=Progress(total=max(total - from_seq + 1, 0), enabled=not args.quiet),
             plugins=plugins,
         )
     out = sys.stdout

@@ -12,8 +12,8 @@ import msgspec
 
 from reconciler.config import ConfigError
 from reconciler.edge.plugins import PluginDiscoveryError, installed
+from reconciler.edge.progress import Progress
 from reconciler.simulate.profiles import PolicyDefaults, default_profiles, load_profiles
-from reconciler.simulate.progress import JobProgress
 from reconciler.simulate.readers import FORMATS, load_trace
 from reconciler.simulate.report import class_table, profiles_table
 from reconciler.simulate.runner import CoreApi
@@ -109,19 +109,21 @@ def run(args: argparse.Namespace) -> int:
     core = CoreApi.real(plugins.registry)
     runs: list[ProfileRun] = []
     for profile, settings in profiles:
-        progress = JobProgress(total=len(trace.jobs), label=profile.name, enabled=not args.quiet)
         started, cpu_started = time.perf_counter(), time.process_time()
         log_path = args.out / f"log-{profile.name}.jsonl.gz" if args.save_logs and args.out is not None else None
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
-        result = run_profile(
-            trace, profile=profile, settings=settings, core=core, progress=progress, log_path=log_path
-        )
-        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-        progress.done(
-            f"{result.results['batches']} batches, {result.results['log_entries']} log entries "
-            f"in {elapsed:.1f}s ({cpu:.1f}s CPU)"
-        )
+        with Progress(
+            total=len(trace.jobs), label=profile.name, unit="jobs submitted", threshold=0, enabled=not args.quiet
+        ) as progress:
+            result = run_profile(
+                trace, profile=profile, settings=settings, core=core, progress=progress.update, log_path=log_path
+            )
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+            progress.close(
+                f"{result.results['batches']} batches, {result.results['log_entries']} log entries "
+                f"in {elapsed:.1f}s ({cpu:.1f}s CPU)"
+            )
         runs.append(result)
     doc = results_document(trace, runs)
     print(f"trace {doc['trace']['source']}: {len(trace.jobs)} jobs on {len(trace.clusters)} clusters")

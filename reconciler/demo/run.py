@@ -31,9 +31,10 @@ from reconciler import core
 from reconciler.demo import setup
 from reconciler.demo.apiserver import AdmissionFailed, ApiServer
 from reconciler.demo.follower import LogFollower
-from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_line
+from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_status
 from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, long_cpu_jobs, main_jobs
 from reconciler.edge import logging as klog
+from reconciler.edge.percentile import percentile
 from reconciler.edge.plugins import installed
 from reconciler.history.replay import replay
 from reconciler.policy import policy_event
@@ -41,7 +42,7 @@ from reconciler.service.child import Supervised
 from reconciler.service.clusters.simulated import SimCluster
 from reconciler.service.loop import LeaderLoop, LoopSettings
 from reconciler.service.wiring import Settings, System, build
-from reconciler.simulate.metrics import percentile, seconds
+from reconciler.simulate.metrics import seconds
 from reconciler.simulate.recorder import Recorder
 
 MARKER = "demo-config.yaml"
@@ -190,13 +191,9 @@ class Demo:
         total = len(self.plan.all)
         while not stop.is_set():
             self.screen.progress(
-                progress_line(
-                    elapsed=self.screen.elapsed(),
-                    submitted=self.submitted,
-                    total=total,
-                    summary=self._summary(),
-                    recorder=self.recorder,
-                )
+                submitted=self.submitted,
+                total=total,
+                status=progress_status(summary=self._summary(), recorder=self.recorder),
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)

@@ -1,7 +1,8 @@
-"""What the demo shows: a live progress line, the story as it happens, the final summary."""
+"""What the demo shows: a live progress bar, the story as it happens, the final summary."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections import Counter
@@ -10,61 +11,55 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from reconciler.demo.workload import DemoJob
-from reconciler.simulate.metrics import percentile, seconds
+from reconciler.edge.percentile import percentile
+from reconciler.edge.progress import Progress
+from reconciler.simulate.metrics import seconds
 from reconciler.simulate.recorder import Recorder
 from reconciler.simulate.report import text_table
 
 FINAL_PHASES = ("Finished", "Deleted")
+HEARTBEAT_S = 5.0  # without a terminal, a progress line at most this often while the counts move
 
 
 class Screen:
-    """Stories on stdout with the time since start; the progress line on stderr (redrawn on a
-    terminal, every few seconds otherwise)."""
+    """Stories on stdout with the time since start; the progress bar on stderr (see
+    ``reconciler.edge.progress``: redrawn on a terminal, a line now and then otherwise)."""
 
     def __init__(self, *, out: TextIO | None = None, err: TextIO | None = None, quiet: bool = False) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.quiet = quiet
         self.started = time.monotonic()
-        self._tty = bool(getattr(self.err, "isatty", lambda: False)())
-        self._last_line = 0.0
-        self._drawn = False
+        self._bar: Progress | None = None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def _clear(self) -> None:
-        if self._tty and self._drawn:
-            self.err.write("\r\033[K")
-            self.err.flush()
-            self._drawn = False
-
     def say(self, text: str) -> None:
-        self._clear()
-        self.out.write(f"[{self.elapsed():6.1f}s] {text}\n")
-        self.out.flush()
+        with self._bar.paused() if self._bar is not None else contextlib.nullcontext():
+            self.out.write(f"[{self.elapsed():6.1f}s] {text}\n")
+            self.out.flush()
 
-    def progress(self, line: str) -> None:
-        if self.quiet:
-            return
-        now = self.elapsed()
-        if self._tty:
-            self.err.write("\r\033[K" + line[: 160])
-            self._drawn = True
-        elif now - self._last_line >= 5.0:
-            self.err.write(line + "\n")
-            self._last_line = now
-        else:
-            return
-        self.err.flush()
+    def progress(self, *, submitted: int, total: int, status: str) -> None:
+        if self._bar is None:
+            self._bar = Progress(
+                total=total,
+                label="demo",
+                unit="jobs submitted",
+                threshold=0,
+                enabled=not self.quiet,
+                stream=self.err,
+                heartbeat_s=HEARTBEAT_S,
+            )
+        self._bar.update(submitted, status=status)
 
     def done(self) -> None:
-        self._clear()
+        if self._bar is not None:
+            self._bar.close()
 
 
-def progress_line(
-    *, elapsed: float, submitted: int, total: int, summary: Mapping[str, Any] | None, recorder: Recorder
-) -> str:
+def progress_status(*, summary: Mapping[str, Any] | None, recorder: Recorder) -> str:
+    """Jobs per phase, preemptions, and the clusters that are not Ready, on one short line."""
     phases: Counter[str] = Counter()
     health = []
     if summary is not None:
@@ -75,11 +70,11 @@ def progress_line(
                 health.append(f"{name}:{h}")
     order = ("Queued", "Nominated", "Placed", "Finished", "Suspended", "Unschedulable", "Deleted")
     counts = "  ".join(f"{p.lower()} {phases[p]}" for p in order if phases.get(p))
-    extra = f"  | {' '.join(health)}" if health else ""
-    return (
-        f"[{elapsed:6.1f}s] submitted {submitted}/{total}  {counts}"
-        f"  | preemptions {recorder.preemptions}{extra}"
-    )
+    parts = [counts] if counts else []
+    parts.append(f"preemptions {recorder.preemptions}")
+    if health:
+        parts.append(" ".join(health))
+    return "  | ".join(parts)
 
 
 def cluster_table(recorder: Recorder, summary: Mapping[str, Any] | None, names: list[str]) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventlog import events as ev
+from reconciler.edge.percentile import percentile
 
 
 @dataclass
@@ -78,11 +79,9 @@ class Outcomes:
         }
 
 
-def _pct_s(sorted_ms: list[int], p: int) -> float | None:
-    if not sorted_ms:
-        return None
-    index = min(len(sorted_ms) - 1, max(0, (len(sorted_ms) * p + 99) // 100 - 1))
-    return round(sorted_ms[index] / 1000, 3)
+def _pct_s(waits_ms: list[int], p: int) -> float | None:
+    ms = percentile(waits_ms, p)
+    return None if ms is None else round(ms / 1000, 3)
 
 
 def differences(recorded: Outcomes, whatif: Outcomes) -> list[dict[str, Any]]:

@@ -1,26 +1,18 @@
 """Numbers from a recorded run: waits, copies, preemptions, utilization, makespan.
 
 Everything is computed from integer milliseconds and rounded once at the end, so the same run
-gives byte-identical JSON. Percentiles are nearest-rank (a value that occurred, no interpolation).
+gives byte-identical JSON. Percentiles are nearest-rank (``reconciler.edge.percentile``).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Any
 
+from reconciler.edge.percentile import percentile
 from reconciler.simulate.recorder import JobRecord, Recorder
 
 UTILIZATION_BUCKETS = 200
-
-
-def percentile(sorted_values: list[int], p: float) -> int | None:
-    """Nearest-rank percentile of an ascending list (None when empty)."""
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def seconds(ms: int | None) -> float | None:

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from eventlog import events as ev
-from reconciler.simulate.metrics import percentile, utilization
+from reconciler.simulate.metrics import utilization
 from reconciler.simulate.profiles import PolicyDefaults, default_profiles
 from reconciler.simulate.runner import EPOCH_MS, CoreApi
 from reconciler.simulate.session import encode_results, results_document, run_profile
@@ -128,12 +128,6 @@ def test_entries_are_stamped_with_virtual_time_and_batches() -> None:
     assert placed.at_ms == EPOCH_MS + 8000 and placed.batch is not None
     finished = next(e for e in seen if isinstance(e.event, ev.Finished))
     assert finished.at_ms == EPOCH_MS + 11_000
-
-
-def test_percentile_is_nearest_rank() -> None:
-    values = list(range(1, 101))
-    assert (percentile(values, 50), percentile(values, 95), percentile(values, 99)) == (50, 95, 99)
-    assert percentile([7], 99) == 7 and percentile([], 50) is None
 
 
 def test_utilization_buckets_integrate_the_step_function() -> None:

@@ -27,7 +27,7 @@ from eventlog import events as ev
 from eventlog.kube.kinds import SUPPORTED_KINDS, KindInfo, by_resource, lookup_api_version
 from eventlog.kube.names import ORIGIN_LABEL
 from reconciler.edge.logging import get_logger
-from reconciler.service.clusters.api import ApiError, Gone, KubeApi
+from reconciler.service.clusters.api import ApiError, KubeApi
 from reconciler.service.clusters.backoff import Backoff
 from reconciler.service.clusters.base import (
     CopyRef,
@@ -48,6 +48,7 @@ from reconciler.service.clusters.remote import (
     workload_owner_uid,
 )
 from reconciler.service.clusters.usage import from_cluster_queues, from_nodes_and_pods
+from reconciler.service.clusters.watch import ListWatch, by_name
 
 log = get_logger("reconciler.clusters.kube")
 
@@ -262,8 +263,9 @@ class KubeWorker:
         tasks = [asyncio.create_task(self._heartbeats(stop)), asyncio.create_task(self._usage_loop(stop))]
         for versions in by_resource(self.kinds):
             if versions[0].plural != "workloads":  # the Workload watch below sees our Workload copies
-                tasks.append(asyncio.create_task(self._watch_loop(versions, stop)))
-        tasks.append(asyncio.create_task(self._watch_loop(WORKLOAD_VERSIONS, stop)))
+                tasks.append(asyncio.create_task(self._watch(versions).run(stop)))
+        if self.kueue:
+            tasks.append(asyncio.create_task(self._watch(WORKLOAD_VERSIONS).run(stop)))
         try:
             await stop.wait()
         finally:
@@ -344,73 +346,22 @@ class KubeWorker:
             await self._report(update, msg_id=f"{self.name}/updated/{digest}")
             self._log.info("capacity_changed", capacity=capacity)
 
-    async def _watch_loop(self, versions: tuple[KindInfo, ...], stop: asyncio.Event) -> None:
-        """List, then watch from the list's resourceVersion; re-list on 410 and every resync. One
-        resource, through the first of its versions the cluster serves."""
-        backoff = Backoff(base_s=0.2, cap_s=30.0)
-        known: dict[str, dict[str, Any]] = {}
-        index = 0
-        while not stop.is_set():
-            kind = versions[index]
-            group, version, plural = kind.group, kind.version, kind.plural
-            selector = "" if plural == "workloads" else self.selector
-            if plural == "workloads" and not self.kueue:
-                return
-            try:
-                listing = await self.api.list_objects(group, version, plural, label_selector=selector)
-                self._served[f"{kind.kind}/{version}"] = True
-                rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-                current = {self._key(o): o for o in listing.get("items") or []}
-                for key, obj in known.items():
-                    if key not in current:
-                        await self._on_event(plural, "DELETED", obj)
-                for obj in current.values():
-                    await self._on_event(plural, "ADDED", obj)
-                known = current
-                backoff.reset()
-                async for event in self.api.watch(
-                    group,
-                    version,
-                    plural,
-                    resource_version=rv,
-                    label_selector=selector,
-                    timeout_s=self.resync_s,
-                ):
-                    obj = event["object"]
-                    if event["type"] == "DELETED":
-                        known.pop(self._key(obj), None)
-                    elif event["type"] in ("ADDED", "MODIFIED"):
-                        known[self._key(obj)] = obj
-                    await self._on_event(plural, event["type"], obj)
-            except Gone:
-                self._log.info("watch_expired_relisting", resource=plural)
-            except ApiError as err:
-                if err.status == 404:
-                    self._served[f"{kind.kind}/{version}"] = False
-                    index = (index + 1) % len(versions)
-                    if index == 0:
-                        await _sleep_or_stop(stop, self.resync_s)  # not served here: look again later
-                    continue
-                delay = backoff.next_delay()
-                self._log.warning("watch_failed", resource=plural, error=str(err), retry_in_s=round(delay, 2))
-                await _sleep_or_stop(stop, delay)
-            except Unreachable as err:
-                delay = backoff.next_delay()
-                self._log.info(
-                    "watch_disconnected", resource=plural, error=str(err), retry_in_s=round(delay, 2)
-                )
-                await _sleep_or_stop(stop, delay)
-            except Exception as err:  # a malformed object must not end the watch for good
-                delay = backoff.next_delay()
-                self._log.exception(
-                    "watch_loop_error", resource=plural, error=str(err), retry_in_s=round(delay, 2)
-                )
-                await _sleep_or_stop(stop, delay)
+    def _watch(self, versions: tuple[KindInfo, ...]) -> ListWatch:
+        """List + watch one resource (docs/clusters.md): our copies by the origin label, and every
+        Workload (Kueue makes its own for our copies: no label of ours to select them by)."""
+        return ListWatch(
+            self.api,
+            versions,
+            handle=lambda kind, type_, obj: self._on_event(kind.plural, type_, obj),
+            resync_s=self.resync_s,
+            label_selector="" if versions[0].plural == "workloads" else self.selector,
+            key=by_name,
+            on_served=self._note_served,
+            log=self._log,
+        )
 
-    @staticmethod
-    def _key(obj: dict[str, Any]) -> str:
-        meta = obj.get("metadata") or {}
-        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    def _note_served(self, kind: KindInfo, served: bool) -> None:
+        self._served[f"{kind.kind}/{kind.version}"] = served
 
     async def _on_event(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
         origin = origin_of(obj, manager_id=self.manager_id)
@@ -460,8 +411,3 @@ def _workload_copy(obj: dict[str, Any], origin: Origin | None) -> bool:
     """Is this Workload a copy we created (a dispatched Workload)? Kueue's own Workloads always
     have an owner (the job they admit), even when Kueue copied our labels onto them."""
     return origin is not None and workload_owner_uid(obj) is None
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

@@ -30,7 +30,7 @@ from eventlog.kube.names import (
     PRIORITY_ANNOTATION,
 )
 from reconciler.edge.logging import get_logger
-from reconciler.service.clusters.api import ApiError, Gone, KubeApi
+from reconciler.service.clusters.api import ApiError, KubeApi
 from reconciler.service.clusters.backfill import (
     NotBackfillable,
     job_ref,
@@ -44,6 +44,7 @@ from reconciler.service.clusters.backoff import Backoff
 from reconciler.service.clusters.base import Reporter, Unreachable
 from reconciler.service.clusters.desired import Desired
 from reconciler.service.clusters.remote import Origin
+from reconciler.service.clusters.watch import LISTED, ListWatch, by_uid, sleep_or_stop
 
 log = get_logger("reconciler.clusters.manager")
 
@@ -101,9 +102,19 @@ class ManagerWatcher:
         self.backfill_skipped: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        tasks = [
-            asyncio.create_task(self._watch_loop(versions, stop)) for versions in by_resource(self.kinds)
+        watches = [
+            ListWatch(
+                self.api,
+                versions,
+                handle=self._on_event,
+                resync_s=self.resync_s,
+                keep=_watched,
+                key=by_uid,
+                log=log.bind(cluster="manager"),
+            )
+            for versions in by_resource(self.kinds)
         ]
+        tasks = [asyncio.create_task(w.run(stop)) for w in watches]
         tasks.append(asyncio.create_task(self._backfill_loop(stop)))
         try:
             await stop.wait()
@@ -112,60 +123,13 @@ class ManagerWatcher:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _watch_loop(self, versions: tuple[KindInfo, ...], stop: asyncio.Event) -> None:
-        backoff = Backoff(base_s=0.2, cap_s=30.0)
-        known: dict[str, dict[str, Any]] = {}
-        index = 0  # the version watched: the first one the cluster serves
-        while not stop.is_set():
-            kind = versions[index]
-            bound = log.bind(cluster="manager", kind=kind.kind, version=kind.version)
-            try:
-                listing = await self.api.list_objects(kind.group, kind.version, kind.plural)
-                rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-                current = {
-                    str((o.get("metadata") or {}).get("uid", "")): o
-                    for o in listing.get("items") or []
-                    if _watched(o)
-                }
-                for uid, obj in known.items():
-                    if uid not in current:
-                        await self._deleted(obj)
-                for obj in current.values():
-                    await self._observed(kind, obj)
-                known = current
-                backoff.reset()
-                async for event in self.api.watch(
-                    kind.group, kind.version, kind.plural, resource_version=rv, timeout_s=self.resync_s
-                ):
-                    obj = event["object"]
-                    if not _watched(obj):
-                        continue
-                    uid = str((obj.get("metadata") or {}).get("uid", ""))
-                    if event["type"] == "DELETED":
-                        known.pop(uid, None)
-                        await self._deleted(obj)
-                    elif event["type"] in ("ADDED", "MODIFIED"):
-                        known[uid] = obj
-                        await self._changed(kind, obj)
-            except Gone:
-                bound.info("watch_expired_relisting")
-            except ApiError as err:
-                if err.status == 404:  # this version is not served: the next one, or later again
-                    index = (index + 1) % len(versions)
-                    if index == 0:
-                        await _sleep_or_stop(stop, self.resync_s)
-                    continue
-                delay = backoff.next_delay()
-                bound.warning("manager_watch_failed", error=str(err), retry_in_s=round(delay, 2))
-                await _sleep_or_stop(stop, delay)
-            except Unreachable as err:
-                delay = backoff.next_delay()
-                bound.info("manager_disconnected", error=str(err), retry_in_s=round(delay, 2))
-                await _sleep_or_stop(stop, delay)
-            except Exception as err:  # a malformed object must not end the watch for good
-                delay = backoff.next_delay()
-                bound.exception("manager_watch_error", error=str(err), retry_in_s=round(delay, 2))
-                await _sleep_or_stop(stop, delay)
+    async def _on_event(self, kind: KindInfo, type_: str, obj: dict[str, Any]) -> None:
+        if type_ == LISTED:
+            await self._observed(kind, obj)
+        elif type_ == "DELETED":
+            await self._deleted(obj)
+        else:
+            await self._changed(kind, obj)
 
     async def _observed(self, kind: KindInfo, obj: dict[str, Any]) -> None:
         """A job in a (re-)list. Reported once per generation and suspend state: our own status
@@ -234,7 +198,7 @@ class ManagerWatcher:
 
     async def _backfill_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await _sleep_or_stop(stop, max(self.backfill_after_s / 2, 0.05))
+            await sleep_or_stop(stop, max(self.backfill_after_s / 2, 0.05))
             await self.backfill_due()
 
     async def backfill_due(self) -> int:
@@ -355,8 +319,3 @@ class ManagerSync:
                 log.info("manager_unreachable", job=job.key, what=what, error=str(err))
             await asyncio.sleep(backoff.next_delay())
         log.error("manager_write_gave_up", job=job.key, what=what, hint="the next status change retries it")
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
