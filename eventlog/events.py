@@ -157,6 +157,9 @@ class JobSubmitted(Event, frozen=True, kw_only=True):
     runtime_ms: int | None = None  # hint for simulated clusters (kdispatch.io/simulated-runtime)
     manifest: dict[str, Any] | None = None  # the object as admitted, for the remote copy
     source: Literal["webhook", "watch"] = "webhook"
+    # Resolved by the webhook from ``queue`` (the LocalQueue) in the job's namespace; None in logs
+    # written without tenancy, where every job is in the one default queue.
+    cluster_queue: str | None = None
 
 
 class JobObserved(Event, frozen=True, kw_only=True):
@@ -288,6 +291,100 @@ class PolicyLoaded(Event, frozen=True, kw_only=True):
     plugins: list[PluginRef] | None = None
 
 
+# ----------------------------------------------------------------------------------------------
+# Tenancy: the queue configuration, in Kueue's vocabulary (docs/tenancy.md)
+# ----------------------------------------------------------------------------------------------
+
+ReclaimPolicy = Literal["Never", "LowerPriority", "Any"]
+WithinQueuePolicy = Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"]
+BorrowPolicy = Literal["Never", "LowerPriority"]
+QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO"]
+StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
+
+
+class ResourceQuota(Struct, frozen=True, omit_defaults=True, gc=False):
+    """One resource of one flavor: Kueue's ``resources[]`` entry, in the event's integer units.
+    Fleet-wide: the team's quota summed over every worker cluster."""
+
+    name: str
+    nominal: int
+    borrowing_limit: int | None = None  # None: may borrow all the cohort lends
+    lending_limit: int | None = None  # None: all of its unused nominal quota may be lent
+
+
+class FlavorQuotas(Struct, frozen=True, omit_defaults=True, gc=False):
+    name: str  # a ResourceFlavor
+    resources: list[ResourceQuota] = field(default_factory=list)
+
+
+class ResourceGroup(Struct, frozen=True, omit_defaults=True, gc=False):
+    covered_resources: list[str]
+    flavors: list[FlavorQuotas] = field(default_factory=list)  # in the order they are tried
+
+
+class QueuePreemption(Struct, frozen=True, omit_defaults=True, gc=False):
+    reclaim_within_cohort: ReclaimPolicy = "Never"
+    within_cluster_queue: WithinQueuePolicy = "Never"
+    borrow_within_cohort: BorrowPolicy = "Never"
+    borrow_max_priority_threshold: int | None = None
+
+
+class LabelRequirement(Struct, frozen=True, omit_defaults=True, gc=False):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = field(default_factory=list)
+
+
+class LabelSelector(Struct, frozen=True, omit_defaults=True, gc=False):
+    """Kubernetes' LabelSelector; ``{}`` matches everything."""
+
+    match_labels: dict[str, str] = field(default_factory=dict)
+    match_expressions: list[LabelRequirement] = field(default_factory=list)
+
+
+class ClusterQueueSpec(Struct, frozen=True, omit_defaults=True, gc=False):
+    name: str
+    cohort: str | None = None
+    # Kueue's nil selector matches no namespace; ``LabelSelector()`` matches all.
+    namespace_selector: LabelSelector | None = None
+    resource_groups: list[ResourceGroup] = field(default_factory=list)
+    weight_milli: int = 1000  # spec.fairSharing.weight × 1000 (integers keep the order exact)
+    preemption: QueuePreemption = field(default_factory=QueuePreemption)
+    queueing_strategy: QueueingStrategy = "BestEffortFIFO"
+    stop_policy: StopPolicy = "None"
+    # Beyond Kueue: the WorkloadPriorityClasses its namespaces may use; None = any.
+    allowed_priority_classes: list[str] | None = None
+
+
+class CohortSpec(Struct, frozen=True, omit_defaults=True, gc=False):
+    name: str
+    parent: str | None = None
+    weight_milli: int = 1000
+    resource_groups: list[ResourceGroup] = field(default_factory=list)  # the cohort's own quota
+
+
+class LocalQueueSpec(Struct, frozen=True, omit_defaults=True, gc=False):
+    namespace: str
+    name: str
+    cluster_queue: str
+    stop_policy: StopPolicy = "None"
+
+
+class QueuesConfigured(Event, frozen=True, kw_only=True):
+    """The whole queue configuration as of this point (ClusterQueue, Cohort, LocalQueue,
+    WorkloadPriorityClass, ResourceFlavor and Namespace objects, validated). Appended whenever
+    it changes, so replay never reads live config. A log without one has tenancy off: one
+    unlimited queue, every job in it."""
+
+    cluster_queues: list[ClusterQueueSpec] = field(default_factory=list)
+    cohorts: list[CohortSpec] = field(default_factory=list)
+    local_queues: list[LocalQueueSpec] = field(default_factory=list)
+    priority_classes: dict[str, int] = field(default_factory=dict)  # WorkloadPriorityClass -> value
+    flavors: list[str] = field(default_factory=list)  # ResourceFlavor names
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> labels
+    source: str = ""  # where it came from: a file path, or "manager" for the watched objects
+
+
 class Rejected(Event, frozen=True, kw_only=True):
     """An inbox message that could not be decoded; moved aside with the reason."""
 
@@ -414,6 +511,7 @@ InputEvent = (
     | RemoteGone
     | Tick
     | PolicyLoaded
+    | QueuesConfigured
     | Rejected
 )
 

@@ -77,6 +77,7 @@ _NAMES: dict[str, tuple[str, str]] = {
     "RemoteGone": ("remote", "gone"),
     "Tick": ("system", "tick"),
     "PolicyLoaded": ("system", "policy"),
+    "QueuesConfigured": ("system", "queues"),
     "Rejected": ("system", "rejected"),
     "Nominated": ("decision", "nominated"),
     "Placed": ("decision", "placed"),

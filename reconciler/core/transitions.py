@@ -388,6 +388,7 @@ TABLE: dict[type[ev.Event], Entry] = {
     # the sequencer itself
     ev.Tick: NotAJobEvent("time passes; fold fires the timers it passes"),
     ev.PolicyLoaded: NotAJobEvent("policy; fold re-resolves every job's priority"),
+    ev.QueuesConfigured: NotAJobEvent("the queue configuration (tenancy); fold keeps it"),
     ev.Rejected: NotAJobEvent("an inbox message that could not be decoded"),
     # decisions
     ev.Nominated: JobEvent(_job, _everywhere(_nominated)),

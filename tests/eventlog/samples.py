@@ -96,6 +96,39 @@ INPUTS: list[ev.InputEvent] = [
         claim_ttl_ms=2,
         requeue_backoff_ms=3,
     ),
+    ev.QueuesConfigured(
+        cluster_queues=[
+            ev.ClusterQueueSpec(
+                name="team-a",
+                cohort="research",
+                namespace_selector=ev.LabelSelector(match_labels={"team": "a"}),
+                resource_groups=[
+                    ev.ResourceGroup(
+                        covered_resources=["cpu", "nvidia.com/gpu"],
+                        flavors=[
+                            ev.FlavorQuotas(
+                                name="h100",
+                                resources=[
+                                    ev.ResourceQuota(name="cpu", nominal=64_000),
+                                    ev.ResourceQuota(name="nvidia.com/gpu", nominal=8, borrowing_limit=8, lending_limit=4),
+                                ],
+                            )
+                        ],
+                    )
+                ],
+                weight_milli=2000,
+                preemption=ev.QueuePreemption(reclaim_within_cohort="Any", within_cluster_queue="LowerPriority"),
+                queueing_strategy="StrictFIFO",
+                allowed_priority_classes=["low", "high"],
+            )
+        ],
+        cohorts=[ev.CohortSpec(name="research", parent="all", weight_milli=500)],
+        local_queues=[ev.LocalQueueSpec(namespace="team-a", name="default", cluster_queue="team-a")],
+        priority_classes={"low": 10, "high": 1000},
+        flavors=["h100"],
+        namespaces={"team-a": {"team": "a"}},
+        source="queues.yaml",
+    ),
     ev.Rejected(inbox_seq=7, subject="kd.in.junk", reason="not JSON", raw="\u00ff garbage"),
 ]
 

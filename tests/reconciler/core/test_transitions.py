@@ -56,6 +56,7 @@ EXAMPLES: dict[type[ev.Event], Callable[[ev.JobRef, str, int], ev.Event]] = {
     ev.RemoteGone: lambda j, c, a: ev.RemoteGone(job=j, cluster=c, attempt=a),
     ev.Tick: lambda j, c, a: ev.Tick(),
     ev.PolicyLoaded: lambda j, c, a: ev.PolicyLoaded(profiles=[]),
+    ev.QueuesConfigured: lambda j, c, a: ev.QueuesConfigured(cluster_queues=[ev.ClusterQueueSpec(name="team-a")]),
     ev.Rejected: lambda j, c, a: ev.Rejected(inbox_seq=1, subject="x", reason="bad"),
     ev.Nominated: lambda j, c, a: ev.Nominated(job=j, clusters=[c], attempt=a, deadline_ms=9_999_999),
     ev.Placed: lambda j, c, a: ev.Placed(job=j, cluster=c, attempt=a),

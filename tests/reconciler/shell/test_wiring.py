@@ -32,6 +32,7 @@ def test_a_bad_cluster_entry_stops_serve_before_anything_runs(
         env={**os.environ},
     )
     assert proc.returncode == 2, proc.stderr
-    assert "invalid cluster configuration" in proc.stderr
-    assert "clusters[east].simulated.capacity" in proc.stderr
+    # The config is decoded once, at the edge: the bad quantity is caught there, with its line.
+    assert "invalid config" in proc.stderr and "config.yaml:3" in proc.stderr
+    assert "$.clusters[0].simulated.capacity" in proc.stderr and "'lots'" in proc.stderr
     assert '"serving"' not in proc.stderr  # nothing started: no leader, no actuator
