@@ -6,9 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reconciler.commands.argtypes import positive_float, positive_int
 
