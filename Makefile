@@ -33,4 +33,4 @@ bench: $(STAMP)
 	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) .kdispatch .mypy_cache .pytest_cache
+	rm -rf $(VENV) .kdispatch .kdispatch.prev-* .mypy_cache .pytest_cache

@@ -18,6 +18,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -72,6 +73,34 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+class _LockOwner:
+    """Who wrote a lock file: ``nats-server pid S of pid P at URL`` (S missing in old files)."""
+
+    def __init__(self, pid: int | None, server_pid: int | None, url: str | None) -> None:
+        self.pid, self.server_pid, self.url = pid, server_pid, url
+
+    @classmethod
+    def parse(cls, text: str) -> _LockOwner:
+        server = re.search(r"nats-server pid (\d+)", text)
+        owner = re.search(r"of pid (\d+)", text)
+        url = re.search(r" at (nats://\S+)", text)
+        return cls(
+            int(owner.group(1)) if owner else None,
+            int(server.group(1)) if server else None,
+            url.group(1) if url else None,
+        )
+
+
+def _is_nats_server(pid: int, data_dir: Path) -> bool:
+    """A live nats-server on this store (a reused pid of some other program is not)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    store = str(data_dir / "jetstream").encode()
+    return bool(argv) and argv[0].endswith(b"nats-server") and store in argv
+
+
 class EmbeddedNats:
     """One nats-server process with JetStream and a file store in ``data_dir``.
 
@@ -107,6 +136,7 @@ class EmbeddedNats:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: int | None = None
         self._lock_fd: int | None = None
+        self.recovered: str | None = None  # a note when a stale lock was taken over
 
     @property
     def url(self) -> str:
@@ -145,24 +175,55 @@ class EmbeddedNats:
     # ---- sync API ----------------------------------------------------------------------------
 
     def _lock(self) -> None:
-        """Two servers must never share one JetStream store: hold an exclusive lock on it."""
+        """Two servers must never share one JetStream store: hold an exclusive lock on it.
+
+        The lock file names its owner (``nats-server pid S of pid P at URL``). The flock dies
+        with its owner, but a killed owner's nats-server may live on: that one is named, with
+        how to stop it; a lock left by owners that are all gone is taken over, with a note
+        (``recovered``).
+        """
         path = self.data_dir / "nats-server.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        previous = os.read(fd, 500).decode(errors="replace").strip()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            owner = _LockOwner.parse(previous)
+            stop = f"stop it (`kill {owner.pid}`), " if owner.pid else ""
+            url = f"--nats {owner.url}" if owner.url else "--nats URL"
+            raise EmbeddedError(
+                f"data dir {self.data_dir} is in use by {previous or 'another process'}; "
+                f"read it through that server ({url}), {stop}or use another data dir"
+            ) from None
+        owner = _LockOwner.parse(previous)
+        if owner.server_pid and _is_nats_server(owner.server_pid, self.data_dir):
             os.close(fd)
             raise EmbeddedError(
-                f"data dir {self.data_dir} is in use by {holder}; connect to that server with its URL "
-                "(e.g. --nats), or use another data dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"nats-server of pid {os.getpid()} at {self.url}\n".encode())
+                f"a nats-server left by a killed run (pid {owner.server_pid}, owner pid {owner.pid} is gone) "
+                f"still serves {self.data_dir}"
+                + (f" at {owner.url}" if owner.url else "")
+                + f": stop it with `kill {owner.server_pid}`"
+                + (f", or read it with --nats {owner.url}" if owner.url else "")
+            )
+        if previous:
+            self.recovered = (
+                f"recovered a stale lock on {self.data_dir}: its owner (pid {owner.pid or '?'}) is gone"
+            )
+            log.warning("nats_server_stale_lock", path=str(path), previous=previous)
         self._lock_fd = fd
+        self._write_lock()
+
+    def _write_lock(self) -> None:
+        if self._lock_fd is None:
+            return
+        server = f"nats-server pid {self._proc.pid} " if self._proc is not None else "nats-server "
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, f"{server}of pid {os.getpid()} at {self.url}\n".encode(), 0)
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
+            os.ftruncate(self._lock_fd, 0)  # an empty lock file: the last owner left cleanly
             os.close(self._lock_fd)  # closing releases the flock
             self._lock_fd = None
 
@@ -202,6 +263,7 @@ class EmbeddedNats:
                 stderr=self._log_file,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
+            self._write_lock()
             log.info("nats_server_started", pid=self._proc.pid, url=self.url, data_dir=str(self.data_dir))
             atexit.register(self.stop)  # an interpreter exiting without stop() still stops it
             if wait:

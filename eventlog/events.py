@@ -348,7 +348,7 @@ class ClusterQueueSpec(Struct, frozen=True, omit_defaults=True, gc=False):
     # Kueue's nil selector matches no namespace; ``LabelSelector()`` matches all.
     namespace_selector: LabelSelector | None = None
     resource_groups: list[ResourceGroup] = field(default_factory=list)
-    weight_milli: int = 1000  # spec.fairSharing.weight × 1000 (integers keep the order exact)
+    weight_milli: int = 1000  # spec.fairSharing.weight in thousandths (integers keep the order exact)
     preemption: QueuePreemption = field(default_factory=QueuePreemption)
     queueing_strategy: QueueingStrategy = "BestEffortFIFO"
     stop_policy: StopPolicy = "None"

@@ -72,7 +72,7 @@ class JsonlLog:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(
-                f"log file {self.path} does not exist (make one with `kdispatch log export`)"
+                f"log file {self.path} does not exist (make one with `kdispatch log --json > FILE`)"
             )
 
     async def last_seq(self) -> int:

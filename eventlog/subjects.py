@@ -121,3 +121,11 @@ def log_subject(event: ev.Event) -> str:
 def job_filter(namespace: str, name: str, *, prefix: str = LOG_PREFIX) -> str:
     """Every log subject about one job, for ``nats sub`` / ``nats stream view --subject``."""
     return f"{prefix}.*.*.{escape(namespace)}.{escape(name)}"
+
+
+def names_by_category() -> dict[str, set[str]]:
+    """Every ``<category>`` token of a subject and its ``<type>`` tokens (to check a filter)."""
+    out: dict[str, set[str]] = {}
+    for category, verb in _NAMES.values():
+        out.setdefault(category, set()).add(verb)
+    return out

@@ -5,16 +5,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from reconciler.commands.argtypes import int_at_least
+
 HELP = "run the end-to-end demo: NATS, webhook (HTTPS), reconciler, 4 simulated clusters, ~200 jobs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=int, default=200, metavar="N", help="about how many jobs to submit (200)")
+    parser.add_argument(
+        "--jobs",
+        type=int_at_least(16),  # fillers, a stream and a burst
+        default=200,
+        metavar="N",
+        help="about how many jobs to submit (200; at least 16)",
+    )
     parser.add_argument(
         "--data-dir", type=Path, default=Path(".kdispatch"), metavar="DIR", help="where the log stays (.kdispatch)"
     )
     parser.add_argument("--fast", action="store_true", help="short run times and a short script (for tests)")
-    parser.add_argument("--seed", type=int, default=7, help="seed of the generated jobs (7)")
+    parser.add_argument("--seed", type=int_at_least(0), default=7, help="seed of the generated jobs (7)")
     parser.add_argument("--quiet", action="store_true", help="no live progress line")
 
 
@@ -22,9 +30,6 @@ async def run_async(args: argparse.Namespace) -> int:
     from reconciler.demo.run import Options, run_demo
     from reconciler.edge.plugins import PluginDiscoveryError, installed
 
-    if args.jobs < 16:
-        print("kdispatch demo: --jobs must be at least 16 (fillers, a stream and a burst)")
-        return 2
     try:
         installed()  # discovered once, now: the leader and the final replay --verify use these
     except PluginDiscoveryError as err:

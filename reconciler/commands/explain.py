@@ -12,17 +12,17 @@ import argparse
 import contextlib
 import sys
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from eventlog import codec
 from eventlog import events as ev
-from reconciler import core
-from reconciler.edge import logging as klog
+from reconciler.commands.argtypes import did_you_mean, job_key
 from reconciler.edge.logsource import add_source_arguments, format_ms, friendly_errors, open_source
-from reconciler.edge.plugins import PluginDiscoveryError, PluginSet, installed, warning_lines
-from reconciler.edge.progress import Progress
-from reconciler.history.replay import replay
-from reconciler.offline.render import concerns, describe, subject_key
+
+# The core and the replay machinery load when the command runs, not to build the parser.
+if TYPE_CHECKING:
+    from reconciler import core
+    from reconciler.edge.plugins import PluginSet
+    from reconciler.edge.progress import Progress
 
 HELP = "explain every decision about a job: each cluster's filter verdict or per-plugin scores"
 
@@ -32,7 +32,7 @@ _WAITING = ("Queued", "Unschedulable", "Suspended")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", metavar="NS/NAME", help="the job on the manager cluster, e.g. team-a/train-1")
+    parser.add_argument("job", type=job_key, metavar="NS/NAME", help="the job on the manager cluster, e.g. team-a/train-1")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of text")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (stderr) on long logs")
     add_source_arguments(parser)
@@ -59,6 +59,11 @@ class Story:
 async def gather(
     reader: Any, key: str, *, progress: Progress | None = None, plugins: PluginSet | None = None
 ) -> tuple[Story, dict[str, Any]]:
+    from reconciler import core
+    from reconciler.edge.plugins import warning_lines
+    from reconciler.history.replay import replay
+    from reconciler.offline.render import concerns
+
     story = Story(key=key)
 
     def on_input(entry: ev.LogEntry) -> None:
@@ -100,11 +105,14 @@ def _is_subject(event: ev.Event, key: str) -> bool:
 
 @friendly_errors("explain")
 async def run_async(args: argparse.Namespace) -> int:
+    from eventlog import codec
+    from reconciler.edge import logging as klog
+    from reconciler.edge.progress import Progress
+
     klog.configure(level="error", role="cli")  # stdout is for the command's output
-    key = args.job.strip()
-    if key.count("/") != 1 or key.startswith("/") or key.endswith("/"):
-        print(f"kdispatch explain: {args.job!r}: give the job as NAMESPACE/NAME, e.g. team-a/train-1", file=sys.stderr)
-        return 2
+    key = args.job
+    from reconciler.edge.plugins import PluginDiscoveryError, installed
+
     try:
         plugins = installed()
     except PluginDiscoveryError as err:
@@ -112,21 +120,30 @@ async def run_async(args: argparse.Namespace) -> int:
         return 2
     async with open_source(args) as source:
         total = await source.reader.last_seq()
+        if total == 0:
+            print(f"kdispatch explain: {source.description} has no log entries", file=sys.stderr)
+            return 1
         story, summary = await gather(
             source.reader, key, progress=Progress(total=total, label="explain", enabled=not args.quiet), plugins=plugins
         )
     current = summary.get("jobs", {}).get(key)
+    if current is None and not story.facts and not story.steps:
+        known = summary.get("jobs", {})
+        print(
+            f"kdispatch explain: no job {key} in {source.description} ({len(known)} jobs)" + did_you_mean(key, known),
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
         sys.stdout.write(codec.encode(_as_json(story, current)).decode() + "\n")
     else:
         _print(story, current, out=sys.stdout)
-    if current is None and not story.facts and not story.steps:
-        print(f"kdispatch explain: no job {key} in this log", file=sys.stderr)
-        return 1
     return 0
 
 
 def _as_json(story: Story, current: dict[str, Any] | None) -> dict[str, Any]:
+    from eventlog import codec
+
     return {
         "job": story.key,
         "current": current,
@@ -180,6 +197,8 @@ def _print(story: Story, current: dict[str, Any] | None, *, out: TextIO) -> None
 
 def short_line(entry: ev.LogEntry, key: str) -> str:
     """``#seq  time  Type  fields`` — the job's own name left out, other jobs' kept."""
+    from reconciler.offline.render import describe, subject_key
+
     subject = subject_key(entry.event)
     who = "" if subject == key else f"{subject} "
     return f"#{entry.seq:<6} {format_ms(entry.at_ms)[11:]}  {type(entry.event).__name__:<17} {who}{describe(entry.event)}".rstrip()

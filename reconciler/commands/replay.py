@@ -6,13 +6,9 @@ import argparse
 import json
 import sys
 from collections import Counter
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from eventlog import codec
-from eventlog import events as ev
-from reconciler import core
-from reconciler.config import ConfigError
-from reconciler.edge import logging as klog
+from reconciler.commands.argtypes import until
 from reconciler.edge.logsource import (
     add_source_arguments,
     format_ms,
@@ -20,20 +16,18 @@ from reconciler.edge.logsource import (
     open_source,
     parse_until,
 )
-from reconciler.edge.plugins import PluginDiscoveryError, PluginProblem, PluginSet, installed, warning_lines
-from reconciler.edge.progress import Progress
-from reconciler.history.rebuild import load_snapshot
-from reconciler.history.replay import Mismatch, ReplayResult, replay
-from reconciler.offline.outcomes import differences
-from reconciler.offline.render import line
-from reconciler.offline.whatif import Observed, WhatIf, observe
-from reconciler.policy import load_policy_file
+
+# The core, the replay and what-if machinery load when the command runs: `--help` stays fast.
+if TYPE_CHECKING:
+    from reconciler.edge.plugins import PluginProblem, PluginSet
+    from reconciler.history.replay import Mismatch, ReplayResult
+    from reconciler.offline.whatif import Observed
 
 HELP = "rebuild state from the log (--until), verify every decision (--verify), or replay under another policy"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--until", metavar="SEQ|TIME", help="stop at this log sequence or time (ISO 8601, UTC)")
+    parser.add_argument("--until", type=until, metavar="SEQ|TIME", help="stop at this log sequence or time (ISO 8601, UTC)")
     parser.add_argument(
         "--verify",
         action="store_true",
@@ -52,6 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @friendly_errors("replay")
 async def run_async(args: argparse.Namespace) -> int:
+    from eventlog import codec
+    from reconciler import core
+    from reconciler.config import ConfigError
+    from reconciler.edge import logging as klog
+    from reconciler.edge.plugins import PluginDiscoveryError, installed, warning_lines
+    from reconciler.edge.progress import Progress
+    from reconciler.history.rebuild import load_snapshot
+    from reconciler.history.replay import replay
+
     klog.configure(level="error", role="cli")  # stdout is for the command's output
     try:
         until_seq, until_ms = parse_until(args.until) if args.until else (None, None)
@@ -70,7 +73,12 @@ async def run_async(args: argparse.Namespace) -> int:
             print(f"kdispatch replay: invalid --profile: {err}", file=sys.stderr)
             return 2
     async with open_source(args) as source:
-        total = until_seq if until_seq is not None else await source.reader.last_seq()
+        last = await source.reader.last_seq()
+        if last == 0:
+            what = "nothing to verify" if args.verify else "nothing to replay"
+            print(f"kdispatch replay: {what}: {source.description} has no log entries", file=sys.stderr)
+            return 1
+        total = until_seq if until_seq is not None else last
         state = None
         from_seq = 1
         if not args.verify and until_ms is None:
@@ -146,6 +154,10 @@ def _print_summary(result: ReplayResult, summary: dict[str, Any], *, where: str,
 
 
 def _print_mismatch(m: Mismatch, out: TextIO) -> None:
+    from eventlog import codec
+    from eventlog import events as ev
+    from reconciler.offline.render import line
+
     where = f"the decision batch starting at seq {m.seq}" if m.recorded else f"seq {m.seq}"
     out.write(f"verify: MISMATCH at {where} ({format_ms(m.at_ms)})\n")
     out.write(f"  {m.reason}\n")
@@ -167,6 +179,8 @@ def _print_mismatch(m: Mismatch, out: TextIO) -> None:
 
 
 def _mismatch_json(m: Mismatch) -> dict[str, Any]:
+    from eventlog import codec
+
     return {
         "verify": "mismatch",
         "seq": m.seq,
@@ -181,6 +195,13 @@ def _mismatch_json(m: Mismatch) -> dict[str, Any]:
 async def _run_whatif(
     args: argparse.Namespace, plugins: PluginSet, *, until_seq: int | None, until_ms: int | None
 ) -> int:
+    from eventlog import codec
+    from reconciler import core
+    from reconciler.config import ConfigError
+    from reconciler.offline.outcomes import differences
+    from reconciler.offline.whatif import WhatIf, observe
+    from reconciler.policy import load_policy_file
+
     policy = load_policy_file(args.profile)
     problems = core.validate_policy(policy, plugins.registry)
     if problems:

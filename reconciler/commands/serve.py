@@ -26,14 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from reconciler import core
-from reconciler.config import ConfigError, load_config
-from reconciler.edge import logging as klog
-from reconciler.edge.logsource import URL_FILE
-from reconciler.edge.natsopts import connect_options
-from reconciler.edge.plugins import PluginDiscoveryError, installed
-from reconciler.policy import policy_event
-from reconciler.service.loop import LoopSettings
+from reconciler.commands.argtypes import port, port_or_any, positive_float, positive_int
 
 HELP = "run the reconciler: leader election, sequencing, actuator, metrics (and the webhook)"
 
@@ -43,12 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nats", metavar="URL", help="NATS server URL (default: the config's, else embedded)")
     parser.add_argument("--data-dir", metavar="DIR", help="data dir for the embedded nats-server (default .kdispatch)")
     parser.add_argument("--webhook", action="store_true", help="also run the admission webhook (child process)")
-    parser.add_argument("--webhook-port", type=int, default=9443, metavar="P", help="webhook HTTPS port (9443)")
-    parser.add_argument("--metrics-port", type=int, metavar="P", help="serve Prometheus /metrics on this port")
+    parser.add_argument("--webhook-port", type=port, default=9443, metavar="P", help="webhook HTTPS port (9443)")
+    parser.add_argument("--metrics-port", type=port_or_any, metavar="P", help="serve Prometheus /metrics on this port")
     parser.add_argument("--no-actuator", action="store_true", help="sequence and decide only; do not touch clusters")
     parser.add_argument("--leader-id", metavar="ID", help="this replica's name in the lease (default host-pid-rand)")
-    parser.add_argument("--lease-ttl", type=float, default=5.0, metavar="S", help="leader lease TTL in seconds (5)")
-    parser.add_argument("--snapshot-every", type=int, default=5000, metavar="N", help="entries between snapshots")
+    parser.add_argument("--lease-ttl", type=positive_float, default=5.0, metavar="S", help="leader lease TTL in seconds (5)")
+    parser.add_argument("--snapshot-every", type=positive_int, default=5000, metavar="N", help="entries between snapshots")
     parser.add_argument("--root", default="kd", metavar="NAME", help="which log on that server (default kd)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
@@ -58,6 +51,17 @@ def default_leader_id() -> str:
 
 
 async def run_async(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: building the parser (`kdispatch serve --help`) must not load
+    # the service (aiohttp, structlog, NATS, the leader loop).
+    from reconciler import core
+    from reconciler.config import ConfigError, load_config
+    from reconciler.edge import logging as klog
+    from reconciler.edge.logsource import URL_FILE
+    from reconciler.edge.natsopts import connect_options
+    from reconciler.edge.plugins import PluginDiscoveryError, installed
+    from reconciler.policy import policy_event
+    from reconciler.service.loop import LoopSettings
+
     leader_id = args.leader_id or default_leader_id()
     klog.configure(level=args.log_level, role="serve", replica=leader_id)
     log = klog.get_logger("reconciler.serve")

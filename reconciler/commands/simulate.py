@@ -6,26 +6,22 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
+from reconciler.commands.argtypes import positive_float, positive_int
 
-from reconciler.config import ConfigError
-from reconciler.edge.plugins import PluginDiscoveryError, installed
-from reconciler.edge.progress import Progress
-from reconciler.simulate.profiles import PolicyDefaults, default_profiles, load_profiles
-from reconciler.simulate.readers import FORMATS, load_trace
-from reconciler.simulate.report import class_table, profiles_table
-from reconciler.simulate.runner import CoreApi
-from reconciler.simulate.scale import scale_capacity, scale_time
-from reconciler.simulate.session import ProfileRun, results_document, run_profile, write_outputs
-from reconciler.simulate.trace import TraceError
+if TYPE_CHECKING:
+    from reconciler.simulate.session import ProfileRun
 
 HELP = "Replay a job trace against simulated clusters in virtual time and compare dispatch profiles."
 
 # The goal this command exists to check (docs/simulate.md).
 GOAL_COPIES = 1.5
 GOAL_P95_RATIO = 1.1
+
+# reconciler.simulate.readers.FORMATS, written out so that `--help` does not load the readers
+# (a test checks they agree).
+FORMATS = ("alibaba", "tiresias", "csv")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,12 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="profile/policy YAML; repeat to compare (default: all-at-once, incremental-3, topk-1, topk-2)",
     )
     parser.add_argument("--out", type=Path, metavar="DIR", help="write results.json, placements.jsonl and PNG plots here")
-    parser.add_argument("--limit", type=int, metavar="N", help="only the first N jobs of the trace (by submission time)")
+    parser.add_argument("--limit", type=positive_int, metavar="N", help="only the first N jobs of the trace (by submission time)")
     parser.add_argument(
-        "--capacity-scale", type=float, metavar="F", help="multiply every cluster's capacity by F (e.g. 0.01)"
+        "--capacity-scale", type=positive_float, metavar="F", help="multiply every cluster's capacity by F (e.g. 0.01)"
     )
     parser.add_argument(
-        "--time-scale", type=float, metavar="F", help="multiply submission times by F (0.1: 10x denser arrivals)"
+        "--time-scale", type=positive_float, metavar="F", help="multiply submission times by F (0.1: 10x denser arrivals)"
     )
     parser.add_argument(
         "--save-logs",
@@ -76,6 +72,19 @@ def _goal_lines(profiles: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from reconciler.config import ConfigError
+    from reconciler.edge.plugins import PluginDiscoveryError, installed
+    from reconciler.edge.progress import Progress
+    from reconciler.simulate.profiles import PolicyDefaults, default_profiles, load_profiles
+    from reconciler.simulate.readers import load_trace
+    from reconciler.simulate.report import class_table, profiles_table
+    from reconciler.simulate.runner import CoreApi
+    from reconciler.simulate.scale import scale_capacity, scale_time
+    from reconciler.simulate.session import results_document, run_profile, write_outputs
+    from reconciler.simulate.trace import TraceError
+
     if args.save_logs and args.out is None:
         print("kdispatch simulate: --save-logs writes into the --out directory; give --out DIR", file=sys.stderr)
         return 2
@@ -94,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kdispatch simulate: {err}", file=sys.stderr)
         return 2
     if args.limit is not None:
-        trace = msgspec.structs.replace(trace, jobs=trace.jobs[: max(args.limit, 0)])
+        trace = msgspec.structs.replace(trace, jobs=trace.jobs[: args.limit])
     for resource, count in trace.undeclared_resources().items():
         print(
             f"kdispatch simulate: warning: {count} jobs request {resource}, which no cluster declares; "

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import random
-import shutil
+import shlex
 import sys
 import time
 import uuid
@@ -96,16 +96,34 @@ def make_plan(opts: Options) -> Plan:
     return Plan(fillers=fillers, main=main, burst=burst)
 
 
-def prepare_data_dir(path: Path) -> None:
-    """A fresh log for each demo; refuse to touch a directory the demo did not create."""
+def prepare_data_dir(path: Path, *, now: float | None = None) -> Path | None:
+    """A fresh log for each demo; the previous demo's is kept aside, never deleted.
+
+    Returns where the previous one went (``<dir>.prev-<UTC time>``), or None if there was none.
+    A directory the demo did not create is refused.
+    """
+    kept: Path | None = None
     if path.exists() and any(path.iterdir()):
         if not (path / MARKER).exists():
             raise DemoError(
                 f"{path} exists and was not made by `kdispatch demo`; choose another --data-dir "
                 "(the demo starts from an empty log)"
             )
-        shutil.rmtree(path)
+        kept = keep_aside(path, now=time.time() if now is None else now)
     path.mkdir(parents=True, exist_ok=True)
+    return kept
+
+
+def keep_aside(path: Path, *, now: float) -> Path:
+    """Rename ``path`` to ``<path>.prev-<YYYYmmddTHHMMSSZ>`` (``-2``, ``-3``… if that is taken)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    target = path.with_name(f"{path.name}.prev-{stamp}")
+    n = 2
+    while target.exists():
+        target = path.with_name(f"{path.name}.prev-{stamp}-{n}")
+        n += 1
+    path.rename(target)
+    return target
 
 
 @dataclass
@@ -223,7 +241,9 @@ class Demo:
     async def run(self) -> Outcome:
         from eventlog.jetstream import connect
 
-        prepare_data_dir(self.data_dir)
+        kept = prepare_data_dir(self.data_dir)
+        if kept is not None:
+            self.screen.say(f"the previous demo's data dir is kept as {kept} (this run starts a fresh log)")
         config_path, config = setup.write_config(self.data_dir)
         outcome = Outcome()
         with (self.data_dir / "demo.log").open("a") as log_file:
@@ -397,7 +417,12 @@ class Demo:
             f"preemptions: {self.recorder.preemptions}, clusters lost: {self.recorder.clusters_lost}, "
             f"elapsed {self.screen.elapsed():.0f}s",
             "",
-            next_steps(data_dir=self.data_dir, job=outcome.summary.get("explain_job", ""), nats_server=str(find_binary())),
+            next_steps(
+                data_dir=self.data_dir,
+                job=outcome.summary.get("explain_job", ""),
+                kdispatch=kdispatch_command(),
+                nats_server=str(find_binary()),
+            ),
             "",
         ]
         if outcome.ok:
@@ -406,6 +431,27 @@ class Demo:
             lines.append("demo FAILED:")
             lines += [f"  - {p}" for p in outcome.problems]
         return "\n".join(lines)
+
+
+def kdispatch_command() -> str:
+    """How this very program was started, to print hints a person can paste as they are:
+    ``make demo`` leaves ``kdispatch`` in ``.venv/bin``, which is not on PATH."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    if argv0.suffix == ".py":  # python -m reconciler (__main__.py) or python -m reconciler.cli
+        module = "reconciler" if argv0.name == "__main__.py" else "reconciler.cli"
+        return f"{shlex.quote(_shortest(Path(sys.executable)))} -m {module}"
+    if argv0.name and argv0.exists():
+        return shlex.quote(_shortest(argv0.absolute()))
+    return "kdispatch"
+
+
+def _shortest(path: Path) -> str:
+    """Relative to the current directory when under it (``.venv/bin/kdispatch``), else absolute."""
+    try:
+        rel = path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return str(path)
+    return str(rel) if len(rel.parts) > 1 else f"./{rel}"
 
 
 async def run_demo(opts: Options, *, screen: Screen | None = None) -> int:

@@ -139,19 +139,20 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def next_steps(*, data_dir: Path, job: str, nats_server: str) -> str:
-    d = str(data_dir)
+def next_steps(*, data_dir: Path, job: str, kdispatch: str = "kdispatch", nats_server: str) -> str:
+    """Commands to paste as they are: ``kdispatch`` is how this run was started (not on PATH after
+    ``make demo``); the streams are read with ``kdispatch log`` (no ``nats`` CLI is installed)."""
+    d, k = str(data_dir), kdispatch
     return "\n".join(
         [
             "Look further (the log stays in the data dir):",
-            f"  kdispatch log --data-dir {d} | tail -40",
-            f"  kdispatch log --data-dir {d} --subject 'kd.log.decision.>'",
-            f"  kdispatch explain {job} --data-dir {d}",
-            f"  kdispatch replay --verify --data-dir {d}",
-            "  # with the nats CLI, start the log's server and look at the streams:",
+            f"  {k} log --data-dir {d} | tail -40",
+            f"  {k} log --data-dir {d} --subject 'kd.log.decision.>'",
+            f"  {k} log --data-dir {d} --subject 'kd.log.cluster.>'",
+            f"  {k} explain {job} --data-dir {d}",
+            f"  {k} replay --verify --data-dir {d}",
+            f"  {k} log --data-dir {d} --json > demo-log.jsonl   # export, for replay/explain --file",
+            "  # or serve the log on a port for other NATS clients:",
             f"  {nats_server} --jetstream --store_dir {d}/jetstream --port 4222 &",
-            "  nats --server nats://127.0.0.1:4222 stream ls",
-            "  nats --server nats://127.0.0.1:4222 stream view KD_LOG",
-            "  nats --server nats://127.0.0.1:4222 sub 'kd.log.cluster.>' --all",
         ]
     )

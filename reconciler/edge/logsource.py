@@ -17,13 +17,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from eventlog.codec import DecodeError
-from eventlog.store import LogReader, SnapshotStore
-from reconciler.config import ConfigError, load_config
-from reconciler.edge.natsopts import connect_options
+# Only what building the parser needs is imported here: ``kdispatch log --help`` must not load
+# NATS, structlog or the config loader (see tests/reconciler/shell/test_cli_startup.py).
+if TYPE_CHECKING:
+    from eventlog.store import LogReader, SnapshotStore
+
+
+class SourceError(Exception):
+    """The log to read is not there: a path that does not exist, a dir without a log store, an
+    unknown root. Reading verbs never create what they were asked to read."""
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, file: bool = True) -> None:
@@ -49,28 +54,102 @@ class Source:
 
 @asynccontextmanager
 async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
+    """The log the arguments name, opened for reading; ``SourceError`` if it is not there."""
     path = getattr(args, "file", None)
     if path:
         from eventlog.jsonl import JsonlLog
 
+        _check_file(Path(path))
         yield Source(reader=JsonlLog(path), snapshots=None, description=f"file {path}")
         return
+    from eventlog.embedded import EmbeddedNats
     from eventlog.jetstream import connect
+    from reconciler.config import load_config
+    from reconciler.edge.natsopts import connect_options
 
     config = load_config(args.config) if getattr(args, "config", None) else None
     url = args.nats or (config.nats.url if config else None)
     data_dir = args.data_dir or (config.data_dir if config else ".kdispatch")
+    options: dict[str, Any] = connect_options(config.nats) if config is not None else {}
+    embedded: EmbeddedNats | None = None
     if url is None:
         url = running_server(data_dir)
-    kwargs: dict[str, Any] = {"data_dir": data_dir, "root": args.root, "name": "kdispatch-cli"}
-    if config is not None:
-        kwargs.update(connect_options(config.nats))
-    jlog = await connect(url, **kwargs)
+    where = url or f"embedded nats-server on {data_dir}"
+    if url is None:
+        _check_data_dir(Path(data_dir))
+        embedded = await EmbeddedNats(data_dir=data_dir).start_async()
+        if embedded.recovered:
+            print(f"kdispatch: {embedded.recovered}", file=sys.stderr)
+        url = embedded.url
     try:
-        where = url or f"embedded nats-server on {data_dir}"
-        yield Source(reader=jlog.reader, snapshots=jlog.snapshots, description=where)
+        await _check_log_exists(url, root=args.root, where=where, options=options)
+        jlog = await connect(url, root=args.root, name="kdispatch-cli", **options)
+        try:
+            yield Source(reader=jlog.reader, snapshots=jlog.snapshots, description=where)
+        finally:
+            await jlog.close()
     finally:
-        await jlog.close()
+        if embedded is not None:
+            await embedded.stop_async()
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise SourceError(f"--file {path}: no such file (make one with `kdispatch log --json > FILE`)")
+    if not path.is_file():
+        raise SourceError(f"--file {path}: not a file (give a JSONL export, e.g. from `kdispatch log --json`)")
+
+
+def _check_data_dir(data_dir: Path) -> None:
+    if not data_dir.exists():
+        raise SourceError(
+            f"--data-dir {data_dir}: no such directory (a log is written there by `kdispatch serve` "
+            "or `kdispatch demo`; for a server elsewhere give --nats URL)"
+        )
+    if not data_dir.is_dir():
+        raise SourceError(f"--data-dir {data_dir}: not a directory")
+    if not (data_dir / "jetstream").is_dir():
+        raise SourceError(
+            f"--data-dir {data_dir}: no log store in it (no {data_dir / 'jetstream'}); "
+            "is it the data dir of `kdispatch serve` or `kdispatch demo`?"
+        )
+
+
+async def _check_log_exists(url: str, *, root: str, where: str, options: dict[str, Any]) -> None:
+    """Opening the log creates its streams when they are missing; a reader must not, so look first."""
+    from nats.js.errors import NotFoundError
+
+    from eventlog.jetstream.connection import open_client
+    from eventlog.jetstream.names import LogNames
+
+    names = LogNames(root)
+    nc = await open_client(
+        url, creds=options.get("creds"), tls=options.get("tls"), name="kdispatch-cli", timeout_s=10.0
+    )
+    try:
+        js = nc.jetstream(timeout=10.0)
+        try:
+            await js.stream_info(names.log_stream)
+        except NotFoundError:
+            roots = [
+                s.config.name[: -len("_LOG")].lower()
+                for s in await js.streams_info()
+                if s.config.name and s.config.name.endswith("_LOG")
+            ]
+            known = f"; logs there: {', '.join(sorted(roots))}" if roots else "; there is no log there"
+            raise SourceError(
+                f"{where}: no log with root {root!r} (no stream {names.log_stream}){known}"
+                + _did_you_mean(root, roots)
+            ) from None
+    finally:
+        await nc.close()
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(choices), n=3, cutoff=0.5)
+    return f" (did you mean: {', '.join(close)}?)" if close else ""
 
 
 RunAsync = Callable[[argparse.Namespace], Awaitable[int]]
@@ -88,7 +167,16 @@ def friendly_errors(command: str) -> Callable[[RunAsync], RunAsync]:
             except BrokenPipeError:  # `kdispatch log | head`: the reader has seen enough
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 return 0
-            except (ConnectionError, OSError, TimeoutError, ConfigError, DecodeError) as err:
+            except SourceError as err:
+                print(f"kdispatch {command}: {err}", file=sys.stderr)
+                return 2
+            except Exception as err:
+                from eventlog.codec import DecodeError
+                from eventlog.embedded import EmbeddedError
+                from reconciler.config import ConfigError
+
+                if not isinstance(err, ConnectionError | OSError | TimeoutError | ConfigError | DecodeError | EmbeddedError):
+                    raise
                 print(f"kdispatch {command}: {err or type(err).__name__}", file=sys.stderr)
                 return 1
 

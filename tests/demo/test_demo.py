@@ -16,6 +16,10 @@ KDISPATCH = [sys.executable, "-m", "reconciler"]
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     data_dir = tmp_path_factory.mktemp("demo") / "data"
+    # A previous demo's data dir: this run must keep it aside, not overwrite it.
+    data_dir.mkdir()
+    (data_dir / "demo-config.yaml").write_text("# Written by `kdispatch demo`.\n")
+    (data_dir / "demo-summary.json").write_text('{"previous": true}\n')
     proc = subprocess.run(
         [*KDISPATCH, "demo", "--fast", "--jobs", "40", "--data-dir", str(data_dir), "--quiet"],
         capture_output=True,
@@ -45,8 +49,21 @@ def test_demo_succeeds_and_its_summary_holds(demo_run: tuple[subprocess.Complete
     # The printed summary: per-cluster and per-class tables and the commands to look further.
     out = proc.stdout
     assert "Per cluster:" in out and "Per job class" in out and "re-placed after loss" in out
-    assert f"kdispatch replay --verify --data-dir {data_dir.absolute()}" in out
+    # Hints name the program as it was run (here `python -m reconciler`), not a `kdispatch` that
+    # may not be on PATH, and no `nats` CLI (nothing installs one).
+    assert f"-m reconciler replay --verify --data-dir {data_dir.absolute()}" in out
+    assert "\n  nats " not in out
     assert "demo OK" in out
+
+
+def test_a_second_demo_keeps_the_first_ones_data_dir_aside(
+    demo_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    proc, data_dir = demo_run
+    kept = [p for p in data_dir.parent.iterdir() if p.name.startswith("data.prev-")]
+    assert len(kept) == 1, list(data_dir.parent.iterdir())
+    assert json.loads((kept[0] / "demo-summary.json").read_text()) == {"previous": True}
+    assert f"the previous demo's data dir is kept as {kept[0]}" in proc.stdout
 
 
 def test_replay_verify_passes_on_the_demo_log(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
