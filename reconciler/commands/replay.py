@@ -23,7 +23,7 @@ from reconciler.edge.logsource import (
 from reconciler.edge.plugins import PluginDiscoveryError, PluginProblem, PluginSet, installed, warning_lines
 from reconciler.edge.progress import Progress
 from reconciler.history.rebuild import load_snapshot
-from reconciler.history.replay import Mismatch, ReplayResult, replay
+from reconciler.history.replay import Mismatch, ReplayResult, describe_gap, replay
 from reconciler.offline.outcomes import differences
 from reconciler.offline.render import line
 from reconciler.offline.whatif import Observed, WhatIf, observe
@@ -97,6 +97,16 @@ async def run_async(args: argparse.Namespace) -> int:
         return 1
     for warning in warning_lines("replay", result.plugin_problems):
         print(warning, file=sys.stderr)
+    if args.verify and result.gap is not None:
+        # Lines lost from the log: every decision after them would be compared against a state
+        # that misses inputs, so a mismatch would say nothing about the core.
+        gap = describe_gap(result.gap, args.file or source.description, export=bool(args.file))
+        if args.json:
+            out.write(json.dumps({"verify": "gap", "missing": list(result.gap), "message": gap}) + "\n")
+        else:
+            out.write(f"verify: NOT VERIFIED: {gap}\n")
+            out.write(f"  {result.verified_batches} decision batches before the gap were recomputed, all identical\n")
+        return 1
     if result.mismatch is not None:
         if args.json:
             out.write(json.dumps(_mismatch_json(result.mismatch), sort_keys=True) + "\n")
