@@ -46,6 +46,7 @@ class ConfigError(ValueError):
         self.path = path
         self.message = message
         self.line = line
+        self.column = column
 
 
 class TlsConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -189,8 +190,9 @@ def read_yaml(path: str | Path, *, expected: str) -> tuple[Any, str]:
         ) from None
     except yaml.reader.ReaderError as err:  # a character YAML does not allow: placed by its position
         before = text[: err.position]
+        code = err.character if isinstance(err.character, int) else ord(err.character)
         raise ConfigError(
-            f"invalid YAML: character {err.character!r} is not allowed ({err.reason})",
+            f"invalid YAML: the control character U+{code:04X} is not allowed here ({err.reason})",
             path="",
             source=source,
             line=before.count("\n") + 1,

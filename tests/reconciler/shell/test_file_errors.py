@@ -179,6 +179,16 @@ def test_a_yaml_syntax_error_names_line_and_column(
     assert "flow sequence that starts at line 2 column 10" in err
 
 
+def test_a_control_character_in_yaml_names_line_and_column(
+    tmp_path: Path, log_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text('name: a\nfilters: ["x\x07"]\n')
+    code, _, err = kd(capsys, "replay", "--file", log_file, "--profile", str(path))
+    assert code == 2
+    assert f"{path}:2:13: invalid YAML: the control character U+0007 is not allowed here" in err
+
+
 def test_a_profile_that_is_not_a_mapping_says_what_it_should_be(
     tmp_path: Path, log_file: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
