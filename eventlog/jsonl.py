@@ -2,7 +2,8 @@
 
 ``export(reader, path)`` writes any ``LogReader``'s entries (``.gz`` suffix: gzip-compressed);
 ``JsonlLog(path)`` reads such a file back with the ``LogReader`` interface, so ``replay`` and
-``explain`` run the same on ``--file`` as on NATS. Lines are decoded many at a time.
+``explain`` run the same on ``--file`` as on NATS. Lines are decoded many at a time; only when
+a chunk fails are its lines decoded one by one, to name the bad one (``file:line``).
 """
 
 from __future__ import annotations
