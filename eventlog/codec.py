@@ -52,6 +52,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], raw: bytes) -> Any:
         raise DecodeError(str(err), path=_path_of(err), raw=raw) from None
     except msgspec.DecodeError as err:
         raise DecodeError(f"not JSON: {err}", raw=raw) from None
+    except UnicodeDecodeError as err:  # msgspec checks UTF-8 only where it makes a str
+        raise DecodeError(f"not UTF-8 text ({err.reason}; byte 0x{err.object[err.start]:02x})", raw=raw) from None
 
 
 def decode_event(raw: bytes) -> AnyEvent:
@@ -98,7 +100,7 @@ def decode_entries(raws: list[bytes]) -> list[LogEntry]:
         with _gc_paused():
             entries: list[LogEntry] = _entries_decoder.decode(b"[" + b",".join(raws) + b"]")
         return entries
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
         pass
     return _decode_one_by_one(raws)
 
@@ -109,7 +111,7 @@ def decode_entry_lines(data: bytes) -> list[LogEntry]:
         with _gc_paused():
             entries: list[LogEntry] = _entry_decoder.decode_lines(data)
         return entries
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
         pass
     return _decode_one_by_one([line for line in data.split(b"\n") if line.strip()])
 

@@ -35,12 +35,18 @@ T = TypeVar("T")
 
 
 class ConfigError(ValueError):
-    def __init__(self, message: str, *, path: str = "$", source: str = "", line: int | None = None) -> None:
-        where = f"{source}{'' if line is None else f':{line}'}: " if source else ""
-        super().__init__(f"{where}{path}: {message}")
+    """``source:line[:column]: $.path: message``; ``path=""`` for a problem of the file as a whole
+    (unreadable, not UTF-8, not YAML, empty)."""
+
+    def __init__(
+        self, message: str, *, path: str = "$", source: str = "", line: int | None = None, column: int | None = None
+    ) -> None:
+        where = source + ("" if line is None else f":{line}") + ("" if line is None or column is None else f":{column}")
+        super().__init__(f"{where + ': ' if source else ''}{path + ': ' if path else ''}{message}")
         self.path = path
         self.message = message
         self.line = line
+        self.column = column
 
 
 class TlsConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -120,17 +126,83 @@ class Config(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     manager: ManagerConfig | None = None
 
 
+CONFIG_FILE = "a kdispatch config file: a YAML mapping of nats:, dataDir:, policy:, clusters:, manager:"
+
+
 def load_config(path: str | Path | None) -> Config:
     """Read and validate a config file; ``None`` gives the defaults."""
     if path is None:
         return Config()
+    raw, text = read_yaml(path, expected=CONFIG_FILE)
+    return decode_config(raw, source=str(path), text=text)
+
+
+def read_text(path: str | Path, *, expected: str) -> str:
+    """The text of a file a person wrote or handed over: UTF-8 (a BOM is fine), not empty.
+
+    Errors (``ConfigError``) name the file, the line and column of a byte that is not UTF-8, and
+    what the file should hold (``expected``), instead of a ``UnicodeDecodeError`` traceback.
+    """
     source = str(path)
     try:
-        text = Path(path).read_text()
-        raw: Any = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(str(err), source=source) from None
-    return decode_config(raw, source=source, text=text)
+        data = Path(path).read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(f"is a directory; expected {expected}", path="", source=source) from None
+    except OSError as err:
+        raise ConfigError(f"cannot read it: {err.strerror or err}", path="", source=source) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        start = data.rfind(b"\n", 0, err.start) + 1
+        raise ConfigError(
+            f"not UTF-8 text: byte 0x{data[err.start]:02x} cannot be read ({err.reason}); "
+            "save the file as UTF-8 (Latin-1 and other encodings are not read)",
+            path="",
+            source=source,
+            line=data.count(b"\n", 0, err.start) + 1,
+            column=len(data[start : err.start].decode("utf-8", "replace")) + 1,
+        ) from None
+    if not text.strip():
+        raise ConfigError(f"the file is empty; expected {expected}", path="", source=source)
+    return text
+
+
+def read_yaml(path: str | Path, *, expected: str) -> tuple[Any, str]:
+    """A YAML file as (parsed document, its text). A syntax error gives its line and column; a
+    file with no document (nothing, comments, a bare ``---``) is an error saying what it should
+    hold."""
+    source = str(path)
+    text = read_text(path, expected=expected)
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        what = err.problem or err.context or "not YAML"
+        context = err.context if err.problem and err.context else None
+        if context and err.context_mark is not None and err.context_mark is not mark:
+            context += f" that starts at line {err.context_mark.line + 1} column {err.context_mark.column + 1}"
+        raise ConfigError(
+            f"invalid YAML: {what}" + (f" ({context})" if context else ""),
+            path="",
+            source=source,
+            line=None if mark is None else mark.line + 1,
+            column=None if mark is None else mark.column + 1,
+        ) from None
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow: placed by its position
+        before = text[: err.position]
+        code = err.character if isinstance(err.character, int) else ord(err.character)
+        raise ConfigError(
+            f"invalid YAML: the control character U+{code:04X} is not allowed here ({err.reason})",
+            path="",
+            source=source,
+            line=before.count("\n") + 1,
+            column=err.position - (before.rfind("\n") + 1) + 1,
+        ) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"invalid YAML: {err}", path="", source=source) from None
+    if raw is None:
+        raise ConfigError(f"the file holds only comments or nothing; expected {expected}", path="", source=source)
+    return raw, text
 
 
 def decode_config(raw: Any, *, source: str = "", text: str | None = None) -> Config:

@@ -11,11 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 
 from eventlog import codec
 from eventlog import events as ev
-from reconciler.config import ConfigError, PolicyConfig, ProfileConfig, decode, decode_config
+from reconciler.config import (
+    ConfigError,
+    PolicyConfig,
+    ProfileConfig,
+    decode,
+    decode_config,
+    line_of,
+    read_yaml,
+)
 
 
 def policy_event(policy: PolicyConfig) -> ev.PolicyLoaded:
@@ -46,6 +53,16 @@ def same_policy(a: ev.PolicyLoaded | None, b: ev.PolicyLoaded | None) -> bool:
     return codec.encode(a) == codec.encode(b)
 
 
+POLICY_FILE = (
+    "a profile (name:, filters:, scores:, strategy:, ...), a policy (profiles: [...], "
+    "priorityClasses:, ...) or a config file with policy:"
+)
+
+
+def _yaml_kind(raw: Any) -> str:
+    return "list" if isinstance(raw, list) else f"single value ({raw!r})"
+
+
 def load_policy_file(path: str | Path) -> ev.PolicyLoaded:
     """A config file (with ``policy:``), a policy document (with ``profiles:``) or one profile.
 
@@ -57,13 +74,9 @@ def load_policy_file(path: str | Path) -> ev.PolicyLoaded:
     for no particular profile run under it (that is what "replay under this profile" means).
     """
     source = str(path)
-    try:
-        text = Path(path).read_text()
-        raw: Any = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(str(err), source=source) from None
+    raw, text = read_yaml(path, expected=POLICY_FILE)
     if not isinstance(raw, dict):
-        raise ConfigError("expected a mapping (a config file, a policy or a profile)", source=source)
+        raise ConfigError(f"expected {POLICY_FILE}; found a {_yaml_kind(raw)}", source=source, line=line_of(text, "$"))
     if "policy" in raw:  # a whole config file: validated whole, as serve would
         return policy_event(decode_config(raw, source=source, text=text).policy)
     if "profiles" not in raw and "name" in raw:

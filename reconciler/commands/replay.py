@@ -53,7 +53,7 @@ async def run_async(args: argparse.Namespace) -> int:
     from reconciler.edge.plugins import PluginDiscoveryError, installed, warning_lines
     from reconciler.edge.progress import Progress
     from reconciler.history.rebuild import load_snapshot
-    from reconciler.history.replay import replay
+    from reconciler.history.replay import describe_gap, replay
 
     klog.configure(level="error", role="cli")  # stdout is for the command's output
     try:
@@ -105,6 +105,16 @@ async def run_async(args: argparse.Namespace) -> int:
         return 1
     for warning in warning_lines("replay", result.plugin_problems):
         print(warning, file=sys.stderr)
+    if args.verify and result.gap is not None:
+        # Lines lost from the log: every decision after them would be compared against a state
+        # that misses inputs, so a mismatch would say nothing about the core.
+        gap = describe_gap(result.gap, args.file or source.description, export=bool(args.file))
+        if args.json:
+            out.write(json.dumps({"verify": "gap", "missing": list(result.gap), "message": gap}) + "\n")
+        else:
+            out.write(f"verify: NOT VERIFIED: {gap}\n")
+            out.write(f"  {result.verified_batches} decision batches before the gap were recomputed, all identical\n")
+        return 1
     if result.mismatch is not None:
         if args.json:
             out.write(json.dumps(_mismatch_json(result.mismatch), sort_keys=True) + "\n")

@@ -131,6 +131,9 @@ class ReplayResult:
     verified_quiet: int = 0  # input batch boundaries where decide() rightly had nothing to say
     incomplete_batches: list[int] = field(default_factory=list)  # first seqs of batches cut short
     mismatch: Mismatch | None = None
+    # The first run of sequence numbers missing between two entries (first, last): lines lost
+    # from an export. ``verify`` stops there: what follows would differ for that reason alone.
+    gap: tuple[int, int] | None = None
     last_policy: ev.PolicyLoaded | None = None
     # Plugins the log's policies use that are missing or different here, with the seq where that
     # policy was in force (its own, or the snapshot's the replay started from). Once per plugin.
@@ -212,6 +215,10 @@ async def replay(
     try:
         async for unit in units(source):
             cut_short_at_end = False
+            if result.gap is None and result.entries:
+                result.gap = _gap(result.last_seq, unit)
+                if result.gap is not None and verify:
+                    return result
             if isinstance(unit, DecisionBatch):
                 previous = None
                 result.batches += 1
@@ -285,6 +292,22 @@ def _missed(state: core.State, previous: ev.LogEntry) -> Mismatch | None:
             f"decide() now gives {len(recomputed)}"
         ),
     )
+
+
+def _gap(last_seq: int, unit: Unit) -> tuple[int, int] | None:
+    """The seqs missing between ``last_seq`` and the entries of ``unit``, if any."""
+    for entry in unit.entries if isinstance(unit, DecisionBatch) else [unit]:
+        if entry.seq > last_seq + 1:
+            return last_seq + 1, entry.seq - 1
+        last_seq = entry.seq
+    return None
+
+
+def describe_gap(gap: tuple[int, int], where: str, *, export: bool) -> str:
+    """``where``: the file (``export``) or the server the log was read from."""
+    first, last = gap
+    what = f"entry {first} is" if first == last else f"entries {first}\u2013{last} are"
+    return f"{what} missing from {where}: the {'export' if export else 'log'} is incomplete"
 
 
 def _prefix_agrees(mismatch: Mismatch, count: int) -> bool:

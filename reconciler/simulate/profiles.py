@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-import yaml
 
 from eventlog import events as ev
+from reconciler.config import read_yaml
 from reconciler.core.framework.profile import DEFAULT_PROFILE
-from reconciler.policy import load_policy_file
+from reconciler.policy import POLICY_FILE, load_policy_file
 
 
 def _profile(name: str, strategy: ev.StrategySpec) -> ev.Profile:
@@ -70,7 +70,7 @@ def load_profiles(paths: list[Path]) -> list[tuple[ev.Profile, PolicyDefaults]]:
 
 def _sets(path: Path, key: str) -> bool:
     """Whether the file itself sets a policy key (else the simulation's default applies)."""
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw, _ = read_yaml(path, expected=POLICY_FILE)  # read before by load_policy_file: no surprise here
     if isinstance(raw, dict) and isinstance(raw.get("policy"), dict):
         raw = raw["policy"]
     return isinstance(raw, dict) and key in raw

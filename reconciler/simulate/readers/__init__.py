@@ -20,8 +20,8 @@ def guess_format(path: Path) -> TraceFormat:
     if path.is_dir() or path.name.startswith("openb_pod_list"):
         return "alibaba"
     try:
-        with path.open() as fh:
-            header = fh.readline()
+        with path.open("rb") as fh:  # a byte that is not UTF-8 is the reader's to report, with its line
+            header = fh.readline().decode("utf-8-sig", "replace")
     except OSError as err:
         raise TraceError(f"{path}: {err.strerror}") from None
     if header.startswith("job_id,num_gpu,submit_time"):

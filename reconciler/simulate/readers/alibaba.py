@@ -16,12 +16,12 @@ Mapping (see docs/simulate.md):
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 from eventlog.events import ClusterAffinity, MatchExpression, Placement, PodSet, SelectorTerm
+from reconciler.simulate.readers.csvfile import missing_columns, open_csv, rows
 from reconciler.simulate.trace import MIB, Trace, TraceCluster, TraceError, TraceJob, sorted_trace
 
 GPU_RESOURCE = "alibaba.com/gpu-milli"
@@ -34,17 +34,11 @@ PRIORITY_CLASSES = {"guaranteed": 1200, "ls": 1000, "burstable": 500, "be": 100}
 _POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "qos", "creation_time")
 
 
-def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    try:
-        fh = path.open(newline="")
-    except OSError as err:
-        raise TraceError(f"{path}: {err.strerror}") from None
-    with fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceError(f"{path}: missing columns {missing}; found {reader.fieldnames}")
-        yield from enumerate(reader, start=2)
+def _rows(path: Path, required: tuple[str, ...], *, what: str) -> Iterator[tuple[int, dict[str, str]]]:
+    expected = f"{what} of the Alibaba trace: CSV with the columns {', '.join(required)}"
+    reader = open_csv(path, expected=expected)
+    missing_columns(reader, path, required, expected=expected)
+    yield from rows(reader, path)
 
 
 def _int(row: dict[str, str], column: str, *, where: str) -> int:
@@ -61,7 +55,7 @@ def cluster_name(model: str) -> str:
 
 def read_nodes(path: Path) -> list[TraceCluster]:
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for line, row in _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model")):
+    for line, row in _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model"), what="a node list"):
         where = f"{path}:{line}"
         model = (row["model"] or "").strip()
         cap = totals[model]
@@ -128,7 +122,7 @@ def read_alibaba(path: Path, *, clusters: list[TraceCluster] | None = None) -> T
         if nodes is None:
             raise TraceError(f"{pods}: no node list ({' or '.join(NODE_LISTS)}) beside it; give --clusters FILE")
         clusters = read_nodes(nodes)
-    jobs = [_job(row, where=f"{pods}:{line}") for line, row in _rows(pods, _POD_COLUMNS)]
+    jobs = [_job(row, where=f"{pods}:{line}") for line, row in _rows(pods, _POD_COLUMNS, what="a pod list")]
     return sorted_trace(
         jobs=jobs,
         clusters=clusters,

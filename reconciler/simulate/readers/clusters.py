@@ -14,9 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from reconciler.config import ConfigError, decode_config
+from reconciler.config import ConfigError, decode_config, read_yaml
 from reconciler.simulate.trace import TraceCluster, TraceError
 
 
@@ -47,10 +45,14 @@ def clusters_from_config(raw: Any, *, source: str, text: str | None = None) -> l
     return result
 
 
+CLUSTERS_FILE = "a list of clusters, or a config file with clusters:, each with simulated.capacity"
+
+
 def read_clusters(path: Path) -> list[TraceCluster]:
     try:
-        text = path.read_text()
-        raw = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as err:
-        raise TraceError(f"{path}: {err}") from None
+        raw, text = read_yaml(path, expected=CLUSTERS_FILE)
+    except ConfigError as err:
+        raise TraceError(str(err)) from None
+    if not isinstance(raw, list | dict):
+        raise TraceError(f"{path}: expected {CLUSTERS_FILE}; found the single value {raw!r}")
     return clusters_from_config(raw, source=str(path), text=text)

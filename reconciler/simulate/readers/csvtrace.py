@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from eventlog.events import Placement, PodSet, Toleration
+from reconciler.simulate.readers.csvfile import open_csv, rows
 from reconciler.simulate.trace import MIB, Trace, TraceCluster, TraceError, TraceJob, sorted_trace
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -125,34 +126,33 @@ def _job(first: _Row, pod_sets: list[PodSet]) -> TraceJob:
 
 
 def read_csv_trace(path: Path, *, clusters: list[TraceCluster] | None = None) -> Trace:
-    try:
-        fh = path.open(newline="")
-    except OSError as err:
-        raise TraceError(f"{path}: {err.strerror}") from None
+    expected = f"a CSV trace with the columns {', '.join(REQUIRED + OPTIONAL)} (see docs/simulate.md)"
+    reader = open_csv(path, expected=expected)
     groups: dict[str, tuple[_Row, list[PodSet]]] = {}
-    with fh:
-        reader = csv.DictReader(fh)
+    try:
         columns = [c.strip() for c in reader.fieldnames or []]
-        missing = [c for c in REQUIRED if c not in columns]
-        unknown = [c for c in columns if c not in REQUIRED + OPTIONAL]
-        if missing or unknown:
-            raise TraceError(
-                f"{path}: missing columns {missing}, unknown columns {unknown}; "
-                f"the format is {', '.join(REQUIRED + OPTIONAL)} (see docs/simulate.md)"
-            )
-        for line, raw in enumerate(reader, start=2):
-            row = _Row({k.strip(): v for k, v in raw.items() if k}, f"{path}:{line}")
-            name = row.text("job")
-            if not name:
-                raise TraceError(f"{row.where}: column 'job' is empty")
-            pod_set = _pod_set(row)
-            if name not in groups:
-                groups[name] = (row, [pod_set])
-                continue
-            _, sets = groups[name]
-            if any(ps.name == pod_set.name for ps in sets):
-                raise TraceError(f"{row.where}: job {name!r} repeats pod set {pod_set.name!r}; name them with pod_set")
-            sets.append(pod_set)
+    except csv.Error as err:
+        raise TraceError(f"{path}:1: not valid CSV: {err}") from None
+    missing = [c for c in REQUIRED if c not in columns]
+    unknown = [c for c in columns if c not in REQUIRED + OPTIONAL]
+    if missing or unknown:
+        raise TraceError(
+            f"{path}: missing columns {missing}, unknown columns {unknown}; "
+            f"the format is {', '.join(REQUIRED + OPTIONAL)} (see docs/simulate.md)"
+        )
+    for line, raw in rows(reader, path):
+        row = _Row({k.strip(): v for k, v in raw.items() if k}, f"{path}:{line}")
+        name = row.text("job")
+        if not name:
+            raise TraceError(f"{row.where}: column 'job' is empty")
+        pod_set = _pod_set(row)
+        if name not in groups:
+            groups[name] = (row, [pod_set])
+            continue
+        _, sets = groups[name]
+        if any(ps.name == pod_set.name for ps in sets):
+            raise TraceError(f"{row.where}: job {name!r} repeats pod set {pod_set.name!r}; name them with pod_set")
+        sets.append(pod_set)
     jobs = [_job(first, sets) for first, sets in groups.values()]
     classes = {j.priority_class: j.priority for j in jobs}
     return sorted_trace(

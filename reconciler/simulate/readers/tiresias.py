@@ -8,14 +8,15 @@ clusters of eight nodes, so there is something to choose between.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from eventlog.events import PodSet
+from reconciler.simulate.readers.csvfile import missing_columns, open_csv, rows
 from reconciler.simulate.trace import MIB, Trace, TraceCluster, TraceError, TraceJob, sorted_trace
 
 GPU_RESOURCE = "nvidia.com/gpu"
 _COLUMNS = ("job_id", "num_gpu", "submit_time", "duration")
+_EXPECTED = "a Tiresias job trace: CSV with the columns job_id, num_gpu, submit_time, iterations, model_name, duration, interval"
 _WORKER = {"cpu": 1000, "memory": 2048 * MIB, GPU_RESOURCE: 1}
 
 
@@ -39,29 +40,22 @@ def _number(raw: str | None, *, where: str, column: str) -> float:
 
 
 def read_tiresias(path: Path, *, clusters: list[TraceCluster] | None = None) -> Trace:
-    try:
-        fh = path.open(newline="")
-    except OSError as err:
-        raise TraceError(f"{path}: {err.strerror}") from None
     jobs: list[TraceJob] = []
-    with fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in _COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceError(f"{path}: missing columns {missing}; found {reader.fieldnames}")
-        for line, row in enumerate(reader, start=2):
-            where = f"{path}:{line}"
-            gpus = int(_number(row["num_gpu"], where=where, column="num_gpu"))
-            if gpus < 1:
-                raise TraceError(f"{where}: num_gpu must be at least 1, got {gpus}")
-            jobs.append(
-                TraceJob(
-                    name=f"tiresias-{row['job_id'].strip()}",
-                    submit_ms=round(_number(row["submit_time"], where=where, column="submit_time") * 1000),
-                    runtime_ms=max(1, round(_number(row["duration"], where=where, column="duration") * 1000)),
-                    pod_sets=[PodSet(name="worker", count=gpus, requests=dict(_WORKER))],
-                )
+    reader = open_csv(path, expected=_EXPECTED)
+    missing_columns(reader, path, _COLUMNS, expected=_EXPECTED)
+    for line, row in rows(reader, path):
+        where = f"{path}:{line}"
+        gpus = int(_number(row["num_gpu"], where=where, column="num_gpu"))
+        if gpus < 1:
+            raise TraceError(f"{where}: num_gpu must be at least 1, got {gpus}")
+        jobs.append(
+            TraceJob(
+                name=f"tiresias-{row['job_id'].strip()}",
+                submit_ms=round(_number(row["submit_time"], where=where, column="submit_time") * 1000),
+                runtime_ms=max(1, round(_number(row["duration"], where=where, column="duration") * 1000)),
+                pod_sets=[PodSet(name="worker", count=gpus, requests=dict(_WORKER))],
             )
+        )
     return sorted_trace(
         jobs=jobs,
         clusters=clusters if clusters is not None else default_clusters(),
