@@ -10,7 +10,10 @@ decisions is simulated instead, by one ``SimWorker`` per cluster (``reconciler.s
   never seen finishing runs for its ``runtime_ms`` hint, or past the end of the log;
 - a cluster admits after the median latency observed on it from nomination to admission (the
   actuator's creation and the worker's queueing together);
-- reported usage is the simulated worker's (our jobs as this policy placed them).
+- reported usage is the simulated worker's (our jobs as this policy placed them);
+- a request to a silent cluster is held and applied when the silence ends (its latest intent
+  per copy), as the live actuator retries until it sticks: a copy nominated into a silence is
+  created afterwards, not lost for good.
 
 The leader's pattern is kept: one input batch per virtual instant, fold, ``decide``, one
 decision batch, fold, then the decisions are applied to the simulated workers. No NATS, no clock.
@@ -21,8 +24,9 @@ the simulated quota stays the registered one; other tenants' usage is not modell
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from eventlog import events as ev
 from eventlog.store import LogReader
@@ -115,6 +119,8 @@ class WhatIf:
         self.seq = 0
         self.now_ms = 0
         self._last_tick_deadline: int | None = None
+        # Requests a silent worker did not take, per cluster: the latest per copy, in order.
+        self._held: dict[str, dict[tuple[str, int], Callable[[int], bool]]] = {}
 
     def _append(self, events: Iterable[ev.AnyEvent], *, decisions: bool) -> list[ev.LogEntry]:
         events = list(events)
@@ -175,23 +181,41 @@ class WhatIf:
         return hint if hint is not None else FOREVER_MS
 
     def _actuate(self, decision: ev.DecisionEvent) -> None:
-        now = self.now_ms
         match decision:
             case ev.Nominated(job=ref, clusters=clusters, attempt=attempt):
                 job = self.jobs.get(ref.uid)
                 if job is None:
                     return
+                runtime = self._runtime(ref.uid)
                 for name in clusters:
                     if name in self.workers:
-                        self.workers[name].create(ref, attempt, job.pod_sets, job.priority, self._runtime(ref.uid), now)
+                        create = partial(self.workers[name].create, ref, attempt, job.pod_sets, job.priority, runtime)
+                        self._request(name, (ref.uid, attempt), create)
             case ev.Withdrawn(job=ref, cluster=name, attempt=attempt) | ev.CleanUp(
                 job=ref, cluster=name, attempt=attempt
             ) if name in self.workers:
-                self.workers[name].delete(ref.uid, attempt, now)
+                self._request(name, (ref.uid, attempt), partial(self.workers[name].delete, ref.uid, attempt))
             case ev.Evict(job=ref, cluster=name, attempt=attempt, reason=reason) if name in self.workers:
-                self.workers[name].evict(ref.uid, attempt, now, reason=reason)
+                evict = partial(self.workers[name].evict, ref.uid, attempt, reason=reason)
+                self._request(name, (ref.uid, attempt), evict)
             case _:
                 pass
+
+    def _request(self, cluster: str, key: tuple[str, int], request: Callable[[int], bool]) -> None:
+        held = self._held.get(cluster)
+        if held and key in held:
+            del held[key]  # superseded: only the latest intent about a copy stands
+        if not request(self.now_ms):
+            self._held.setdefault(cluster, {})[key] = request
+
+    def _retry_held(self, t: int) -> None:
+        for cluster in sorted(self._held):
+            if self.workers[cluster].is_silent(t):
+                continue
+            held = self._held.pop(cluster)
+            for key, request in held.items():
+                if not request(t):
+                    self._held.setdefault(cluster, {})[key] = request
 
     def _step(self, inputs: list[ev.InputEvent]) -> None:
         self._append(inputs, decisions=False)
@@ -234,6 +258,7 @@ class WhatIf:
                 if event is not None:
                     inputs.append(event)
                 i += 1
+            self._retry_held(t)
             for name in sorted(self.workers):
                 inputs.extend(self.workers[name].advance(t))
             if deadline is not None and deadline <= t:
