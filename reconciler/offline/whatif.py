@@ -27,7 +27,11 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import pairwise
 
+import msgspec
+
+from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader
 from reconciler import core
@@ -67,6 +71,22 @@ class Observed:
     silences: list[tuple[int, str, int | None]] = field(default_factory=list)  # (start, cluster, end)
     end_ms: int = 0
     recorded: Outcomes = field(default_factory=Outcomes)
+    policies: list[ev.LogEntry] = field(default_factory=list)  # PolicyLoaded, in log order
+
+    @property
+    def policy(self) -> ev.PolicyLoaded | None:
+        """The recorded policy in force at the end (``None``: the log records none)."""
+        last = self.policies[-1].event if self.policies else None
+        return last if isinstance(last, ev.PolicyLoaded) else None
+
+    def policy_changes(self) -> int:
+        """How many times the recorded policy changed (plugin provenance aside: the core ignores it)."""
+        kinds = [_decisive(e.event) for e in self.policies if isinstance(e.event, ev.PolicyLoaded)]
+        return sum(1 for a, b in pairwise(kinds) if a != b)
+
+
+def _decisive(policy: ev.PolicyLoaded) -> bytes:
+    return codec.encode(msgspec.structs.replace(policy, plugins=None))
 
 
 async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | None) -> Observed:
@@ -81,6 +101,8 @@ async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | N
             seen.recorded.observe(entry)
             if isinstance(e, OUTSIDE):
                 seen.inputs.append(entry)
+            elif isinstance(e, ev.PolicyLoaded):
+                seen.policies.append(entry)
             match e:
                 case ev.Nominated(job=ref, clusters=clusters, attempt=a):
                     for c in clusters:
@@ -107,11 +129,23 @@ async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | N
 # ---------------------------------------------------------------------------------------------
 
 
+def baseline_policy(seen: Observed) -> ev.PolicyLoaded | None:
+    """The policy of the baseline run: the recorded one, as an override exactly as a ``--profile``
+    is applied (so a profile equal to it yields the same run, bit for bit); ``None`` when the log
+    changed policy on the way, so the baseline must follow the recorded changes at their times."""
+    return seen.policy if seen.policy_changes() == 0 else None
+
+
 class WhatIf:
-    def __init__(self, seen: Observed, policy: ev.PolicyLoaded, *, plugins: PluginSet | None = None) -> None:
+    """One virtual-time run under ``policy``; ``None``: the log's own policies, as they changed."""
+
+    def __init__(
+        self, seen: Observed, policy: ev.PolicyLoaded | None, *, plugins: PluginSet | None = None
+    ) -> None:
         self.seen = seen
         registry = (plugins if plugins is not None else installed()).registry
         self.state = core.new_state(policy_override=policy, plugins=registry)
+        self._follow_policies = policy is None
         self.workers: dict[str, SimWorker] = {}
         self.jobs: dict[str, ev.JobSubmitted] = {}
         self.outcomes = Outcomes()
@@ -149,7 +183,7 @@ class WhatIf:
             default_runtime_ms=FOREVER_MS,
         )
 
-    def _outside(self, entry: ev.LogEntry) -> ev.InputEvent | None:
+    def _outside(self, entry: ev.LogEntry) -> ev.InputEvent | ev.PolicyLoaded | None:
         e = entry.event
         match e:
             case ev.ClusterRegistered():
@@ -164,6 +198,8 @@ class WhatIf:
                     placement=self.jobs[ref.uid].placement,
                     runtime_ms=self.jobs[ref.uid].runtime_ms,
                 )
+            case ev.PolicyLoaded():
+                return e
             case ev.ClusterHeartbeat(cluster=c, reachable=True) if c in self.workers:
                 # Timing and reachability as recorded; usage as this policy's placements make it.
                 hb = self.workers[c].heartbeat(entry.at_ms)
@@ -217,7 +253,7 @@ class WhatIf:
                 if not request(t):
                     self._held.setdefault(cluster, {})[key] = request
 
-    def _step(self, inputs: list[ev.InputEvent]) -> None:
+    def _step(self, inputs: list[ev.InputEvent | ev.PolicyLoaded]) -> None:
         self._append(inputs, decisions=False)
         decided = core.decide(self.state)
         self._append(decided, decisions=True)
@@ -226,6 +262,8 @@ class WhatIf:
 
     def run(self) -> None:
         pending = list(self.seen.inputs)
+        if self._follow_policies:
+            pending = sorted(pending + self.seen.policies, key=lambda entry: entry.seq)
         silences = list(self.seen.silences)
         i = 0
         end = self.seen.end_ms
@@ -252,7 +290,7 @@ class WhatIf:
                 start, cluster, until = silences.pop(0)
                 if cluster in self.workers:
                     self.workers[cluster].silence(until, now_ms=start)
-            inputs: list[ev.InputEvent] = []
+            inputs: list[ev.InputEvent | ev.PolicyLoaded] = []
             while i < len(pending) and pending[i].at_ms <= t:
                 event = self._outside(pending[i])
                 if event is not None:
