@@ -10,7 +10,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.jsonl import JsonlLog
 from reconciler import core
-from reconciler.offline.whatif import WhatIf, observe
+from reconciler.offline.whatif import WhatIf, baseline_policy, observe
 
 GPU = "nvidia.com/gpu"
 T0 = 1_795_000_000_000
@@ -135,3 +135,22 @@ async def test_no_round_outlives_its_timeout_in_a_what_if(tmp_path: Path) -> Non
     withdrawn = [e.at_ms - T0 for e in run.log if isinstance(e.event, ev.Withdrawn) and e.event.job == PINNED]
     assert withdrawn[:1] == [30_000]  # the round timed out on time, inside the silence
     assert _nominated_past_deadline(run) == []
+
+
+async def test_the_baseline_follows_the_recorded_policy_changes(tmp_path: Path) -> None:
+    """A log whose leader switched to AllAtOnce at +30 s: the baseline run switches there too."""
+    everywhere = _policy(ev.StrategySpec(type="AllAtOnce"))
+    late = ev.JobRef(namespace="team-a", name="late", uid="u3")
+    job = ev.JobSubmitted(job=late, pod_sets=[ev.PodSet(name="m", count=1, requests={GPU: 1})])
+    seen = await observe(JsonlLog(_log(tmp_path, (30_000, everywhere), (45_000, job))), until_seq=None, until_ms=None)
+    assert seen.policy_changes() == 1 and seen.policy == everywhere
+    assert baseline_policy(seen) is None  # no single policy to override with: follow the log
+    run = WhatIf(seen, baseline_policy(seen))
+    run.run()
+    first: dict[str, list[str]] = {}
+    for e in run.log:
+        if isinstance(e.event, ev.Nominated):
+            first.setdefault(e.event.job.name, e.event.clusters)
+    # train's first round under TopK-1 (one cluster), late's after the change (AllAtOnce: both,
+    # east being back since +40 s).
+    assert first == {"train": ["east"], "late": ["east", "west"]}
