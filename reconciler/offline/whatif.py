@@ -15,6 +15,9 @@ decisions is simulated instead, by one ``SimWorker`` per cluster (``reconciler.s
   per copy), as the live actuator retries until it sticks: a copy nominated into a silence is
   created afterwards, not lost for good.
 
+A comparison runs this twice, the recorded policy and the other one on the same model, so the
+policy's effect is told apart from the model's error (``reconciler.offline.report``).
+
 The leader's pattern is kept: one input batch per virtual instant, fold, ``decide``, one
 decision batch, fold, then the decisions are applied to the simulated workers. No NATS, no clock.
 Simplifications (documented in docs/cli.md): a ``ClusterUpdated`` changes labels and taints but
