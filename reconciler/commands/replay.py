@@ -70,6 +70,10 @@ async def run_async(args: argparse.Namespace) -> int:
         print(f"kdispatch replay: {err}", file=sys.stderr)
         return 2
     if args.show_policy:
+        if args.profile or args.verify or args.json:
+            other = "--profile" if args.profile else "--verify" if args.verify else "--json"
+            print(f"kdispatch replay: --show-policy prints a policy file; it does not go with {other}", file=sys.stderr)
+            return 2
         return await _show_policy(args, until_seq=until_seq, until_ms=until_ms)
     if args.profile:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
 
 import msgspec
@@ -101,15 +102,20 @@ def _with_pinned_job(tmp_path: Path) -> Path:
     return _log(tmp_path, (20_000, pinned))
 
 
-def _nominated_past_deadline(run: WhatIf) -> list[str]:
+def nominated_past_deadline(run: WhatIf) -> list[str]:
     """Folding the run's own log: a job still Nominated at an entry later than its round's deadline."""
-    state = core.new_state(policy_override=run.state.policy)
+    state = core.new_state(policy_override=run.state.effective_policy)
+    due: list[tuple[int, str]] = []  # (deadline, job key) of every round, earliest first
     late: list[str] = []
     for entry in run.log:
-        for key, job in state.jobs.items():
-            if job.phase == "Nominated" and job.deadline_ms is not None and entry.at_ms > job.deadline_ms:
+        while due and due[0][0] < entry.at_ms:
+            deadline, key = heapq.heappop(due)
+            job = state.jobs.get(key)
+            if job is not None and job.phase == "Nominated" and job.deadline_ms == deadline:
                 late.append(f"{key} at seq {entry.seq}")
         state = core.fold(state, entry)
+        if isinstance(entry.event, ev.Nominated) and entry.event.deadline_ms is not None:
+            heapq.heappush(due, (entry.event.deadline_ms, entry.event.job.key))
     return late
 
 
@@ -134,7 +140,7 @@ async def test_no_round_outlives_its_timeout_in_a_what_if(tmp_path: Path) -> Non
     assert nominated[0].event.deadline_ms == T0 + 30_000  # type: ignore[union-attr]
     withdrawn = [e.at_ms - T0 for e in run.log if isinstance(e.event, ev.Withdrawn) and e.event.job == PINNED]
     assert withdrawn[:1] == [30_000]  # the round timed out on time, inside the silence
-    assert _nominated_past_deadline(run) == []
+    assert nominated_past_deadline(run) == []
 
 
 async def test_the_baseline_follows_the_recorded_policy_changes(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from reconciler.cli import main
 from reconciler.offline.policydoc import policy_document
 from reconciler.offline.whatif import WhatIf, observe
 from reconciler.policy import load_policy_file
+from tests.reconciler.shell.test_whatif import nominated_past_deadline
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "demo-4e2c1d6.jsonl.gz"
 
@@ -134,3 +135,26 @@ def test_no_job_is_left_nominated_under_all_at_once_with_a_short_round_timeout(t
     run.run()
     phases = Counter(job.phase for job in run.state.jobs.values())
     assert phases["Nominated"] == 0, phases
+
+
+def test_every_round_ends_at_its_deadline_in_the_what_if() -> None:
+    """The recorded policy with roundTimeout 400 ms, shorter than many simulated admissions: in
+    the what-if as in the live loop, a Tick at each deadline ends the round (withdrawn, next
+    round), not the next input that happens to come along."""
+    seen = asyncio.run(observe(JsonlLog(FIXTURE), until_seq=None, until_ms=None))
+    assert seen.policy is not None
+    profiles = [msgspec.structs.replace(p, round_timeout_ms=400) for p in seen.policy.profiles]
+    run = WhatIf(seen, msgspec.structs.replace(seen.policy, profiles=profiles))
+    run.run()
+    timeouts = [e for e in run.log if isinstance(e.event, ev.Withdrawn) and "AdmissionTimeout" in e.event.reason]
+    assert len(timeouts) > 10
+    assert nominated_past_deadline(run) == []
+
+
+def test_show_policy_refuses_what_it_cannot_combine_with(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(["replay", "--show-policy", "--verify", "--file", str(FIXTURE)])
+    finally:
+        structlog.reset_defaults()
+    assert code == 2
+    assert "--show-policy prints a policy file; it does not go with --verify" in capsys.readouterr().err
