@@ -24,7 +24,7 @@ from reconciler.edge.plugins import PluginDiscoveryError, PluginProblem, PluginS
 from reconciler.edge.progress import Progress
 from reconciler.history.rebuild import load_snapshot
 from reconciler.history.replay import Mismatch, ReplayResult, replay
-from reconciler.offline.policydoc import policy_document
+from reconciler.offline.policydoc import is_single_profile, policy_document
 from reconciler.offline.render import line
 from reconciler.offline.report import compare, print_comparison
 from reconciler.offline.whatif import observe
@@ -199,7 +199,8 @@ async def _run_whatif(
         raise ConfigError("; ".join(problems), source=args.profile)
     async with open_source(args) as source:
         seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
-    comparison = compare(seen, policy, profile=args.profile, plugins=plugins)
+    single = is_single_profile(args.profile) and seen.policy is not None
+    comparison = compare(seen, policy, profile=args.profile, plugins=plugins, single_profile=single)
     if args.json:
         sys.stdout.write(json.dumps(comparison.as_json(), sort_keys=True) + "\n")
     else:

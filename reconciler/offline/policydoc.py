@@ -7,6 +7,7 @@ the same policy, plugin provenance aside (the core ignores it): ``tests`` check 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -49,3 +50,20 @@ def policy_document(policy: ev.PolicyLoaded, *, header: str = "") -> str:
     }
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     return comment + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+
+
+def is_single_profile(path: str | Path) -> bool:
+    """Whether a ``--profile`` file is one profile (``name:`` …) rather than a policy or config.
+
+    Read after ``reconciler.policy.load_policy_file`` accepted the file, with the same rule."""
+    raw: Any = yaml.safe_load(Path(path).read_text()) or {}
+    return isinstance(raw, dict) and "policy" not in raw and "profiles" not in raw and "name" in raw
+
+
+def on_recorded(single: ev.PolicyLoaded, recorded: ev.PolicyLoaded) -> ev.PolicyLoaded:
+    """A single profile tried on the recorded policy: it replaces the profile of its name and
+    ``default``; the rest (timeouts, priority classes, other profiles) stays as recorded, so the
+    what-if changes the one thing the file names and not, say, ``workerLostTimeout`` 4 s -> 60 s."""
+    mine = {p.name for p in single.profiles}
+    kept = [p for p in recorded.profiles if p.name not in mine]
+    return msgspec.structs.replace(recorded, profiles=[*single.profiles, *kept], plugins=None)

@@ -28,6 +28,7 @@ from reconciler.offline.outcomes import (
     differences,
     placements_per_cluster,
 )
+from reconciler.offline.policydoc import on_recorded
 from reconciler.offline.whatif import Observed, WhatIf, baseline_policy
 
 MAX_ROWS = 50  # per-job rows printed per section; --json has them all
@@ -43,6 +44,7 @@ class Comparison:
     seen: Observed
     baseline: WhatIf
     whatif: WhatIf
+    single_profile: bool = False  # the file was one profile, tried on the recorded policy
 
     @property
     def baseline_label(self) -> str:
@@ -56,6 +58,7 @@ class Comparison:
         return {
             "profile": self.profile,
             "baseline_policy": self.baseline_label,
+            "profile_on_recorded_policy": self.single_profile,
             "baseline": base,
             "whatif": other,
             "policy_effect": {
@@ -72,12 +75,20 @@ class Comparison:
         }
 
 
-def compare(seen: Observed, policy: ev.PolicyLoaded, *, profile: str, plugins: PluginSet) -> Comparison:
+def compare(
+    seen: Observed, policy: ev.PolicyLoaded, *, profile: str, plugins: PluginSet, single_profile: bool = False
+) -> Comparison:
+    """``single_profile``: ``policy`` is one profile's file, to try on the recorded policy (its other
+    profiles, timeouts and priority classes), not on the config's defaults for them."""
+    if single_profile and seen.policy is not None:
+        policy = on_recorded(policy, seen.policy)
     baseline = WhatIf(seen, baseline_policy(seen), plugins=plugins)
     baseline.run()
     whatif = WhatIf(seen, policy, plugins=plugins)
     whatif.run()
-    return Comparison(profile=profile, seen=seen, baseline=baseline, whatif=whatif)
+    return Comparison(
+        profile=profile, seen=seen, baseline=baseline, whatif=whatif, single_profile=single_profile and seen.policy is not None
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +102,12 @@ def print_comparison(c: Comparison, out: TextIO) -> None:
     span = f"{format_ms(seen.inputs[0].at_ms)} .. {format_ms(seen.end_ms)}" if seen.inputs else "empty log"
     out.write(f"what if {c.profile} had been in force ({len(seen.inputs)} outside inputs, {span})\n\n")
 
+    if c.single_profile:
+        names = ", ".join(p.name for p in c.whatif.state.effective_policy.profiles) if c.whatif.state.effective_policy else ""
+        out.write(
+            f"{c.profile} is one profile: tried on the recorded policy, whose timeouts, priority classes\n"
+            f"and other profiles stay as they were (profiles now: {names})\n\n"
+        )
     out.write(
         f"POLICY EFFECT: {c.baseline_label} and {c.profile}, both run on the same what-if model\n"
         "(simulated workers where the log's facts stop applying); their difference is the policy's alone.\n\n"

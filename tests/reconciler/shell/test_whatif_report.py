@@ -158,3 +158,24 @@ def test_show_policy_refuses_what_it_cannot_combine_with(capsys: pytest.CaptureF
         structlog.reset_defaults()
     assert code == 2
     assert "--show-policy prints a policy file; it does not go with --verify" in capsys.readouterr().err
+
+
+def test_a_single_profile_is_tried_on_the_recorded_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The recorded default profile on its own: its timeouts and priority classes come from the
+    recorded policy (not the config's defaults: workerLostTimeout 60 s instead of 4 s would be an
+    effect the file never asked for), so the effect is zero."""
+    profile = tmp_path / "default.yaml"
+    profile.write_text(
+        "name: default\n"
+        "filters: [ClusterHealth, ClusterPinning, ClusterSelector, ClusterAffinity, ClusterTaints,\n"
+        "          ClusterFeasibility, ClusterHeadroom]\n"
+        "scores: [{name: ClusterAffinityScore, weight: 2}, ClusterTaintScore, CapacityScore]\n"
+        "roundTimeout: 10s\n"
+    )
+    code, out = kd(capsys, "replay", "--profile", str(profile), "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["profile_on_recorded_policy"] is True
+    assert doc["policy_effect"]["changed"] == [] and doc["baseline"] == doc["whatif"]
+    code, out = kd(capsys, "replay", "--profile", str(profile))
+    assert "is one profile: tried on the recorded policy" in out
