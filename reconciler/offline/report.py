@@ -42,6 +42,7 @@ def figures(outcomes: Outcomes) -> dict[str, Any]:
 class Comparison:
     profile: str
     seen: Observed
+    policy: ev.PolicyLoaded  # the profile's run, as it ran
     baseline: WhatIf
     whatif: WhatIf
     single_profile: bool = False  # the file was one profile, tried on the recorded policy
@@ -80,15 +81,14 @@ def compare(
 ) -> Comparison:
     """``single_profile``: ``policy`` is one profile's file, to try on the recorded policy (its other
     profiles, timeouts and priority classes), not on the config's defaults for them."""
-    if single_profile and seen.policy is not None:
+    tried_on_recorded = single_profile and seen.policy is not None
+    if tried_on_recorded and seen.policy is not None:
         policy = on_recorded(policy, seen.policy)
     baseline = WhatIf(seen, baseline_policy(seen), plugins=plugins)
     baseline.run()
     whatif = WhatIf(seen, policy, plugins=plugins)
     whatif.run()
-    return Comparison(
-        profile=profile, seen=seen, baseline=baseline, whatif=whatif, single_profile=single_profile and seen.policy is not None
-    )
+    return Comparison(profile, seen, policy, baseline, whatif, single_profile=tried_on_recorded)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def print_comparison(c: Comparison, out: TextIO) -> None:
     out.write(f"what if {c.profile} had been in force ({len(seen.inputs)} outside inputs, {span})\n\n")
 
     if c.single_profile:
-        names = ", ".join(p.name for p in c.whatif.state.effective_policy.profiles) if c.whatif.state.effective_policy else ""
+        names = ", ".join(p.name for p in c.policy.profiles)
         out.write(
             f"{c.profile} is one profile: tried on the recorded policy, whose timeouts, priority classes\n"
             f"and other profiles stay as they were (profiles now: {names})\n\n"
