@@ -21,7 +21,6 @@ from reconciler.edge.logsource import (
 if TYPE_CHECKING:
     from reconciler.edge.plugins import PluginProblem, PluginSet
     from reconciler.history.replay import Mismatch, ReplayResult
-    from reconciler.offline.whatif import Observed
 
 HELP = "rebuild state from the log (--until), verify every decision (--verify), or replay under another policy"
 
@@ -38,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profile",
         metavar="FILE",
         help="replay the outside inputs under this policy (config, policy or profile YAML) and compare",
+    )
+    parser.add_argument(
+        "--show-policy",
+        action="store_true",
+        help="print the log's policy (the one in force at the end, or at --until) as a file for --profile",
     )
     parser.add_argument("--json", action="store_true", help="print the final state as one JSON document")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (stderr) on long logs")
@@ -66,6 +70,12 @@ async def run_async(args: argparse.Namespace) -> int:
     except PluginDiscoveryError as err:
         print(f"kdispatch replay: {err}", file=sys.stderr)
         return 2
+    if args.show_policy:
+        if args.profile or args.verify or args.json:
+            other = "--profile" if args.profile else "--verify" if args.verify else "--json"
+            print(f"kdispatch replay: --show-policy prints a policy file; it does not go with {other}", file=sys.stderr)
+            return 2
+        return await _show_policy(args, until_seq=until_seq, until_ms=until_ms)
     if args.profile:
         try:
             return await _run_whatif(args, plugins, until_seq=until_seq, until_ms=until_ms)
@@ -205,11 +215,11 @@ def _mismatch_json(m: Mismatch) -> dict[str, Any]:
 async def _run_whatif(
     args: argparse.Namespace, plugins: PluginSet, *, until_seq: int | None, until_ms: int | None
 ) -> int:
-    from eventlog import codec
     from reconciler import core
     from reconciler.config import ConfigError
-    from reconciler.offline.outcomes import differences
-    from reconciler.offline.whatif import WhatIf, observe
+    from reconciler.offline.policydoc import is_single_profile
+    from reconciler.offline.report import compare, print_comparison
+    from reconciler.offline.whatif import observe
     from reconciler.policy import load_policy_file
 
     policy = load_policy_file(args.profile)
@@ -218,56 +228,33 @@ async def _run_whatif(
         raise ConfigError("; ".join(problems), source=args.profile)
     async with open_source(args) as source:
         seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
-    run = WhatIf(seen, policy, plugins=plugins)
-    run.run()
-    before, after = seen.recorded.summary(), run.outcomes.summary()
-    diffs = differences(seen.recorded, run.outcomes)
+    single = is_single_profile(args.profile) and seen.policy is not None
+    comparison = compare(seen, policy, profile=args.profile, plugins=plugins, single_profile=single)
     if args.json:
-        doc = {
-            "profile": args.profile,
-            "recorded": before,
-            "whatif": after,
-            "changed": diffs,
-            "state": core.summary(run.state),
-        }
-        sys.stdout.write(codec.encode(doc).decode() + "\n")
+        sys.stdout.write(json.dumps(comparison.as_json(), sort_keys=True) + "\n")
     else:
-        _print_whatif(args.profile, seen, before=before, after=after, diffs=diffs, out=sys.stdout)
+        print_comparison(comparison, sys.stdout)
     return 0
 
 
-def _print_whatif(
-    profile: str,
-    seen: Observed,
-    *,
-    before: dict[str, Any],
-    after: dict[str, Any],
-    diffs: list[dict[str, Any]],
-    out: TextIO,
-) -> None:
-    span = f"{format_ms(seen.inputs[0].at_ms)} .. {format_ms(seen.end_ms)}" if seen.inputs else "empty log"
-    out.write(f"what if {profile} had been in force ({len(seen.inputs)} outside inputs, {span})\n\n")
-    out.write(f"  {'':<24}{'recorded':>12}{'what-if':>12}\n")
-    for name in before:
-        out.write(f"  {name:<24}{_fmt(before[name]):>12}{_fmt(after[name]):>12}\n")
-    moved = [d for d in diffs if d["cluster"][0] != d["cluster"][1]]
-    out.write(f"\n  {len(diffs)} jobs with a different outcome, {len(moved)} placed elsewhere\n")
-    for d in diffs[:50]:
-        a, b = d["cluster"]
-        wa, wb = d["wait_s"]
-        out.write(
-            f"    {d['job']:<32} cluster {a or '-'} -> {b or '-'}   wait {_secs(wa)} -> {_secs(wb)}"
-            f"   copies {d['copies'][0]} -> {d['copies'][1]}"
-            + (f"   evictions {d['evictions'][0]} -> {d['evictions'][1]}" if d["evictions"][0] != d["evictions"][1] else "")
-            + "\n"
+async def _show_policy(args: argparse.Namespace, *, until_seq: int | None, until_ms: int | None) -> int:
+    from reconciler.offline.policydoc import policy_document
+    from reconciler.offline.whatif import observe
+
+    async with open_source(args) as source:
+        seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
+        where = source.description
+    if seen.policy is None:
+        print(
+            f"kdispatch replay: {where} records no policy (PolicyLoaded) up to that point; "
+            "its leader ran the built-in default",
+            file=sys.stderr,
         )
-    if len(diffs) > 50:
-        out.write(f"    … {len(diffs) - 50} more (use --json for all)\n")
-
-
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value}s"
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else str(value)
+        return 1
+    last = seen.policies[-1]
+    header = (
+        f"The policy in force in {where} from seq {last.seq} ({format_ms(last.at_ms)}).\n"
+        "Edit and pass to `kdispatch replay --profile FILE`: unchanged, its policy effect is zero."
+    )
+    sys.stdout.write(policy_document(seen.policy, header=header))
+    return 0

@@ -84,7 +84,35 @@ def _pct_s(waits_ms: list[int], p: int) -> float | None:
     return None if ms is None else round(ms / 1000, 3)
 
 
-def differences(recorded: Outcomes, whatif: Outcomes) -> list[dict[str, Any]]:
+def placements_per_cluster(outcomes: Outcomes) -> dict[str, int]:
+    """Placements (every ``Placed``, re-placements included) per cluster, by name."""
+    counts: dict[str, int] = {}
+    for job in outcomes.jobs.values():
+        for cluster in job.placements:
+            counts[cluster] = counts.get(cluster, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def change(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """``after - before`` per figure (``None`` where either side has none), keys of both."""
+    out: dict[str, Any] = {}
+    for name in [*before, *(k for k in after if k not in before)]:
+        a, b = before.get(name, 0), after.get(name, 0)
+        if isinstance(a, dict) or isinstance(b, dict):
+            out[name] = change(a or {}, b or {})
+        elif a is None or b is None:
+            out[name] = None if a is not b else 0
+        else:
+            out[name] = round(b - a, 3) if isinstance(a, float) or isinstance(b, float) else b - a
+    return out
+
+
+def differences(
+    recorded: Outcomes, whatif: Outcomes, *, wait_tolerance_s: float | None = None
+) -> list[dict[str, Any]]:
+    """Jobs whose outcome differs: cluster, copies, evictions, placed or not, or the wait (by
+    more than ``wait_tolerance_s``; default ``WAIT_TOLERANCE_S``)."""
+    tolerance = WAIT_TOLERANCE_S if wait_tolerance_s is None else wait_tolerance_s
     rows: list[dict[str, Any]] = []
     for key in sorted(recorded.jobs):
         a = recorded.jobs[key]
@@ -97,7 +125,7 @@ def differences(recorded: Outcomes, whatif: Outcomes) -> list[dict[str, Any]]:
             b.evictions,
             b.placed_ms is None,
         )
-        if same and _close(_wait(a), _wait(b)):
+        if same and _close(_wait(a), _wait(b), tolerance):
             continue
         rows.append(
             {
@@ -111,15 +139,16 @@ def differences(recorded: Outcomes, whatif: Outcomes) -> list[dict[str, Any]]:
     return rows
 
 
-# Waits closer than this are the same outcome: the latency model is a median, not a replay of
-# each admission, so sub-second jitter between the two runs means nothing.
+# Between the log and a what-if run, waits closer than this are the same outcome: the latency
+# model is a median, not a replay of each admission, so sub-second jitter means nothing there.
+# Between two runs of the same model any difference is the policy's, so those compare exactly.
 WAIT_TOLERANCE_S = 0.5
 
 
-def _close(a: float | None, b: float | None) -> bool:
+def _close(a: float | None, b: float | None, tolerance: float) -> bool:
     if a is None or b is None:
         return a is b
-    return abs(a - b) <= WAIT_TOLERANCE_S
+    return abs(a - b) <= tolerance
 
 
 def _wait(j: JobOutcome) -> float | None:

@@ -10,7 +10,13 @@ decisions is simulated instead, by one ``SimWorker`` per cluster (``reconciler.s
   never seen finishing runs for its ``runtime_ms`` hint, or past the end of the log;
 - a cluster admits after the median latency observed on it from nomination to admission (the
   actuator's creation and the worker's queueing together);
-- reported usage is the simulated worker's (our jobs as this policy placed them).
+- reported usage is the simulated worker's (our jobs as this policy placed them);
+- a request to a silent cluster is held and applied when the silence ends (its latest intent
+  per copy), as the live actuator retries until it sticks: a copy nominated into a silence is
+  created afterwards, not lost for good.
+
+A comparison runs this twice, the recorded policy and the other one on the same model, so the
+policy's effect is told apart from the model's error (``reconciler.offline.report``).
 
 The leader's pattern is kept: one input batch per virtual instant, fold, ``decide``, one
 decision batch, fold, then the decisions are applied to the simulated workers. No NATS, no clock.
@@ -21,9 +27,14 @@ the simulated quota stays the registered one; other tenants' usage is not modell
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import pairwise
 
+import msgspec
+
+from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader
 from reconciler import core
@@ -63,6 +74,22 @@ class Observed:
     silences: list[tuple[int, str, int | None]] = field(default_factory=list)  # (start, cluster, end)
     end_ms: int = 0
     recorded: Outcomes = field(default_factory=Outcomes)
+    policies: list[ev.LogEntry] = field(default_factory=list)  # PolicyLoaded, in log order
+
+    @property
+    def policy(self) -> ev.PolicyLoaded | None:
+        """The recorded policy in force at the end (``None``: the log records none)."""
+        last = self.policies[-1].event if self.policies else None
+        return last if isinstance(last, ev.PolicyLoaded) else None
+
+    def policy_changes(self) -> int:
+        """How many times the recorded policy changed (plugin provenance aside: the core ignores it)."""
+        kinds = [_decisive(e.event) for e in self.policies if isinstance(e.event, ev.PolicyLoaded)]
+        return sum(1 for a, b in pairwise(kinds) if a != b)
+
+
+def _decisive(policy: ev.PolicyLoaded) -> bytes:
+    return codec.encode(msgspec.structs.replace(policy, plugins=None))
 
 
 async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | None) -> Observed:
@@ -77,6 +104,8 @@ async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | N
             seen.recorded.observe(entry)
             if isinstance(e, OUTSIDE):
                 seen.inputs.append(entry)
+            elif isinstance(e, ev.PolicyLoaded):
+                seen.policies.append(entry)
             match e:
                 case ev.Nominated(job=ref, clusters=clusters, attempt=a):
                     for c in clusters:
@@ -103,11 +132,23 @@ async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | N
 # ---------------------------------------------------------------------------------------------
 
 
+def baseline_policy(seen: Observed) -> ev.PolicyLoaded | None:
+    """The policy of the baseline run: the recorded one, as an override exactly as a ``--profile``
+    is applied (so a profile equal to it yields the same run, bit for bit); ``None`` when the log
+    changed policy on the way, so the baseline must follow the recorded changes at their times."""
+    return seen.policy if seen.policy_changes() == 0 else None
+
+
 class WhatIf:
-    def __init__(self, seen: Observed, policy: ev.PolicyLoaded, *, plugins: PluginSet | None = None) -> None:
+    """One virtual-time run under ``policy``; ``None``: the log's own policies, as they changed."""
+
+    def __init__(
+        self, seen: Observed, policy: ev.PolicyLoaded | None, *, plugins: PluginSet | None = None
+    ) -> None:
         self.seen = seen
         registry = (plugins if plugins is not None else installed()).registry
         self.state = core.new_state(policy_override=policy, plugins=registry)
+        self._follow_policies = policy is None
         self.workers: dict[str, SimWorker] = {}
         self.jobs: dict[str, ev.JobSubmitted] = {}
         self.outcomes = Outcomes()
@@ -115,6 +156,8 @@ class WhatIf:
         self.seq = 0
         self.now_ms = 0
         self._last_tick_deadline: int | None = None
+        # Requests a silent worker did not take, per cluster: the latest per copy, in order.
+        self._held: dict[str, dict[tuple[str, int], Callable[[int], bool]]] = {}
 
     def _append(self, events: Iterable[ev.AnyEvent], *, decisions: bool) -> list[ev.LogEntry]:
         events = list(events)
@@ -143,7 +186,7 @@ class WhatIf:
             default_runtime_ms=FOREVER_MS,
         )
 
-    def _outside(self, entry: ev.LogEntry) -> ev.InputEvent | None:
+    def _outside(self, entry: ev.LogEntry) -> ev.InputEvent | ev.PolicyLoaded | None:
         e = entry.event
         match e:
             case ev.ClusterRegistered():
@@ -158,6 +201,8 @@ class WhatIf:
                     placement=self.jobs[ref.uid].placement,
                     runtime_ms=self.jobs[ref.uid].runtime_ms,
                 )
+            case ev.PolicyLoaded():
+                return e
             case ev.ClusterHeartbeat(cluster=c, reachable=True) if c in self.workers:
                 # Timing and reachability as recorded; usage as this policy's placements make it.
                 hb = self.workers[c].heartbeat(entry.at_ms)
@@ -175,25 +220,43 @@ class WhatIf:
         return hint if hint is not None else FOREVER_MS
 
     def _actuate(self, decision: ev.DecisionEvent) -> None:
-        now = self.now_ms
         match decision:
             case ev.Nominated(job=ref, clusters=clusters, attempt=attempt):
                 job = self.jobs.get(ref.uid)
                 if job is None:
                     return
+                runtime = self._runtime(ref.uid)
                 for name in clusters:
                     if name in self.workers:
-                        self.workers[name].create(ref, attempt, job.pod_sets, job.priority, self._runtime(ref.uid), now)
+                        create = partial(self.workers[name].create, ref, attempt, job.pod_sets, job.priority, runtime)
+                        self._request(name, (ref.uid, attempt), create)
             case ev.Withdrawn(job=ref, cluster=name, attempt=attempt) | ev.CleanUp(
                 job=ref, cluster=name, attempt=attempt
             ) if name in self.workers:
-                self.workers[name].delete(ref.uid, attempt, now)
+                self._request(name, (ref.uid, attempt), partial(self.workers[name].delete, ref.uid, attempt))
             case ev.Evict(job=ref, cluster=name, attempt=attempt, reason=reason) if name in self.workers:
-                self.workers[name].evict(ref.uid, attempt, now, reason=reason)
+                evict = partial(self.workers[name].evict, ref.uid, attempt, reason=reason)
+                self._request(name, (ref.uid, attempt), evict)
             case _:
                 pass
 
-    def _step(self, inputs: list[ev.InputEvent]) -> None:
+    def _request(self, cluster: str, key: tuple[str, int], request: Callable[[int], bool]) -> None:
+        held = self._held.get(cluster)
+        if held and key in held:
+            del held[key]  # superseded: only the latest intent about a copy stands
+        if not request(self.now_ms):
+            self._held.setdefault(cluster, {})[key] = request
+
+    def _retry_held(self, t: int) -> None:
+        for cluster in sorted(self._held):
+            if self.workers[cluster].is_silent(t):
+                continue
+            held = self._held.pop(cluster)
+            for key, request in held.items():
+                if not request(t):
+                    self._held.setdefault(cluster, {})[key] = request
+
+    def _step(self, inputs: list[ev.InputEvent | ev.PolicyLoaded]) -> None:
         self._append(inputs, decisions=False)
         decided = core.decide(self.state)
         self._append(decided, decisions=True)
@@ -202,6 +265,8 @@ class WhatIf:
 
     def run(self) -> None:
         pending = list(self.seen.inputs)
+        if self._follow_policies:
+            pending = sorted(pending + self.seen.policies, key=lambda entry: entry.seq)
         silences = list(self.seen.silences)
         i = 0
         end = self.seen.end_ms
@@ -228,12 +293,13 @@ class WhatIf:
                 start, cluster, until = silences.pop(0)
                 if cluster in self.workers:
                     self.workers[cluster].silence(until, now_ms=start)
-            inputs: list[ev.InputEvent] = []
+            inputs: list[ev.InputEvent | ev.PolicyLoaded] = []
             while i < len(pending) and pending[i].at_ms <= t:
                 event = self._outside(pending[i])
                 if event is not None:
                     inputs.append(event)
                 i += 1
+            self._retry_held(t)
             for name in sorted(self.workers):
                 inputs.extend(self.workers[name].advance(t))
             if deadline is not None and deadline <= t:

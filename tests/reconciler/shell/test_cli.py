@@ -178,10 +178,12 @@ def test_replay_under_another_profile_compares_outcomes(
     code, out = kd(capsys, "replay", "--profile", str(profile), "--json", "--nats", url, "--root", root)
     assert code == 0, out
     doc = json.loads(out)
-    assert doc["recorded"]["jobs"] == doc["whatif"]["jobs"] == 4
+    assert doc["model_error"]["recorded"]["jobs"] == doc["baseline"]["jobs"] == doc["whatif"]["jobs"] == 4
     # TopK-1 made one copy per job; AllAtOnce copies every job to every cluster it fits.
-    assert doc["recorded"]["remote_copies_per_job"] == 1.0
+    assert doc["model_error"]["recorded"]["remote_copies_per_job"] == 1.0
+    assert doc["baseline"]["remote_copies_per_job"] == 1.0
     assert doc["whatif"]["remote_copies_per_job"] > 1.0
+    assert doc["policy_effect"]["figures"]["remote_copies_per_job"] > 0
     code, out = kd(capsys, "replay", "--profile", str(profile), "--nats", url, "--root", root)
     assert code == 0 and "remote_copies_per_job" in out
 
