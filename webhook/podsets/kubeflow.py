@@ -6,6 +6,7 @@ from typing import Any
 
 from msgspec import Struct
 
+from eventlog.kube.kinds import SUPPORTED_KINDS
 from webhook.objects import Count, ObjectMeta, member
 from webhook.podsets.common import (
     Container,
@@ -18,13 +19,10 @@ from webhook.podsets.common import (
     requests_of,
 )
 
+# Kind -> (the field of ``spec`` holding the replica specs, the roles that are pod sets in Kueue's
+# order), read from the one kind table.
 KUBEFLOW: dict[str, tuple[str, tuple[str, ...]]] = {
-    "PyTorchJob": ("pytorchReplicaSpecs", ("master", "worker")),
-    "TFJob": ("tfReplicaSpecs", ("chief", "master", "ps", "worker", "evaluator")),
-    "XGBoostJob": ("xgbReplicaSpecs", ("master", "worker")),
-    "PaddleJob": ("paddleReplicaSpecs", ("master", "worker")),
-    "JAXJob": ("jaxReplicaSpecs", ("worker",)),
-    "MPIJob": ("mpiReplicaSpecs", ("launcher", "worker")),
+    k.kind: (k.replica_specs, k.roles) for k in SUPPORTED_KINDS if k.family == "kubeflow"
 }
 
 
