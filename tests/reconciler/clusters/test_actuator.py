@@ -23,7 +23,8 @@ from reconciler.shell.clusters.kube import KubeWorker
 from reconciler.shell.clusters.reporter import InboxReporter
 from reconciler.shell.clusters.sim import SimCluster
 from reconciler.sim import CopyState, SimWorker
-from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
+from tests.reconciler.clusters.conftest import ApiServer, batch_job
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 

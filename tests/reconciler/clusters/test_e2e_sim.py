@@ -17,7 +17,7 @@ from reconciler.shell.clusters.sim import SimCluster
 from reconciler.shell.loop import LeaderLoop, LoopSettings, wait_ready
 from reconciler.shell.policy import policy_event
 from reconciler.sim import CopyState
-from tests.reconciler.clusters.conftest import eventually
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 
