@@ -76,6 +76,20 @@ def eventually_blocking(
         time.sleep(interval_s)
 
 
+class Unmet:
+    """A falsy check result that shows what the check saw, for the failure message: e.g.
+    ``return entries if done(entries) else Unmet(f"{len(entries)} entries")``."""
+
+    def __init__(self, seen: Any) -> None:
+        self.seen = seen
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return self.seen if isinstance(self.seen, str) else repr(self.seen)
+
+
 class _Last:
     """What the check said last: a value, or an error it was allowed to raise."""
 

@@ -229,7 +229,15 @@ async def test_the_actuator_and_observers_ride_out_a_nats_restart(
         assert not any(t.done() for t in tasks)
         server.start()
         leader = Leader(jlog)  # the leader resumes from the log after the restart
-        await _retry(lambda: leader.decide(ev.Nominated(job=job(2), clusters=["east"], attempt=1)))
+
+        async def decide() -> bool:
+            await leader.decide(ev.Nominated(job=job(2), clusters=["east"], attempt=1))
+            return True
+
+        # the client is still reconnecting meanwhile
+        await eventually(
+            decide, timeout_s=30, interval_s=0.2, ignoring=(Exception,), what="a decision appended"
+        )
         await eventually(
             lambda: ("job-2", 1) in states(east), timeout_s=30, what="job-2 created after restart"
         )
@@ -239,13 +247,3 @@ async def test_the_actuator_and_observers_ride_out_a_nats_restart(
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
         await jlog.close()
         server.stop()
-
-
-async def _retry(call: Callable[[], Any], *, attempts: int = 50) -> None:
-    for _ in range(attempts):
-        try:
-            await call()
-            return
-        except Exception:  # the client is still reconnecting
-            await asyncio.sleep(0.2)
-    await call()
