@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,14 +107,14 @@ class Recorder:
 
 
 @pytest.fixture
-def logs() -> Iterator[list[dict[str, Any]]]:
+def logs() -> Iterator[list[MutableMapping[str, Any]]]:
     """The structlog entries logged during the test (``event`` is the entry's name): what a
     component logs when it handles something is an event a test can wait for."""
     with structlog.testing.capture_logs() as entries:
         yield entries
 
 
-def logged(entries: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+def logged(entries: list[MutableMapping[str, Any]], event: str) -> list[MutableMapping[str, Any]]:
     return [e for e in entries if e.get("event") == event]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from typing import Any
 
 import pytest
@@ -196,7 +196,7 @@ async def test_two_actuators_on_one_log_create_each_kubernetes_copy_once(
 
 
 async def test_the_actuator_and_observers_ride_out_a_nats_restart(
-    tmp_path: Any, logs: list[dict[str, Any]]
+    tmp_path: Any, logs: list[MutableMapping[str, Any]]
 ) -> None:
     """Its own nats-server (the session's is shared): stopped under a running actuator and a
     simulated cluster, then started again on the same port and store. Nothing crashes; the

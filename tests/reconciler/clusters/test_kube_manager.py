@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from typing import Any
 
 import pytest
@@ -176,7 +176,7 @@ async def test_status_sync_writes_the_placed_copy_status_and_cluster_onto_the_ma
 
 
 async def test_watcher_survives_a_manager_outage_and_catches_up(
-    logs: list[dict[str, Any]], manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]]
+    logs: list[MutableMapping[str, Any]], manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]]
 ) -> None:
     server, recorder, _, known = manager
     job = server.emulator.put(*JOBS, batch_job("a"))
