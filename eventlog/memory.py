@@ -217,6 +217,7 @@ class MemoryLease:
         self._revision: int | None = None
         self._valid_until = 0.0
         self._renewer: asyncio.Task[None] | None = None
+        self.renewals = 0  # successful renewals (observable by tests)
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -268,6 +269,7 @@ class MemoryLease:
             self.lost.set()
             raise NotLeader(f"lease {self.name} was taken over or expired; {self.holder} steps down")
         self._write()
+        self.renewals += 1
 
     async def _renew_loop(self) -> None:
         while self._revision is not None:

@@ -56,6 +56,7 @@ class Lease:
         self._revision: int | None = None
         self._valid_until = 0.0
         self._renewer: asyncio.Task[None] | None = None
+        self.renewals = 0  # successful renewals (observable by tests)
         self._log = log.bind(lease=name, holder=self.holder)
 
     async def _bucket(self) -> KeyValue:
@@ -172,6 +173,7 @@ class Lease:
             self._lose("taken over or expired")
             raise NotLeader(f"lease {self.name} was taken over or expired; {self.holder} steps down") from err
         self._valid_until = sent + self.ttl_s * _VALID_FRACTION
+        self.renewals += 1
 
     def _lose(self, why: str) -> None:
         if not self.lost.is_set():

@@ -5,9 +5,9 @@ the StatefulSet's own probe paths."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +15,7 @@ from typing import Any
 
 from eventlog.embedded import find_binary, free_port
 from tests.deploy.conftest import find, one, rendered
+from tests.waiting import eventually_blocking
 
 OVERLAY = "overlays/cert-manager"
 
@@ -64,19 +65,15 @@ def local_conf(conf: str, *, node: int, client: int, monitor: int, clusters: lis
 
 
 def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
+    def ok() -> bool:
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except Exception as err:  # not up yet
-            last = err
-        time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer 200 within {timeout_s}s: {last}")
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+
+    # not up yet: refused, reset, an error status (HTTPError is an OSError), a half-written answer
+    errors = (OSError, http.client.HTTPException)
+    eventually_blocking(ok, timeout_s=timeout_s, interval_s=0.2, ignoring=errors, what=f"200 from {url}")
 
 
 class NatsCluster:

@@ -9,7 +9,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.deploy.conftest import REPO, find, one, rendered
+from tests.waiting import eventually_blocking
 
 OVERLAY = "overlays/self-signed"
 SERVICE_HOST = "kdispatch-webhook.kdispatch-system.svc"
@@ -114,18 +114,22 @@ def wait_status(
     url: str, *, context: ssl.SSLContext | None, proc: subprocess.Popen[bytes], timeout_s: float
 ) -> int:
     """The first 200 from ``url`` (retrying connection errors and non-200 answers)."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
+
+    def status() -> int:
         if proc.poll() is not None:
             raise AssertionError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            with urllib.request.urlopen(url, context=context, timeout=2) as response:
-                return int(response.status)
-        except (urllib.error.URLError, ConnectionError, ssl.SSLError, TimeoutError) as err:
-            last = err  # not listening yet, or 503 until NATS answers
-        time.sleep(0.2)
-    raise AssertionError(f"{url}: {last}")
+        with urllib.request.urlopen(url, context=context, timeout=2) as response:
+            return int(response.status)
+
+    # not listening yet, or 503 (an HTTPError, a URLError) until NATS answers
+    result: int = eventually_blocking(
+        status,
+        timeout_s=timeout_s,
+        interval_s=0.2,
+        ignoring=(urllib.error.URLError, ConnectionError, ssl.SSLError, TimeoutError),
+        what=f"200 from {url}",
+    )
+    return result
 
 
 class Running:

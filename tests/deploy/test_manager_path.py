@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -42,6 +41,7 @@ from tests.deploy.processes import (
     webhook_argv,
 )
 from tests.paths import MANIFESTS
+from tests.waiting import Unmet, eventually
 
 MANIFEST = MANIFESTS / "kueue" / "jobs" / "sample-job.yaml"
 NAMESPACE = {"kubernetes.io/metadata.name": "team-a", "kdispatch.io/enabled": "true"}
@@ -148,20 +148,18 @@ async def recorded_policy(url: str, root: str, *, timeout_s: float) -> tuple[ev.
     """The leader's PolicyLoaded, and the replicas of the log and inbox streams."""
     jlog = await connect(url, replicas=3, root=root)
     try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        async def policy() -> ev.PolicyLoaded | None:
             async for batch in jlog.reader.read(from_seq=1):
                 for entry in batch:
                     if isinstance(entry.event, ev.PolicyLoaded):
-                        log_info = await jlog.js.stream_info(jlog.names.log_stream)
-                        inbox_info = await jlog.js.stream_info(jlog.names.inbox_stream)
-                        return (
-                            entry.event,
-                            log_info.config.num_replicas or 0,
-                            inbox_info.config.num_replicas or 0,
-                        )
-            await asyncio.sleep(0.3)
-        raise AssertionError(f"no PolicyLoaded in the log within {timeout_s}s")
+                        return entry.event
+            return None
+
+        loaded = await eventually(policy, timeout_s=timeout_s, interval_s=0.3, what="PolicyLoaded in the log")
+        log_info = await jlog.js.stream_info(jlog.names.log_stream)
+        inbox_info = await jlog.js.stream_info(jlog.names.inbox_stream)
+        return loaded, log_info.config.num_replicas or 0, inbox_info.config.num_replicas or 0
     finally:
         await jlog.close()
 
@@ -170,15 +168,18 @@ async def decisions_about(url: str, root: str, name: str, *, timeout_s: float) -
     """The log entries about team-a/<name>, once a decision about it was appended."""
     jlog = await connect(url, replicas=3, root=root)
     try:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        async def decided() -> list[ev.LogEntry] | Unmet:
             about = []
             async for batch in jlog.reader.read(from_seq=1):
                 about += [e for e in batch if getattr(getattr(e.event, "job", None), "name", None) == name]
-            if any(ev.is_decision(e.event) for e in about):
-                return about
-            await asyncio.sleep(0.3)
-        raise AssertionError(f"no decision about team-a/{name} within {timeout_s}s")
+            kinds = [type(e.event).__name__ for e in about]
+            return about if any(ev.is_decision(e.event) for e in about) else Unmet(kinds)
+
+        result: list[ev.LogEntry] = await eventually(
+            decided, timeout_s=timeout_s, interval_s=0.3, what=f"a decision about team-a/{name}"
+        )
+        return result
     finally:
         await jlog.close()
 

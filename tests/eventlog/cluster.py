@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from eventlog.embedded import EmbeddedError, EmbeddedNats, free_port
+from tests.waiting import eventually_blocking
 
 
 @contextlib.contextmanager
@@ -55,8 +55,8 @@ def _start_three(tmp_path: Path, *, attempts: int = 3) -> list[EmbeddedNats]:
 def meta_leader(nodes: list[EmbeddedNats], *, timeout_s: float = 30.0) -> EmbeddedNats:
     """The node that leads the JetStream meta group (creates consumers, places streams), as its
     monitoring endpoint says once the group has elected one."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def elected() -> EmbeddedNats | None:
         for node in nodes:
             if not node.running():
                 continue
@@ -66,6 +66,7 @@ def meta_leader(nodes: list[EmbeddedNats], *, timeout_s: float = 30.0) -> Embedd
                 for candidate in nodes:
                     if leader and candidate.server_name == leader:
                         return candidate
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no JetStream meta leader within {timeout_s}s")
-        time.sleep(0.1)
+        return None
+
+    leader: EmbeddedNats = eventually_blocking(elected, timeout_s=timeout_s, what="a JetStream meta leader")
+    return leader

@@ -15,6 +15,7 @@ from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.store import LogError
 from tests.eventlog.cluster import three_nodes
+from tests.waiting import Unmet, eventually
 
 N = 600
 
@@ -74,8 +75,7 @@ async def test_stop_the_leader_node_while_publishing_and_sequencing(cluster: lis
         done = asyncio.Event()
         producer = asyncio.create_task(publish_all(producer_log, acked))
         sequencer = asyncio.create_task(sequence_until(jlog, done=done, appended=appended))
-        while len(appended) < N // 3:
-            await asyncio.sleep(0.02)
+        await eventually(lambda: len(appended) >= N // 3 or Unmet(len(appended)), timeout_s=60, what=f"{N // 3} appended")
         appended_before_stop = list(appended)
         await asyncio.to_thread(leader_node.stop)  # SIGTERM the log stream's leader mid-stream
         await asyncio.wait_for(producer, 60)

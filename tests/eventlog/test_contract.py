@@ -19,6 +19,7 @@ from eventlog.jetstream import connect
 from eventlog.memory import MemoryLog
 from eventlog.store import Fenced, InboxItem, LogError, NotLeader
 from tests.eventlog import samples
+from tests.waiting import Unmet, eventually
 
 AT = 1_700_000_000_000
 
@@ -251,7 +252,9 @@ class LogContract:
         await first.acquire(timeout_s=5)
         assert first.valid()
         assert not await second.try_acquire()  # held and renewed: the second waits
-        await asyncio.sleep(2.3)  # longer than the TTL: renewals keep it
+        # Renewed every third of the TTL: after the fourth renewal, the first write is older than
+        # the TTL and only the renewals can have kept the key.
+        await eventually(lambda: first.renewals >= 4 or Unmet(first.renewals), what="four renewals")
         assert not await second.try_acquire()
         assert await second.current_holder() == "first"
 

@@ -8,10 +8,12 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from eventlog import codec
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
+from tests.waiting import Unmet, eventually
 
 N = 1000  # at least this many inbox entries, published while the sequencers come and go
 ROOT_DIR = Path(__file__).resolve().parents[2]
@@ -36,13 +38,13 @@ async def resumed_line(proc: subprocess.Popen[bytes]) -> str:
 
 
 async def wait_for_log(jslog: JetStreamLog, at_least: int, proc: subprocess.Popen[bytes]) -> int:
-    for _ in range(600):
+    async def last_seq() -> Any:
         last = await jslog.reader.last_seq()
-        if last >= at_least:
-            return last
         assert proc.poll() is None, "the sequencer process died on its own"
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"log stuck at {await jslog.reader.last_seq()} entries, wanted {at_least}")
+        return last if last >= at_least else Unmet(f"last seq {last}")
+
+    result: int = await eventually(last_seq, timeout_s=30, what=f"the log to reach {at_least} entries")
+    return result
 
 
 async def test_kill_9_mid_stream_then_restart_copies_every_inbox_entry_once(
@@ -76,15 +78,16 @@ async def test_kill_9_mid_stream_then_restart_copies_every_inbox_entry_once(
         procs.append(start(nats_url, root, "leader-final"))
         resumed.append(await resumed_line(procs[-1]))
         await wait_for_log(jslog, await jslog.reader.last_seq() + 100, procs[-1])
-        while published < N:
-            await asyncio.sleep(0.05)
+        await eventually(lambda: published >= N or Unmet(published), timeout_s=60, what=f"{N} facts published")
         stop_producing.set()
         await producer
-        for _ in range(600):
-            entries = [e async for batch in jslog.reader.read() for e in batch]
-            if max((e.inbox_seq or 0 for e in entries), default=0) == published:
-                break
-            await asyncio.sleep(0.05)
+
+        async def all_copied() -> Any:
+            read = [e async for batch in jslog.reader.read() for e in batch]
+            last = max((e.inbox_seq or 0 for e in read), default=0)
+            return read if last == published else Unmet(f"copied up to inbox seq {last} of {published}")
+
+        entries = await eventually(all_copied, timeout_s=30, what="every published fact copied to the log")
     finally:
         producer.cancel()
         for proc in procs:

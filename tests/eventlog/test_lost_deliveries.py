@@ -3,11 +3,10 @@ the server does not resend them, so the reader must notice the hole and ask agai
 
 from __future__ import annotations
 
-import asyncio
-
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from eventlog.jetstream.fetch import StreamFetcher
+from tests.waiting import Unmet, eventually
 
 N = 20
 
@@ -16,10 +15,7 @@ async def drop_one_delivery(fetcher: StreamFetcher, *, index: int) -> None:
     """Remove the ``index``-th queued delivery, as a dropped connection would have."""
     queue = fetcher._queue
     assert queue is not None
-    for _ in range(200):
-        if queue.qsize() > index:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: queue.qsize() > index or Unmet(queue.qsize()), what=f"{index + 1} deliveries queued")
     held = [queue.get_nowait() for _ in range(queue.qsize())]
     del held[index]
     for msg in held:

@@ -9,7 +9,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from eventlog.embedded import free_port
+from tests.waiting import eventually_blocking
 
 
 @dataclass
@@ -71,20 +71,21 @@ def start_webhook(
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2], env={**os.environ})
     hook = Webhook(port=port, ca=data_dir / "webhook-tls" / "ca.crt", root=root, proc=proc, log=log)
-    deadline = time.monotonic() + 60
     path = "/readyz" if wait_ready else "/healthz"
-    while True:
+
+    def answers() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"python -m webhook exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            if hook.ca.exists() and hook.request("GET", path)[0] == 200:
-                return hook
-        except (OSError, ssl.SSLError, http.client.HTTPException):
-            pass
-        if time.monotonic() > deadline:
-            hook.stop()
-            raise RuntimeError(f"webhook not {path} after 60s:\n{log.read_text()}")
-        time.sleep(0.1)
+        return hook.ca.exists() and hook.request("GET", path)[0] == 200
+
+    try:
+        eventually_blocking(
+            answers, timeout_s=60, ignoring=(OSError, ssl.SSLError, http.client.HTTPException), what=f"webhook {path}"
+        )
+    except AssertionError as err:
+        hook.stop()
+        raise AssertionError(f"{err}\n{log.read_text()}") from None
+    return hook
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import os
 import re
@@ -13,7 +12,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from eventlog.embedded import EmbeddedNats, free_port
 from eventlog.jetstream import LogNames
 from eventlog.kube import kinds, names
 from tests.paths import REVIEWS
+from tests.waiting import eventually, eventually_blocking
 from tests.webhook.conftest import Webhook, review, start_webhook
 from webhook import jsonpatch
 
@@ -307,12 +306,14 @@ async def test_nats_stalled_the_review_is_answered_at_the_bound_and_shutdown_fin
                 body = review({**stored, "metadata": {**stored["metadata"], "name": "third"}}, uid="rev-s2")
                 pending = session.post(hook.url + "/validate", data=body, ssl=hook.ssl_context())
                 task = asyncio.ensure_future(pending)
-                while not task.done():  # until the review waits on the stalled publish
+
+
+                async def waiting_on_the_publish() -> bool:
+                    assert not task.done(), "the review was answered while its publish stalled"
                     metrics = (await asyncio.to_thread(hook.request, "GET", "/metrics"))[1].decode()
-                    if "kdispatch_webhook_in_flight 1.0" in metrics:
-                        break
-                    await asyncio.sleep(0.05)
-                assert not task.done()
+                    return "kdispatch_webhook_in_flight 1.0" in metrics
+
+                await eventually(waiting_on_the_publish, what="the review to wait on the stalled publish")
                 hook.proc.send_signal(signal.SIGTERM)
                 response = await task
                 assert response.status == 200
@@ -345,20 +346,17 @@ def test_exit_with_parent_leaves_no_orphan(tmp_path: Path, nats_url: str) -> Non
         assert parent.stdout is not None
         pid = int(parent.stdout.readline())
         hook = Webhook(port=port, ca=tmp_path / "webhook-tls" / "ca.crt", root="whorphan", proc=parent, log=tmp_path / "none")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ssl.SSLError):
-                if hook.ca.exists() and hook.request("GET", "/healthz")[0] == 200:
-                    break
-            time.sleep(0.1)
+        eventually_blocking(
+            lambda: hook.ca.exists() and hook.request("GET", "/healthz")[0] == 200,
+            timeout_s=60,
+            ignoring=(OSError, ssl.SSLError),
+            what="the child webhook /healthz",
+        )
         assert _alive(pid)
     finally:
         parent.kill()  # SIGKILL: the parent cannot pass anything on
         parent.wait()
-    deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(pid)
+    eventually_blocking(lambda: not _alive(pid), timeout_s=30, what=f"the orphaned webhook {pid} to exit")
 
 
 SAMPLES = sorted(p for p in REVIEWS.glob("*.json") if not p.name.startswith("k8sdocs-response"))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp.test_utils import RawTestServer
 from kubernetes_asyncio import client
 
@@ -83,13 +83,17 @@ async def api_servers() -> AsyncIterator[Callable[..., Any]]:
 
 
 class Recorder:
-    """A Reporter that keeps facts like the inbox does: the first of each message id."""
+    """A Reporter that keeps facts like the inbox does: the first of each message id. ``calls``
+    has every report, duplicates too: a component that reports a fact twice under one id is
+    hidden by the inbox but not by ``calls``."""
 
     def __init__(self) -> None:
         self.events: list[ev.InputEvent] = []
         self.ids: set[str] = set()
+        self.calls: list[ev.InputEvent] = []
 
     async def report(self, event: ev.InputEvent, *, msg_id: str) -> None:
+        self.calls.append(event)
         if msg_id not in self.ids:
             self.ids.add(msg_id)
             self.events.append(event)
@@ -97,18 +101,21 @@ class Recorder:
     def of(self, kind: type[Any]) -> list[Any]:
         return [e for e in self.events if isinstance(e, kind)]
 
+    def reported(self, kind: type[Any], name: str) -> list[Any]:
+        """Every report of ``kind`` about the job ``name``, duplicates included."""
+        return [e for e in self.calls if isinstance(e, kind) and e.job.name == name]
 
-async def eventually(check: Callable[[], Any], *, timeout_s: float = 10.0, what: str = "condition") -> Any:
-    """Poll until ``check()`` is truthy (a bound on waiting, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if loop.time() > end:
-            raise AssertionError(f"{what} did not happen within {timeout_s}s")
-        await asyncio.sleep(0.02)
+
+@pytest.fixture
+def logs() -> Iterator[list[MutableMapping[str, Any]]]:
+    """The structlog entries logged during the test (``event`` is the entry's name): what a
+    component logs when it handles something is an event a test can wait for."""
+    with structlog.testing.capture_logs() as entries:
+        yield entries
+
+
+def logged(entries: list[MutableMapping[str, Any]], event: str) -> list[MutableMapping[str, Any]]:
+    return [e for e in entries if e.get("event") == event]
 
 
 def batch_job(

@@ -1,6 +1,8 @@
-"""kmock's KubernetesEmulator, extended where it falls short of the real API server.
+"""A Kubernetes API server stand-in on kmock's public API: ``kmock.KubernetesScaffold`` answers
+discovery and renders errors as Kubernetes ``Status`` objects; the object store and the verbs are
+kept here, registered as kmock fallback reactions.
 
-What the real API does and plain kmock does not, added here (so the adapter stays honest):
+What the real API does and kmock's own KubernetesEmulator does not (so the adapter stays honest):
 - ``metadata.uid``, ``resourceVersion`` (one counter per server), ``creationTimestamp``,
   ``generation`` (bumped on spec changes only);
 - create of an existing name -> 409 AlreadyExists; delete honours ``preconditions.uid`` (409);
@@ -12,6 +14,8 @@ What the real API does and plain kmock does not, added here (so the adapter stay
   ``timeoutSeconds`` ends a watch;
 - resources must be declared (``serve(...)``): an undeclared one is a 404, like a CRD that is not
   installed.
+
+It counts the lists it served (``lists``), so a test can tell that a watcher re-listed.
 
 Run it with ``kmock.Server(emulator, port=...)``; stopping the server and starting another on the
 same port with the same emulator is a worker that went away and came back with its objects.
@@ -29,7 +33,6 @@ from typing import Any
 
 import attrs
 import kmock
-from kmock._internal import apps, rendering
 
 Key = tuple[str, str, str]  # (group, version, plural)
 
@@ -84,7 +87,7 @@ class _Watcher:
 
 
 @attrs.define(kw_only=True)
-class KubeApiEmulator(kmock.KubernetesEmulator):
+class KubeApiEmulator(kmock.KubernetesScaffold):
     name: str = "cluster"
     _store: dict[Key, dict[tuple[str, str], dict[str, Any]]] = attrs.field(factory=dict, init=False)
     _history: list[tuple[int, Key, str, dict[str, Any]]] = attrs.field(factory=list, init=False)
@@ -92,11 +95,18 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
     _rv: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
     _last_rv: int = attrs.field(default=0, init=False)
     _watchers: list[_Watcher] = attrs.field(factory=list, init=False)
+    _lists: dict[Key, int] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
-        super().__attrs_post_init__()
+        super().__attrs_post_init__()  # discovery, and a 404 for what nothing below answers
         # kubernetes-asyncio's VersionApi asks for "/version/"; the real server answers both.
-        self.fallback["get /version/"] << self._serve_server_version
+        self.fallback["get /version/"] << self._serve_version_info
+        self.fallback[kmock.action.LIST] << self._serve_list  # and watch=True (see there)
+        self.fallback[kmock.action.WATCH] << self._serve_watch
+        self.fallback[kmock.action.FETCH] << self._serve_fetch
+        self.fallback[kmock.action.CREATE] << self._serve_create
+        self.fallback[kmock.action.UPDATE] << self._serve_update
+        self.fallback[kmock.action.DELETE] << self._serve_delete
 
     # -- declaring resources, test-side access ---------------------------------------------------
 
@@ -132,6 +142,26 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
             (group, version, plural), namespace, name, {"status": status}, subresource="status"
         )
 
+    def remove(self, group: str, version: str, plural: str, namespace: str, name: str) -> None:
+        """Remove an object without a watch event: what a watcher that was disconnected (or
+        whose watch lost the event) finds out only by listing again."""
+        del self._store[(group, version, plural)][(namespace, name)]
+
+    def update(
+        self, group: str, version: str, plural: str, namespace: str, name: str, body: Any
+    ) -> dict[str, Any]:
+        """A merge patch of the object (not its status), as a client's PATCH."""
+        return self._patch((group, version, plural), namespace, name, body, subresource=None)
+
+    def created(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        """Every object created in the resource, in order (deleted ones too)."""
+        key = (group, version, plural)
+        return [copy.deepcopy(obj) for _, k, kind, obj in self._history if k == key and kind == "ADDED"]
+
+    def lists(self, group: str, version: str, plural: str) -> int:
+        """How many lists (not watches) of the resource were served."""
+        return self._lists.get((group, version, plural), 0)
+
     def drop_watches(self) -> None:
         """End every open watch stream, as a crashing server drops its connections."""
         for w in self._watchers:
@@ -144,11 +174,21 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
 
     # -- the API ----------------------------------------------------------------------------------
 
-    async def _handle(self, request: rendering.Request) -> Any:
-        # Skip KubernetesEmulator's own bookkeeping: the handlers below keep the state.
-        return await apps.RawHandler._handle(self, request)
+    async def _serve_version_info(self, _request: kmock.Request) -> Any:
+        # every field: kubernetes-asyncio's VersionInfo rejects a missing one
+        return {
+            "major": "1",
+            "minor": "31",
+            "gitVersion": "v1.31.0",
+            "gitCommit": "0" * 40,
+            "gitTreeState": "clean",
+            "buildDate": "2024-08-13T00:00:00Z",
+            "goVersion": "go1.22.5",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
 
-    def _key(self, request: rendering.Request) -> Key:
+    def _key(self, request: kmock.Request) -> Key:
         res = request.resource
         assert res is not None
         key = (str(res.group or ""), str(res.version or ""), str(res.plural or ""))
@@ -210,18 +250,18 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         self._emit(key, "MODIFIED", updated)
         return copy.deepcopy(updated)
 
-    async def _serve_create(self, request: rendering.Request) -> Any:
+    async def _serve_create(self, request: kmock.Request) -> Any:
         created = self._create(self._key(request), request.namespace or "", request.data or {})
-        return rendering.Response(status=201, payload=created)  # clients map only 201 to the object
+        return kmock.Response(status=201, payload=created)  # clients map only 201 to the object
 
-    async def _serve_update(self, request: rendering.Request) -> Any:
+    async def _serve_update(self, request: kmock.Request) -> Any:
         key = self._key(request)
         assert request.name is not None
         return self._patch(
             key, request.namespace or "", request.name, request.data, subresource=request.subresource
         )
 
-    async def _serve_delete(self, request: rendering.Request) -> Any:
+    async def _serve_delete(self, request: kmock.Request) -> Any:
         key = self._key(request)
         current = self._store[key].get((request.namespace or "", request.name or ""))
         if current is None:
@@ -236,13 +276,13 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
         self._emit(key, "DELETED", current)
         return copy.deepcopy(current)
 
-    async def _serve_fetch(self, request: rendering.Request) -> Any:
+    async def _serve_fetch(self, request: kmock.Request) -> Any:
         obj = self._store[self._key(request)].get((request.namespace or "", request.name or ""))
         if obj is None:
             raise kmock.KubernetesObjectNotFoundError()
         return copy.deepcopy(obj)
 
-    def _select(self, request: rendering.Request, key: Key) -> list[dict[str, Any]]:
+    def _select(self, request: kmock.Request, key: Key) -> list[dict[str, Any]]:
         selector = request.params.get("labelSelector", "")
         out = []
         for (ns, _), obj in self._store[key].items():
@@ -252,18 +292,19 @@ class KubeApiEmulator(kmock.KubernetesEmulator):
                 out.append(copy.deepcopy(obj))
         return out
 
-    async def _serve_list(self, request: rendering.Request) -> Any:
+    async def _serve_list(self, request: kmock.Request) -> Any:
         key = self._key(request)
         if request.params.get("watch", "").lower() in ("true", "1"):
             # kubernetes-asyncio sends watch=True; kmock only recognises "true" as a watch.
             return self._serve_watch(request)
+        self._lists[key] = self._lists.get(key, 0) + 1
         return {
             "kind": "List",
             "metadata": {"resourceVersion": str(self._last_rv)},
             "items": self._select(request, key),
         }
 
-    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
         key = self._key(request)
         yield b""
         rv_text = request.params.get("resourceVersion", "")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from typing import Any
 
 import pytest
@@ -23,7 +23,8 @@ from reconciler.service.clusters.kube import KubeWorker
 from reconciler.service.clusters.reporter import InboxReporter
 from reconciler.service.clusters.simulated import SimCluster
 from reconciler.simworker import CopyState, SimWorker
-from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
+from tests.reconciler.clusters.conftest import ApiServer, batch_job, logged
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 
@@ -84,6 +85,10 @@ async def actuators(jslog: JetStreamLog) -> AsyncIterator[Callable[..., Any]]:
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
 
 
+def count(act: Actuator, metric: str, **labels: str) -> float:
+    return act.metrics.registry.get_sample_value(metric, labels) or 0.0
+
+
 def states(cluster: SimCluster) -> dict[tuple[str, int], CopyState]:
     return {(c.job.name, c.attempt): c.state for c in cluster.model.copies()}
 
@@ -124,11 +129,14 @@ async def test_requests_to_a_silent_cluster_are_retried_until_it_answers(
 ) -> None:
     east = sim("east")
     east.silence(None)
-    await actuators({"east": east})
+    act = await actuators({"east": east})
     leader = Leader(jslog)
     await leader.inputs(submitted(1))
     await leader.decide(ev.Nominated(job=job(1), clusters=["east"], attempt=1))
-    await asyncio.sleep(0.3)
+    await eventually(
+        lambda: count(act, "kdispatch_actuator_retries_total", cluster="east", why="unreachable"),
+        what="the create sent to the silent cluster, and to be retried",
+    )
     assert states(east) == {}  # the request was lost: nothing there yet
     east.recover()
     await eventually(
@@ -172,19 +180,24 @@ async def test_two_actuators_on_one_log_create_each_kubernetes_copy_once(
     leader = Leader(jslog)
     n = 12
     await leader.inputs(*(submitted(i) for i in range(n)))
-    await actuators({"w1": worker()})
-    await actuators({"w1": worker()})
+    both = [await actuators({"w1": worker()}), await actuators({"w1": worker()})]
     await leader.decide(*(ev.Nominated(job=job(i), clusters=["w1"], attempt=1) for i in range(n)))
     emu = server.emulator
-    await eventually(lambda: len(emu.objects("batch", "v1", "jobs")) == n, what="all copies")
-    await asyncio.sleep(0.3)
-    added = [h for h in emu._history if h[2] == "ADDED" and h[1][2] == "jobs"]
-    assert len(added) == n  # each copy created exactly once, though both actuators applied it
+    await eventually(
+        lambda: (
+            [count(a, "kdispatch_actuator_applied_total", cluster="w1", intent="run") for a in both] == [n, n]
+        ),
+        what=f"both actuators to have applied all {n} creates",
+    )
+    assert len(emu.objects("batch", "v1", "jobs")) == n
+    assert len(emu.created("batch", "v1", "jobs")) == n  # each copy created once, though applied twice
     await leader.decide(*(ev.Withdrawn(job=job(i), cluster="w1", attempt=1) for i in range(n)))
     await eventually(lambda: not emu.objects("batch", "v1", "jobs"), what="all copies withdrawn")
 
 
-async def test_the_actuator_and_observers_ride_out_a_nats_restart(tmp_path: Any) -> None:
+async def test_the_actuator_and_observers_ride_out_a_nats_restart(
+    tmp_path: Any, logs: list[MutableMapping[str, Any]]
+) -> None:
     """Its own nats-server (the session's is shared): stopped under a running actuator and a
     simulated cluster, then started again on the same port and store. Nothing crashes; the
     decision appended after the restart is applied, the facts held meanwhile arrive."""
@@ -205,11 +218,26 @@ async def test_the_actuator_and_observers_ride_out_a_nats_restart(tmp_path: Any)
         await leader.decide(ev.Nominated(job=job(1), clusters=["east"], attempt=1))
         await eventually(lambda: ("job-1", 1) in states(east), what="job-1 created")
         server.stop()
-        await asyncio.sleep(1.0)  # reads and heartbeats fail meanwhile; both keep trying
+        # The client sees the server go; the heartbeat publish fails, and is tried again and fails
+        # again: the observer keeps trying past a failure. (The actuator's reads just find nothing.)
+        await eventually(
+            lambda: logged(logs, "nats_disconnected"), what="the NATS client to see the server go"
+        )
+        await eventually(
+            lambda: len(logged(logs, "fact_publish_failed")) >= 2, what="a heartbeat publish to fail twice"
+        )
         assert not any(t.done() for t in tasks)
         server.start()
         leader = Leader(jlog)  # the leader resumes from the log after the restart
-        await _retry(lambda: leader.decide(ev.Nominated(job=job(2), clusters=["east"], attempt=1)))
+
+        async def decide() -> bool:
+            await leader.decide(ev.Nominated(job=job(2), clusters=["east"], attempt=1))
+            return True
+
+        # the client is still reconnecting meanwhile
+        await eventually(
+            decide, timeout_s=30, interval_s=0.2, ignoring=(Exception,), what="a decision appended"
+        )
         await eventually(
             lambda: ("job-2", 1) in states(east), timeout_s=30, what="job-2 created after restart"
         )
@@ -219,13 +247,3 @@ async def test_the_actuator_and_observers_ride_out_a_nats_restart(tmp_path: Any)
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
         await jlog.close()
         server.stop()
-
-
-async def _retry(call: Callable[[], Any], *, attempts: int = 50) -> None:
-    for _ in range(attempts):
-        try:
-            await call()
-            return
-        except Exception:  # the client is still reconnecting
-            await asyncio.sleep(0.2)
-    await call()

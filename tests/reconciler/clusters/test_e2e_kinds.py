@@ -24,8 +24,9 @@ from reconciler.policy import policy_event
 from reconciler.service.loop import LoopSettings, wait_ready
 from reconciler.service.wiring import Settings, running
 from tests.reconciler.clusters import admission
-from tests.reconciler.clusters.conftest import ApiServer, eventually
-from tests.reconciler.clusters.test_e2e_kube import _eventually_async, kubeconfig, log_entries
+from tests.reconciler.clusters.conftest import ApiServer
+from tests.reconciler.clusters.test_e2e_kube import kubeconfig, log_entries
+from tests.waiting import eventually
 
 Res = tuple[str, str, str]  # (group, version, plural)
 JOBSETS: Res = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -227,7 +228,7 @@ async def test_a_held_kind_is_backfilled_dispatched_released_and_synced_back(wor
     async def placed() -> bool:
         return any(p.cluster == "w1" for p in await world.decided(ev.Placed, name))
 
-    await _eventually_async(placed, what=f"{case} placed")
+    await eventually(placed, timeout_s=20, what=f"{case} placed")
     await eventually(
         lambda: (
             world.manager_obj(res, name).get("status") == running
@@ -262,7 +263,7 @@ async def test_an_update_reported_by_the_webhook_and_the_watcher_is_logged_once(
             for record in records:
                 await world.jlog.inbox.publish(record.event, msg_id=record.msg_id)
         body = {"metadata": after["metadata"], "spec": after["spec"]}
-        world.manager.emulator._patch(PYTORCHJOBS, "team-a", "grow", body, subresource=None)
+        world.manager.emulator.update(*PYTORCHJOBS, "team-a", "grow", body)
 
     await user_update(5, webhook_publishes=True)
     # a second change whose record the webhook lost: the watcher alone reports it, after the first
@@ -272,7 +273,7 @@ async def test_an_update_reported_by_the_webhook_and_the_watcher_is_logged_once(
     async def two_updates() -> list[Any]:
         return [u for u in await world.decided(ev.JobUpdated, "grow") if u.pod_sets[-1].count == 6]
 
-    await _eventually_async(two_updates, what="the second update logged")
+    await eventually(two_updates, timeout_s=20, what="the second update logged")
     updates = await world.decided(ev.JobUpdated, "grow")
     assert [u.pod_sets[-1].count for u in updates] == [5, 6]
     assert all(u.job.uid == stored["metadata"]["uid"] for u in updates)

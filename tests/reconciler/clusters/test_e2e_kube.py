@@ -27,7 +27,8 @@ from reconciler.policy import policy_event
 from reconciler.service.child import Supervised
 from reconciler.service.loop import LoopSettings, wait_ready
 from reconciler.service.wiring import Settings, running
-from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
+from tests.reconciler.clusters.conftest import ApiServer, batch_job
+from tests.waiting import eventually
 
 JOBS = ("batch", "v1", "jobs")
 WL = ("kueue.x-k8s.io", "v1beta1", "workloads")
@@ -97,7 +98,7 @@ def kueue_admits(server: ApiServer, name: str) -> None:
         wl,
         {"conditions": [{"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}]},
     )
-    emu._patch(JOBS, "team-a", name, {"spec": {"suspend": False}}, subresource=None)
+    emu.update(*JOBS, "team-a", name, {"spec": {"suspend": False}})
     emu.patch_status(*JOBS, "team-a", name, {"active": 1, "startTime": "2026-01-01T00:00:00Z"})
 
 
@@ -163,19 +164,7 @@ class World:
             ]
             return got[-1].cluster if got else None
 
-        return await _eventually_async(check, what=f"{name} placed (attempt {attempt})")
-
-
-async def _eventually_async(check: Any, *, timeout_s: float = 20.0, what: str) -> Any:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while True:
-        result = await check()
-        if result:
-            return result
-        if loop.time() > end:
-            raise AssertionError(f"{what} did not happen within {timeout_s}s")
-        await asyncio.sleep(0.05)
+        return await eventually(check, timeout_s=20, what=f"{name} placed (attempt {attempt})")
 
 
 @pytest.fixture
@@ -330,7 +319,7 @@ async def test_a_job_admitted_by_the_real_webhook_is_dispatched(world: World, tm
         ca = tmp_path / "webhook-tls" / "ca.crt"
         await eventually(ca.exists, timeout_s=30, what="webhook TLS material")
         async with AdmissionClient(f"https://127.0.0.1:{port}", ca_file=str(ca)) as api:
-            await _eventually_async(api.ready, timeout_s=30, what="webhook ready")
+            await eventually(api.ready, timeout_s=30, what="webhook ready")
             user_job = batch_job("via-webhook")
             del user_job["spec"]["managedBy"], user_job["spec"]["selector"]
             user_job["spec"]["suspend"] = False

@@ -16,7 +16,7 @@ from reconciler.service.clusters.simulated import SimCluster
 from reconciler.service.loop import LoopSettings, wait_ready
 from reconciler.service.wiring import Settings, System, running
 from reconciler.simworker import CopyState
-from tests.reconciler.clusters.conftest import eventually
+from tests.waiting import eventually
 
 GPU = "nvidia.com/gpu"
 

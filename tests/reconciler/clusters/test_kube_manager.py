@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from typing import Any
 
 import pytest
@@ -13,9 +13,11 @@ from reconciler.service.clusters.desired import Desired
 from reconciler.service.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.service.clusters.remote import Origin
 from tests.reconciler.clusters import admission
-from tests.reconciler.clusters.conftest import ApiServer, Recorder, batch_job, eventually
+from tests.reconciler.clusters.conftest import ApiServer, Recorder, batch_job, logged
+from tests.waiting import eventually
 
-JOBS = ("batch", "v1", "jobs")
+Res = tuple[str, str, str]
+JOBS: Res = ("batch", "v1", "jobs")
 
 
 @pytest.fixture
@@ -39,6 +41,39 @@ async def manager(
     await asyncio.wait_for(task, 10)
 
 
+def held(name: str, *, api_version: str, kind: str, uid: str = "") -> dict[str, Any]:
+    """A job of any kind as the webhook leaves it: with the annotations the watcher reads."""
+    meta: dict[str, Any] = {"name": name, "namespace": "team-a"}
+    meta["annotations"] = {"kdispatch.io/placement": "{}", "kdispatch.io/pod-sets": "[]"}
+    if uid:
+        meta["uid"] = uid
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": {}}
+
+
+async def relisted(
+    server: ApiServer, recorder: Recorder, known: set[str], markers: dict[Res, dict[str, Any]]
+) -> None:
+    """Make the watcher list ``markers``' resources again (their watches end, as at a resync) and
+    wait until it has handled those lists: each marker is put after its resource's list was
+    served, so it is reported only once the watcher went past that list, to the watch after it.
+    Whatever the re-list would have made it report, it has reported by then."""
+    emu = server.emulator
+    before = {res: emu.lists(*res) for res in markers}
+    emu.drop_watches()
+    await eventually(
+        lambda: all(emu.lists(*res) > n for res, n in before.items()), what=f"a re-list of {list(markers)}"
+    )
+    names = set()
+    for res, marker in markers.items():
+        put = emu.put(*res, marker)
+        known.add(put["metadata"]["uid"])
+        names.add(put["metadata"]["name"])
+    await eventually(
+        lambda: names <= {o.job.name for o in recorder.of(ev.JobObserved)},
+        what=f"the markers {sorted(names)}, put after the re-list, reported",
+    )
+
+
 async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
     manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]],
 ) -> None:
@@ -55,18 +90,17 @@ async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
     assert observed[0].job.uid == uid
     assert not observed[0].suspended  # held by kdispatch (managedBy MultiKueue), not by the user
     # our own writes (annotation, status) are not spec changes: no JobUpdated for them, and
-    # re-lists (every second here) do not record the job again
+    # re-lists do not record the job again
     emu.patch_status(*JOBS, "team-a", "train", {"active": 1})
-    await asyncio.sleep(1.5)
-    assert len(recorder.of(ev.JobObserved)) == 1 and not recorder.of(ev.JobUpdated)
+    await relisted(server, recorder, known, {JOBS: batch_job("marker")})
+    assert len(recorder.reported(ev.JobObserved, "train")) == 1
+    assert not recorder.reported(ev.JobUpdated, "train")
     # a spec change is, through the webhook (which rewrites the pod sets it computed), and the
     # watcher reports it under the id the webhook recorded it with: the inbox keeps one
     before = emu.get(*JOBS, "team-a", "train")
     assert before is not None
     after, records = admission.updated(before, {**before, "spec": {**before["spec"], "parallelism": 3}})
-    emu._patch(
-        JOBS, "team-a", "train", {"metadata": after["metadata"], "spec": after["spec"]}, subresource=None
-    )
+    emu.update(*JOBS, "team-a", "train", {"metadata": after["metadata"], "spec": after["spec"]})
     updated = await eventually(lambda: recorder.of(ev.JobUpdated), what="JobUpdated")
     assert len(updated) == 1
     assert updated[0].pod_sets == [
@@ -75,7 +109,7 @@ async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
     [record] = records
     assert record.msg_id in recorder.ids and record.event.pod_sets == updated[0].pod_sets
     # removed without a watch event (as if while disconnected): the next re-list notices
-    del emu._store[JOBS][("team-a", "train")]
+    emu.remove(*JOBS, "team-a", "train")
     deleted = await eventually(lambda: recorder.of(ev.JobDeleted), what="JobDeleted on re-list")
     assert deleted == [ev.JobDeleted(job=observed[0].job)]
 
@@ -83,7 +117,7 @@ async def test_watcher_reports_observed_updated_deleted_for_placed_jobs_only(
 async def test_watcher_backfills_a_job_the_log_does_not_know(
     manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]],
 ) -> None:
-    server, recorder, _, known = manager
+    server, recorder, watcher, known = manager
     recorded = server.emulator.put(*JOBS, batch_job("recorded"))
     known.add(recorded["metadata"]["uid"])
     lost = batch_job("lost", gpus=2, parallelism=4)
@@ -94,8 +128,12 @@ async def test_watcher_backfills_a_job_the_log_does_not_know(
     )
     missing = server.emulator.put(*JOBS, lost)
     submitted = await eventually(lambda: recorder.of(ev.JobSubmitted), what="backfilled JobSubmitted")
-    await asyncio.sleep(0.5)  # another backfill round: still one record
-    assert len(recorder.of(ev.JobSubmitted)) == 1
+    # the next re-list shows it again, and the log still does not know it (the fact is on its
+    # way): another backfill round records nothing more
+    await relisted(server, recorder, known, {JOBS: batch_job("marker")})
+    assert await watcher.backfill_due() == 0
+    assert len(recorder.reported(ev.JobSubmitted, "lost")) == 1
+    assert not recorder.reported(ev.JobSubmitted, "recorded")
     sub = submitted[0]
     assert sub.source == "watch"
     assert sub.job == ev.JobRef(namespace="team-a", name="lost", uid=missing["metadata"]["uid"])
@@ -138,15 +176,17 @@ async def test_status_sync_writes_the_placed_copy_status_and_cluster_onto_the_ma
 
 
 async def test_watcher_survives_a_manager_outage_and_catches_up(
-    manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]],
+    logs: list[MutableMapping[str, Any]], manager: tuple[ApiServer, Recorder, ManagerWatcher, set[str]]
 ) -> None:
     server, recorder, _, known = manager
     job = server.emulator.put(*JOBS, batch_job("a"))
     known.add(job["metadata"]["uid"])
     await eventually(lambda: recorder.of(ev.JobObserved), what="JobObserved")
     await server.kill()
-    await asyncio.sleep(0.3)  # the watcher is retrying with back-off meanwhile
-    del server.emulator._store[JOBS][("team-a", "a")]  # deleted while we could not see it
+    await eventually(
+        lambda: logged(logs, "watch_disconnected"), what="the watcher to find the manager gone"
+    )
+    server.emulator.remove(*JOBS, "team-a", "a")  # deleted while it could not see it
     b = server.emulator.put(*JOBS, batch_job("b"))
     known.add(b["metadata"]["uid"])
     await server.start()
@@ -165,35 +205,12 @@ async def test_one_watch_per_resource_on_the_first_version_the_manager_serves(
     emu.serve("kubeflow.org", "v2beta1", "mpijobs", kind="MPIJob")
     for version in ("v1beta1", "v1beta2"):
         emu.serve("kueue.x-k8s.io", version, "workloads", kind="Workload")
-    held = {"kdispatch.io/placement": "{}", "kdispatch.io/pod-sets": "[]"}
-    meta = {"namespace": "team-a", "annotations": held}
-    mpi = emu.put(
-        "kubeflow.org",
-        "v2beta1",
-        "mpijobs",
-        {
-            "apiVersion": "kubeflow.org/v2beta1",
-            "kind": "MPIJob",
-            "metadata": {"name": "mpi", **meta},
-            "spec": {},
-        },
-    )
-    wl = {"metadata": {"name": "wl", "uid": "wl-uid", **meta}, "spec": {"active": False}}
+    mpijobs: Res = ("kubeflow.org", "v2beta1", "mpijobs")
+    mpi = emu.put(*mpijobs, held("mpi", api_version="kubeflow.org/v2beta1", kind="MPIJob"))
     for version in ("v1beta1", "v1beta2"):  # the same object, as each version shows it
-        emu.put(
-            "kueue.x-k8s.io",
-            version,
-            "workloads",
-            {"apiVersion": f"kueue.x-k8s.io/{version}", "kind": "Workload", **wl},
-        )
-    calls: list[ev.InputEvent] = []
-
-    class Counting(Recorder):
-        async def report(self, event: ev.InputEvent, *, msg_id: str) -> None:
-            calls.append(event)
-            await super().report(event, msg_id=msg_id)
-
-    recorder = Counting()
+        wl = held("wl", api_version=f"kueue.x-k8s.io/{version}", kind="Workload", uid="wl-uid")
+        emu.put("kueue.x-k8s.io", version, "workloads", {**wl, "spec": {"active": False}})
+    recorder = Recorder()
     watcher = ManagerWatcher(
         server.api(role="manager", cluster="manager"), recorder, known=lambda _uid: True, resync_s=1
     )
@@ -205,8 +222,17 @@ async def test_one_watch_per_resource_on_the_first_version_the_manager_serves(
             what="both jobs observed",
         )
         assert observed
-        await asyncio.sleep(1.5)  # a re-list later: still one report each
-        assert sorted(e.job.name for e in calls if isinstance(e, ev.JobObserved)) == ["mpi", "wl"]
+        markers = {
+            mpijobs: held("mpi-marker", api_version="kubeflow.org/v2beta1", kind="MPIJob"),
+            ("kueue.x-k8s.io", "v1beta1", "workloads"): held(
+                "wl-marker", api_version="kueue.x-k8s.io/v1beta1", kind="Workload"
+            ),
+        }
+        await relisted(server, recorder, set(), markers)  # a re-list later: still one report each
+        assert len(recorder.reported(ev.JobObserved, "mpi")) == 1
+        assert len(recorder.reported(ev.JobObserved, "wl")) == 1
+        # a watch on v1beta2 would have started with the one on v1beta1, which has listed twice since
+        assert emu.lists("kueue.x-k8s.io", "v1beta2", "workloads") == 0
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)

@@ -11,7 +11,8 @@ import pytest
 from eventlog import events as ev
 from reconciler.service.clusters.base import RemoteSpec
 from reconciler.service.clusters.kube import KubeWorker
-from tests.reconciler.clusters.conftest import ApiServer, Recorder, batch_job, eventually
+from tests.reconciler.clusters.conftest import ApiServer, Recorder, batch_job
+from tests.waiting import eventually
 
 GROUP = ("batch", "v1", "jobs")
 WL = ("kueue.x-k8s.io", "v1beta1", "workloads")

@@ -12,7 +12,8 @@ import structlog
 from eventlog.kube.kinds import KindInfo
 from reconciler.service.clusters.api import KubeApi
 from reconciler.service.clusters.watch import ListWatch
-from tests.reconciler.clusters.conftest import ApiServer, batch_job, eventually
+from tests.reconciler.clusters.conftest import ApiServer, batch_job
+from tests.waiting import eventually
 
 JOBS = KindInfo(group="batch", version="v1", kind="Job", plural="jobs", family="batch")
 GROUP = ("batch", "v1", "jobs")

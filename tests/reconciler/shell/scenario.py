@@ -11,12 +11,14 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog, connect
 from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
+from tests.waiting import Unmet, eventually
 
 GPU = "nvidia.com/gpu"
 POLICY = ev.PolicyLoaded(
@@ -75,17 +77,16 @@ async def read_all(jlog: JetStreamLog) -> list[ev.LogEntry]:
 async def wait_for(
     jlog: JetStreamLog, predicate: Callable[[list[ev.LogEntry]], bool], *, timeout_s: float = 20.0
 ) -> list[ev.LogEntry]:
-    """Poll the log until ``predicate(entries)`` holds (a bound, not a timing assertion)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while True:
-        entries = await read_all(jlog)
-        if predicate(entries):
-            return entries
-        if loop.time() > end:
-            kinds = [type(e.event).__name__ for e in entries]
-            raise AssertionError(f"log never satisfied the condition; it has {len(entries)} entries: {kinds}")
-        await asyncio.sleep(0.05)
+    """Poll the log until ``predicate(entries)`` holds; those entries."""
+    seen: list[list[ev.LogEntry]] = [[]]
+
+    async def check() -> Any:
+        seen[0] = await read_all(jlog)
+        kinds = [type(e.event).__name__ for e in seen[0]]
+        return predicate(seen[0]) or Unmet(f"{len(kinds)} entries: {kinds}")
+
+    await eventually(check, timeout_s=timeout_s, what="the log to satisfy the condition")
+    return seen[0]
 
 
 def decisions_of(entries: list[ev.LogEntry], kind: type[ev.Event]) -> list[ev.LogEntry]:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from reconciler.service.child import Supervised
+from tests.waiting import eventually
 
 
 async def test_a_child_that_dies_is_restarted_and_terminated_on_stop(tmp_path: Path) -> None:
@@ -21,10 +22,11 @@ async def test_a_child_that_dies_is_restarted_and_terminated_on_stop(tmp_path: P
     child = Supervised("test", [sys.executable, "-c", script], grace_s=5, on_restart=lambda: restarts.append(1))
     stop = asyncio.Event()
     task = asyncio.create_task(child.run(stop))
-    for _ in range(400):
-        if starts.exists() and len(starts.read_text()) == 3 and child.proc is not None and child.proc.returncode is None:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: starts.exists() and len(starts.read_text()) == 3 and child.proc is not None and child.proc.returncode is None,
+        timeout_s=20,
+        what="the third start, still running",
+    )
     assert child.starts == 3 and len(restarts) == 2
     proc = child.proc
     assert proc is not None and proc.returncode is None

@@ -18,6 +18,7 @@ from pathlib import Path
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog, connect
 from tests.eventlog.cluster import meta_leader, three_nodes
+from tests.waiting import eventually
 
 from .scenario import decisions_of, publish_clusters, read_all, submission
 
@@ -40,18 +41,15 @@ async def _until(
     jlog: JetStreamLog, check: Callable[[list[ev.LogEntry]], bool], *, timeout_s: float, what: str
 ) -> list[ev.LogEntry]:
     """Poll the log (through NATS errors: the observer's reads fail over too) until ``check``."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    last_error = ""
-    while loop.time() < end:
-        try:
-            entries = await asyncio.wait_for(read_all(jlog), 2.0)
-            if check(entries):
-                return entries
-        except Exception as err:  # the observer's own requests may hit the dead node
-            last_error = repr(err)
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout_s}s (last read error: {last_error or 'none'})")
+    seen: list[list[ev.LogEntry]] = [[]]
+
+    async def attempt() -> bool:
+        seen[0] = await asyncio.wait_for(read_all(jlog), 2.0)
+        return check(seen[0])
+
+    # any error: the observer's own requests may hit the dead node
+    await eventually(attempt, timeout_s=timeout_s, interval_s=0.1, ignoring=(Exception,), what=what)
+    return seen[0]
 
 
 def _nominated(entries: list[ev.LogEntry]) -> set[str]:
@@ -82,12 +80,13 @@ async def test_sequencing_resumes_soon_after_the_connected_server_dies(tmp_path:
             victim.kill()
             # Published through the survivors right after the kill (retried while the inbox
             # stream elects a new leader, if it was on the victim).
-            for _ in range(100):
-                try:
-                    await observer.inbox.publish(submission(1), msg_id="submit/1", timeout_s=1.0)
-                    break
-                except Exception:
-                    await asyncio.sleep(0.1)
+            await eventually(
+                lambda: observer.inbox.publish(submission(1), msg_id="submit/1", timeout_s=1.0),
+                timeout_s=60,
+                interval_s=0.1,
+                ignoring=(Exception,),
+                what="a publish through the survivors",
+            )
             entries = await _until(
                 observer,
                 lambda es: "uid-1" in _nominated(es),

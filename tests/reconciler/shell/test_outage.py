@@ -11,17 +11,9 @@ from eventlog.jetstream import connect
 from reconciler.history.replay import replay
 from reconciler.service.leader import run_candidate
 from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
+from tests.waiting import eventually
 
 from .scenario import POLICY, decisions_of, publish_clusters, submission, wait_for
-
-
-async def _until(check: object, *, timeout_s: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while not check():  # type: ignore[operator]
-        if loop.time() > end:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
-        await asyncio.sleep(0.05)
 
 
 def _leading(loop: LeaderLoop) -> bool:
@@ -43,17 +35,18 @@ async def test_the_leader_steps_down_during_an_outage_and_leads_again_after(tmp_
         await wait_for(jlog, lambda es: any(isinstance(e.event, ev.ClusterRegistered) for e in es))
 
         await server.stop_async()
-        await _until(lambda: not _leading(loop), timeout_s=20, what="step down while NATS is gone")
+        await eventually(lambda: not _leading(loop), timeout_s=20, what="step down while NATS is gone")
         assert not candidate.done()  # stepped down, did not crash
 
         restarted = EmbeddedNats(data_dir=store, port=server.port)
         await restarted.start_async()
-        for _ in range(100):  # the client reconnects on its own; publish once it has
-            try:
-                await jlog.inbox.publish(submission(0), msg_id="after-outage", timeout_s=1.0)
-                break
-            except Exception:
-                await asyncio.sleep(0.2)
+        await eventually(  # the client reconnects on its own; publish once it has
+            lambda: jlog.inbox.publish(submission(0), msg_id="after-outage", timeout_s=1.0),
+            timeout_s=30,
+            interval_s=0.2,
+            ignoring=(Exception,),
+            what="a publish after the restart",
+        )
         entries = await wait_for(jlog, lambda es: len(decisions_of(es, ev.Nominated)) >= 1, timeout_s=60)
         assert _leading(loop)
         steps = {s.labels["reason"] for m in loop.metrics.step_downs.collect() for s in m.samples if s.value}

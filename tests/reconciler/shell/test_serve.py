@@ -11,6 +11,7 @@ import sys
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from eventlog import events as ev
 from eventlog.embedded import free_port
 from eventlog.jetstream import JetStreamLog
 from reconciler.history.replay import DecisionBatch, units
+from tests.waiting import Unmet, eventually
 
 from .scenario import admit, decisions_of, publish_clusters, read_all, submission, wait_for
 
@@ -170,19 +172,16 @@ async def _metric(port: int, name: str, *, until: float | None = None) -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             return str(resp.read().decode())
 
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 20
-    while True:
-        try:
-            text = await loop.run_in_executor(None, scrape)
-        except OSError:
-            text = ""
-        for row in text.splitlines():
-            if row.split(" ")[0] == name and (until is None or float(row.rsplit(" ", 1)[1]) == until):
-                return float(row.rsplit(" ", 1)[1])
-        if loop.time() > end:
-            raise AssertionError(f"{name} not found on :{port}/metrics")
-        await asyncio.sleep(0.1)
+    async def value() -> Any:
+        rows = [r for r in (await asyncio.to_thread(scrape)).splitlines() if r.split(" ")[0] == name]
+        values = [float(r.rsplit(" ", 1)[1]) for r in rows]
+        wanted = [v for v in values if until is None or v == until]
+        return (wanted[0],) if wanted else Unmet(f"{name} = {values}")  # a tuple: 0.0 is a value
+
+    found = await eventually(
+        value, timeout_s=20, interval_s=0.1, ignoring=(OSError,), what=f"{name} on :{port}/metrics"
+    )
+    return float(found[0])
 
 
 def test_invalid_config_stops_start_up_with_the_field_path(tmp_path: Path) -> None:
@@ -218,15 +217,15 @@ async def test_commands_read_the_embedded_log_in_the_data_dir_during_and_after_s
         )
 
     try:
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 30
-        while True:  # serve started its own nats-server on the data dir and recorded the policy
-            if url_file.exists():
-                during = await loop.run_in_executor(None, kd, "log")
-                if "PolicyLoaded" in during.stdout:
-                    break
-            assert proc.poll() is None and loop.time() < end, "serve did not start"
-            await asyncio.sleep(0.2)
+        async def logged_policy() -> Any:
+            assert proc.poll() is None, f"serve exited with {proc.returncode}"
+            if not url_file.exists():
+                return Unmet(f"no {url_file}")
+            during = await asyncio.to_thread(kd, "log")
+            return during if "PolicyLoaded" in during.stdout else Unmet(during.stdout[-300:])
+
+        # serve started its own nats-server on the data dir and recorded the policy
+        during = await eventually(logged_policy, timeout_s=30, interval_s=0.2, what="serve's PolicyLoaded in `log`")
         assert during.stdout.split()[:1] == ["1"] and "solo" not in during.stderr
         proc.send_signal(signal.SIGTERM)
         assert await _wait_exit(proc, 30) == 0

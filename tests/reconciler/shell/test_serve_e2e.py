@@ -13,12 +13,14 @@ import ssl
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from eventlog import events as ev
 from eventlog.embedded import free_port
 from eventlog.jetstream import JetStreamLog
+from tests.waiting import eventually
 
 from .scenario import decisions_of, submission, wait_for
 
@@ -115,19 +117,15 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-async def _until(check: object, *, timeout_s: float, what: str) -> object:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while True:
-        try:
-            value = await loop.run_in_executor(None, check)  # type: ignore[arg-type]
-            if value:
-                return value
-        except (OSError, ssl.SSLError):
-            pass
-        if loop.time() > end:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
-        await asyncio.sleep(0.1)
+async def _until(check: Callable[[], object], *, timeout_s: float, what: str) -> object:
+    """``check`` (blocking: HTTPS requests) in a thread until truthy; not listening yet is not yet."""
+    return await eventually(
+        lambda: asyncio.to_thread(check),
+        timeout_s=timeout_s,
+        interval_s=0.1,
+        ignoring=(OSError, ssl.SSLError),
+        what=what,
+    )
 
 
 def _scrape(port: int) -> str:
