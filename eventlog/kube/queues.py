@@ -203,12 +203,39 @@ def requirement_matches(requirement: LabelRequirement, labels: Mapping[str, str]
 # ---- lookups -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Index:
+    cluster_queues: dict[str, ClusterQueueSpec]
+    local_queues: dict[str, list[LocalQueueSpec]]  # namespace -> its LocalQueues by name
+
+
+_last: tuple[QueuesConfigured, _Index] | None = None
+
+
+def _index(config: QueuesConfigured) -> _Index:
+    """Lookups by name, built once per config (the webhook resolves every review against the same
+    one): a memo of a pure function, so answers do not depend on it."""
+    global _last
+    last = _last
+    if last is not None and last[0] is config:
+        return last[1]
+    by_namespace: dict[str, list[LocalQueueSpec]] = {}
+    for lq in config.local_queues:
+        by_namespace.setdefault(lq.namespace, []).append(lq)
+    index = _Index(
+        cluster_queues={cq.name: cq for cq in config.cluster_queues},
+        local_queues={ns: sorted(lqs, key=lambda lq: lq.name) for ns, lqs in by_namespace.items()},
+    )
+    _last = (config, index)
+    return index
+
+
 def _cluster_queue(config: QueuesConfigured, name: str) -> ClusterQueueSpec | None:
-    return next((cq for cq in config.cluster_queues if cq.name == name), None)
+    return _index(config).cluster_queues.get(name)
 
 
 def _queues_in(config: QueuesConfigured, namespace: str) -> list[LocalQueueSpec]:
-    return sorted((lq for lq in config.local_queues if lq.namespace == namespace), key=lambda lq: lq.name)
+    return _index(config).local_queues.get(namespace, [])
 
 
 def _usable(config: QueuesConfigured, namespace: str) -> list[str]:

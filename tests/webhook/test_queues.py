@@ -329,3 +329,37 @@ async def test_python_m_webhook_with_queues_resolves_and_denies(nats_url: str, t
         assert answer["allowed"] is False and 'did you mean "training"?' in answer["status"]["message"]
     finally:
         assert process.stop() == 0, process.log.read_text()
+
+
+# ---- the decision alone (webhook/admit.py), for the cases the HTTPS tests do not reach ------------
+
+
+def _decide(decide: Any, obj: dict[str, Any] | None, settings: admit.Settings, **kw: Any) -> admit.Outcome:
+    _, request = decode_review(review(obj, uid="u", **kw))
+    outcome: admit.Outcome = decide(request, settings)
+    return outcome
+
+
+def test_without_a_queue_config_a_queue_change_is_let_through_as_before() -> None:
+    stored = _held(_job("plain"), uid="obj-plain")
+    moved = _updated(stored, **{names.QUEUE_LABEL: "elsewhere"})
+    for decide in (admit.mutate, admit.validate):
+        assert _decide(decide, moved, admit.Settings(), operation="UPDATE", old=stored).allowed
+
+
+def test_a_class_change_of_a_job_whose_queue_is_gone_is_only_checked_to_exist() -> None:
+    stored = _held(_job("orphan", priority_class="low"), uid="obj-orphan")
+    gone = admit.Settings(queues=ev.QueuesConfigured(priority_classes=QUEUES.priority_classes))
+    raised = _updated(stored, **{names.PRIORITY_CLASS_LABEL: "high"})
+    assert _decide(admit.validate, raised, gone, operation="UPDATE", old=stored).allowed
+    unknown = _updated(stored, **{names.PRIORITY_CLASS_LABEL: "urgent"})
+    outcome = _decide(admit.validate, unknown, gone, operation="UPDATE", old=stored)
+    assert not outcome.allowed and outcome.reason == "priority-class-not-found"
+
+
+def test_a_class_read_from_the_pods_is_named_by_its_path() -> None:
+    obj = _job("pods")
+    obj["spec"]["template"]["spec"]["priorityClassName"] = "system-node-critical"
+    outcome = _decide(admit.mutate, obj, admit.Settings(queues=QUEUES))
+    assert not outcome.allowed and outcome.response.status is not None
+    assert '"system-node-critical" ($.spec.template.spec.priorityClassName) is not a WorkloadPriorityClass' in outcome.response.status.message
