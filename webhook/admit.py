@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eventlog import events as ev
-from eventlog.kube import kinds, names
+from eventlog.kube import kinds, names, queues
 from eventlog.kube.kinds import KindInfo
 from webhook import jsonpatch, objects, placement, podsets, priority, stamps
 from webhook.objects import ObjectMeta
@@ -38,6 +38,10 @@ from webhook.review import AdmissionRequest, AdmissionResponse, Status, encode_p
 @dataclass(frozen=True)
 class Settings:
     priority_classes: Mapping[str, int] = field(default_factory=dict)
+    # The queue configuration (``--queues``): with it every opted-in job is resolved to a
+    # LocalQueue and ClusterQueue and its priority class checked (eventlog/kube/queues.py);
+    # without it, one default queue as before.
+    queues: ev.QueuesConfigured | None = None
 
 
 @dataclass(frozen=True)
@@ -191,8 +195,100 @@ def _stamps(info: KindInfo, obj: dict[str, Any], *, sets: list[podsets.PodSetSpe
     name = priority.priority_class(kind=info.kind, obj=obj, sets=sets)
     return {
         placement.POD_SETS_ANNOTATION: stamps.pod_sets_json(resolved),
-        placement.PRIORITY_ANNOTATION: stamps.priority_json(name, priority.priority_value(name, settings.priority_classes)),
+        placement.PRIORITY_ANNOTATION: stamps.priority_json(name, _priority_value(name, settings)),
     }
+
+
+def _priority_value(name: str | None, settings: Settings) -> int:
+    """With a queue config, the WorkloadPriorityClass's value (admission denies a class it does not
+    have, so 0 only for no class); else the configured mapping, as before."""
+    if settings.queues is not None:
+        return settings.queues.priority_classes.get(name, 0) if name is not None else 0
+    return priority.priority_value(name, settings.priority_classes)
+
+
+# ---- queues (only with a queue config) -----------------------------------------------------------
+
+# HTTP codes as Kubernetes gives them: a value that names nothing is Invalid (422), a value that
+# exists but is not this namespace's to use is Forbidden (403).
+_QUEUE_CODES: Mapping[queues.DenyReason, int] = {
+    "queue-not-found": 422,
+    "no-default-queue": 422,
+    "cluster-queue-not-found": 422,
+    "namespace-not-selected": 403,
+    "priority-class-not-found": 422,
+    "priority-class-not-allowed": 403,
+}
+
+
+def _namespace(meta: ObjectMeta, request: AdmissionRequest) -> str:
+    # At /mutate of a CREATE the object may not carry its namespace yet; the request always does.
+    return meta.namespace or request.namespace
+
+
+def _resolve(request: AdmissionRequest, target: _Target, *, specs: list[podsets.PodSetSpec], settings: Settings) -> queues.Resolved | None:
+    """The job's queue and priority, or ``_Denied`` with the reason; None without a queue config."""
+    config = settings.queues
+    if config is None:
+        return None
+    name, source = priority.priority_class_and_source(kind=target.info.kind, obj=target.obj, sets=specs)
+    result = queues.resolve(
+        config,
+        namespace=_namespace(target.meta, request),
+        queue_name=target.meta.label_map.get(names.QUEUE_LABEL),
+        priority_class=name,
+        priority_source=source,
+        kind=target.info.kind,
+    )
+    if isinstance(result, queues.Denied):
+        raise _Denied(result.reason, result.message, code=_QUEUE_CODES[result.reason])
+    return result
+
+
+def _check_queue_kept(request: AdmissionRequest, target: _Target, *, specs: list[podsets.PodSetSpec], settings: Settings) -> None:
+    """At UPDATE of a submitted job, with a queue config: its LocalQueue cannot change, and a new
+    priority class must exist and be allowed by its ClusterQueue.
+
+    Kueue lets the queue-name label change while the job is suspended. kdispatch keeps every
+    submitted job suspended here and the log records the queue once, at submission, so a change
+    would be silently ignored: it is refused instead."""
+    config = settings.queues
+    if config is None or target.old_meta is None or target.old is None:
+        return
+    info, meta, old_meta = target.info, target.meta, target.old_meta
+    before = queues.effective_queue_name(old_meta.label_map.get(names.QUEUE_LABEL))
+    after = queues.effective_queue_name(meta.label_map.get(names.QUEUE_LABEL))
+    if before != after:
+        raise _Denied(
+            "queue-changed",
+            f'kdispatch: the queue of a submitted {info.kind} cannot change ({names.QUEUE_LABEL}: "{before}" -> '
+            f'"{after}", where an absent label means "{queues.DEFAULT_QUEUE}"); it was recorded at submission. '
+            f"Delete the job and submit it again with the new queue.",
+            code=403,
+        )
+    name, source = priority.priority_class_and_source(kind=info.kind, obj=target.obj, sets=specs)
+    old_name = priority.priority_class(kind=info.kind, obj=target.old, sets=_specs_or_none(info, target.old, old_meta))
+    if name == old_name:
+        return
+    result = queues.resolve(
+        config, namespace=_namespace(meta, request), queue_name=meta.label_map.get(names.QUEUE_LABEL),
+        priority_class=name, priority_source=source, kind=info.kind,
+    )
+    denied = result if isinstance(result, queues.Denied) else None
+    if denied is not None and denied.reason not in ("priority-class-not-found", "priority-class-not-allowed"):
+        # The queue no longer resolves (the config changed since submission): that is the
+        # dispatcher's to report; the class must still exist.
+        checked = queues.check_priority(config, None, priority_class=name, source=source)
+        denied = checked if isinstance(checked, queues.Denied) else None
+    if denied is not None:
+        raise _Denied(denied.reason, denied.message, code=_QUEUE_CODES[denied.reason])
+
+
+def _specs_or_none(info: KindInfo, obj: dict[str, Any], meta: ObjectMeta) -> list[podsets.PodSetSpec]:
+    try:
+        return podsets.extract(info, obj, meta=meta)
+    except (podsets.PodSetError, podsets.NotDispatchable):
+        return []
 
 
 def _allow(uid: str, reason: str, *, ops: list[jsonpatch.Op] | None = None, warnings: list[str] | None = None) -> Outcome:
@@ -204,7 +300,7 @@ def _allow(uid: str, reason: str, *, ops: list[jsonpatch.Op] | None = None, warn
 
 
 def _deny(uid: str, err: _Denied) -> Outcome:
-    reason = "Forbidden" if err.code == 403 else "BadRequest"
+    reason = {403: "Forbidden", 422: "Invalid"}.get(err.code, "BadRequest")
     status = Status(code=err.code, message=err.message, reason=reason)
     return Outcome(response=AdmissionResponse(uid=uid, allowed=False, status=status), reason=err.reason)
 
@@ -309,6 +405,7 @@ def _mutate_create(request: AdmissionRequest, target: _Target, *, settings: Sett
         return _allow(request.uid, "not-dispatchable", warnings=[f"kdispatch: {err}"])
     _runtime_ms(meta)
     _check_managed_by(info, obj)
+    _resolve(request, target, specs=sets, settings=settings)
     values = {placement.PLACEMENT_ANNOTATION: canonical, **_stamps(info, obj, sets=sets, settings=settings)}
     ops = _annotation_ops(obj, values) + _hold_ops(info, obj)
     warnings = None
@@ -327,6 +424,8 @@ def _mutate_update(request: AdmissionRequest, target: _Target, *, settings: Sett
         )
     spec, canonical = _placement_canonical(meta)
     _check_placement_kept(info, target.old_meta, new=spec)
+    if settings.queues is not None:
+        _check_queue_kept(request, target, specs=_specs_or_none(info, obj, meta), settings=settings)
     values = {placement.PLACEMENT_ANNOTATION: canonical}
     # /validate denies unreadable pod sets with the same message, or leaves the job alone
     with contextlib.suppress(podsets.PodSetError, podsets.NotDispatchable):
@@ -396,10 +495,11 @@ def _validate_create(request: AdmissionRequest, target: _Target, *, settings: Se
             f"(no {placement.PLACEMENT_ANNOTATION} annotation, or not suspended): it would run here and on a "
             "worker cluster. Check that the kdispatch MutatingWebhookConfiguration is installed and covers this kind.",
         )
+    resolved = _resolve(request, target, specs=specs, settings=settings)
+    warnings: list[str] = list(resolved.warnings) if resolved is not None else []
     if request.dry_run:
-        return _allow(request.uid, "allowed")
+        return _allow(request.uid, "allowed", warnings=warnings)
     ref = job_ref(info, meta, request=request)
-    warnings: list[str] = []
     group = podsets.pod_group_name(meta) if info.kind == "Pod" else ""
     msg_id = _msg_id(request, ref)
     if group:
@@ -414,14 +514,15 @@ def _validate_create(request: AdmissionRequest, target: _Target, *, settings: Se
     event = ev.JobSubmitted(
         job=ref,
         pod_sets=sets,
-        priority=priority.priority_value(name, settings.priority_classes),
+        priority=_priority_value(name, settings),
         priority_class=name,
         placement=spec,
         queue=meta.label_map.get(names.QUEUE_LABEL),
         runtime_ms=runtime_ms,
         manifest=_manifest(obj, meta),
+        cluster_queue=resolved.cluster_queue if resolved is not None else None,
     )
-    outcome = _allow(request.uid, "allowed")
+    outcome = _allow(request.uid, "allowed", warnings=warnings)
     return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, msg_id)])
 
 
@@ -435,6 +536,7 @@ def _validate_update(request: AdmissionRequest, target: _Target, *, settings: Se
         specs, sets = _pod_sets(info, obj, meta)
     except podsets.NotDispatchable:
         return _allow(request.uid, "not-dispatchable")
+    _check_queue_kept(request, target, specs=specs, settings=settings)
     try:
         old_specs = podsets.extract(info, old, meta=old_meta)
         old_sets = podsets.to_pod_sets(old_specs)
@@ -452,7 +554,7 @@ def _validate_update(request: AdmissionRequest, target: _Target, *, settings: Se
         job=ref,
         pod_sets=sets,
         suspended=suspended,
-        priority=priority.priority_value(name, settings.priority_classes),
+        priority=_priority_value(name, settings),
         priority_class=name,
         manifest=_manifest(obj, meta),
     )

@@ -24,28 +24,33 @@ class PriorityError(ValueError):
 
 
 def priority_class(*, kind: str, obj: dict[str, Any], sets: Sequence[PodSetSpec]) -> str | None:
+    return priority_class_and_source(kind=kind, obj=obj, sets=sets)[0]
+
+
+def priority_class_and_source(*, kind: str, obj: dict[str, Any], sets: Sequence[PodSetSpec]) -> tuple[str | None, str]:
+    """The class name and where it was read, for messages that must point at the field to change."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     labels = meta.get("labels") if isinstance(meta, dict) else None
     if isinstance(labels, dict) and isinstance(labels.get(PRIORITY_CLASS_LABEL), str):
-        return str(labels[PRIORITY_CLASS_LABEL])
+        return str(labels[PRIORITY_CLASS_LABEL]), f"label {PRIORITY_CLASS_LABEL}"
     if kind == "Workload":
         spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
         assert isinstance(spec, dict)
         ref = spec.get("priorityClassRef")
         name = ref.get("name") if isinstance(ref, dict) else spec.get("priorityClassName")
         if isinstance(name, str) and name:
-            return name
+            return name, "$.spec.priorityClassRef.name" if isinstance(ref, dict) else "$.spec.priorityClassName"
     if kind in _KUBEFLOW_KINDS:
         spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
         run_policy = spec.get("runPolicy") if isinstance(spec, dict) else None
         policy = run_policy.get("schedulingPolicy") if isinstance(run_policy, dict) else None
         name = policy.get("priorityClass") if isinstance(policy, dict) else None
         if isinstance(name, str) and name:
-            return name
+            return name, "$.spec.runPolicy.schedulingPolicy.priorityClass"
     for s in sets:
         if s.spec.priority_class_name:
-            return s.spec.priority_class_name
-    return None
+            return s.spec.priority_class_name, f"{s.path}.priorityClassName"
+    return None, ""
 
 
 def priority_value(name: str | None, classes: Mapping[str, int]) -> int:

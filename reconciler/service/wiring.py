@@ -119,6 +119,7 @@ def connect_clusters(
             configured.manager_api,
             reporter,
             known=lambda uid: uid in actuator.desired.submitted,
+            queues=lambda: actuator.desired.queues,
             resync_s=configured.resync_s,
             backfill_after_s=backfill_after_s,
         )

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from eventlog import events as ev
+from eventlog.kube import queues as queue_rules
 from eventlog.kube.duration import DurationError, parse_duration_ms
 from eventlog.kube.kinds import KindInfo
 from eventlog.kube.names import (
@@ -162,8 +163,13 @@ def manifest_of(obj: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
 
 
-def submission_of(obj: dict[str, Any], kind: KindInfo) -> ev.JobSubmitted:
-    """The ``JobSubmitted`` the webhook would have recorded (source ``watch``)."""
+def submission_of(
+    obj: dict[str, Any], kind: KindInfo, *, queues: ev.QueuesConfigured | None = None
+) -> ev.JobSubmitted:
+    """The ``JobSubmitted`` the webhook would have recorded (source ``watch``). With the log's
+    queue config, its ClusterQueue resolved as the webhook does; a job that does not resolve (the
+    webhook, had it seen it, would have denied it) is recorded without one, and waits with the
+    reason the dispatcher gives."""
     meta = obj.get("metadata") or {}
     annotations = _annotations(obj)
     labels = meta.get("labels") or {}
@@ -175,15 +181,21 @@ def submission_of(obj: dict[str, Any], kind: KindInfo) -> ev.JobSubmitted:
     except (ValueError, msgspec.ValidationError) as err:
         raise NotBackfillable(f"unreadable {PLACEMENT_ANNOTATION}: {err}") from None
     priority_class, priority = priority_of(obj)
+    queue = labels.get(QUEUE_LABEL)
+    cluster_queue = None
+    if queues is not None:
+        namespace = str(meta.get("namespace", ""))
+        cluster_queue = queue_rules.cluster_queue_of(queues, namespace=namespace, queue_name=queue)
     return ev.JobSubmitted(
         job=job_ref(obj),
         pod_sets=pod_sets_of(obj),
         priority=priority,
         priority_class=priority_class,
         placement=placement,
-        queue=labels.get(QUEUE_LABEL),
+        queue=queue,
         suspended=user_suspended(kind, obj),
         runtime_ms=_runtime_ms(annotations),
         manifest=manifest_of(obj),
         source="watch",
+        cluster_queue=cluster_queue,
     )

@@ -46,6 +46,7 @@ class Desired:
         self._ended: set[str] = set()  # finished or deleted: its spec goes once no copy may run
         self.submitted: set[str] = set()  # every uid a JobSubmitted named (kept after its spec goes)
         self.clusters: dict[str, int] = {}  # registered cluster -> seq of its registration
+        self.queues: ev.QueuesConfigured | None = None  # the latest queue config (for the watcher's backfill)
         self.seq = 0
 
     def fold(self, entry: ev.LogEntry) -> list[CopyKey]:
@@ -101,6 +102,8 @@ class Desired:
                 self._ended.add(event.job.uid)
             case ev.Placed():
                 self.placed[event.job.uid] = (event.cluster, event.attempt)
+            case ev.QueuesConfigured():
+                self.queues = event
             case _:
                 pass
         return []

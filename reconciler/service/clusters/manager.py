@@ -84,6 +84,7 @@ class ManagerWatcher:
         reporter: Reporter,
         *,
         known: Callable[[str], bool],
+        queues: Callable[[], ev.QueuesConfigured | None] = lambda: None,
         kinds: tuple[KindInfo, ...] = SUPPORTED_KINDS,
         resync_s: int = 300,
         backfill_after_s: float = 10.0,
@@ -91,6 +92,7 @@ class ManagerWatcher:
         self.api = api
         self.reporter = reporter
         self.known = known
+        self.queues = queues  # the log's latest queue config, to resolve a backfilled job's ClusterQueue
         self.kinds = kinds
         self.resync_s = resync_s
         self.backfill_after_s = backfill_after_s
@@ -217,7 +219,7 @@ class ManagerWatcher:
             if obj is None or kind is None:
                 continue
             try:
-                submitted = submission_of(obj, kind)
+                submitted = submission_of(obj, kind, queues=self.queues())
             except NotBackfillable as err:
                 self.backfill_skipped.add(uid)
                 log.warning("backfill_impossible", job=job_ref(obj).key, reason=str(err))

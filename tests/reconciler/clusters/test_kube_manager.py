@@ -236,3 +236,35 @@ async def test_one_watch_per_resource_on_the_first_version_the_manager_serves(
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+
+
+async def test_a_backfilled_job_gets_the_cluster_queue_of_the_logs_queue_config(
+    api_servers: Callable[..., Any],
+) -> None:
+    server: ApiServer = await api_servers("manager")
+    desired = Desired()  # as the actuator folds the log: the latest QueuesConfigured
+    queues = ev.QueuesConfigured(
+        cluster_queues=[ev.ClusterQueueSpec(name="cq-a", namespace_selector=ev.LabelSelector())],
+        local_queues=[ev.LocalQueueSpec(namespace="team-a", name="user-queue", cluster_queue="cq-a")],
+    )
+    desired.fold(ev.LogEntry(seq=1, at_ms=1, event=queues))
+    recorder = Recorder()
+    watcher = ManagerWatcher(
+        server.api(role="manager", cluster="manager"),
+        recorder,
+        known=lambda _uid: False,
+        queues=lambda: desired.queues,
+        resync_s=1,
+        backfill_after_s=0.3,
+    )
+    server.emulator.put(*JOBS, batch_job("in-queue"))
+    server.emulator.put(*JOBS, batch_job("elsewhere", namespace="team-z"))  # no LocalQueue there
+    stop = asyncio.Event()
+    task = asyncio.create_task(watcher.run(stop))
+    try:
+        await eventually(lambda: len(recorder.of(ev.JobSubmitted)) == 2, what="both backfilled")
+        by_name = {s.job.name: s.cluster_queue for s in recorder.of(ev.JobSubmitted)}
+        assert by_name == {"in-queue": "cq-a", "elsewhere": None}  # waits with the dispatcher's reason
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
