@@ -277,17 +277,22 @@ class StatusReporter:
             if obj is None or (obj.get("metadata") or {}).get("uid") != uid:
                 return  # gone (or replaced by a namesake): nothing of ours to write on
             reported = self._reported[uid] = observed_seq(obj)
-        for s in self.view.series_of(uid):
-            if s.last_seq > reported:
-                await self._write_event(s)
+        # What to report, taken at one instant: the log may move on during the writes below, and
+        # observedSeq must not claim an Event that was folded after this list was made.
+        series = [s for s in self.view.series_of(uid) if s.last_seq > reported]
+        target = self._last_seq(st)
         status = self._status_for(st)
+        cluster = st.cluster
+        for s in series:
+            await self._write_event(s)
+        self._reported[uid] = target
         if self._written.get(uid) == status:
             return
         annotations = {STATUS_ANNOTATION: status}
-        if st.cluster is not None:  # ManagerSync writes it at Placed too; the same value
-            annotations[CLUSTER_ANNOTATION] = st.cluster
+        if cluster is not None:  # ManagerSync writes it at Placed too; the same value
+            annotations[CLUSTER_ANNOTATION] = cluster
         # A None label is removed by the merge patch: a requeued job no longer shows a cluster.
-        body = {"metadata": {"labels": {CLUSTER_LABEL: st.cluster}, "annotations": annotations}}
+        body = {"metadata": {"labels": {CLUSTER_LABEL: cluster}, "annotations": annotations}}
         try:
             await self.api.patch(kind.group, kind.version, kind.plural, st.job.namespace, st.job.name, body)
         except ApiError as err:
@@ -295,7 +300,6 @@ class StatusReporter:
                 return
             raise
         self._written[uid] = status
-        self._reported[uid] = self._last_seq(st)
         self.status_written += 1
 
     async def _write_event(self, s: Series) -> None:
