@@ -101,6 +101,7 @@ class JobView:
     series: dict[str, dict[tuple[str, str], Series]] = field(default_factory=dict)  # uid -> (reason, note)
     suppressed: int = 0
     seq: int = 0
+    at_ms: int = 0  # the latest entry's time
     _buckets: dict[tuple[str, str], _Bucket] = field(default_factory=dict)
     _queues: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)  # queue -> sorted keys
     _claims: dict[str, ev.PreemptionClaimed] = field(default_factory=dict)  # preemptor uid -> claim
@@ -117,6 +118,15 @@ class JobView:
         i = bisect.bisect_left(keys, _order(st))
         return i + 1 if i < len(keys) and keys[i][2] == uid else None
 
+    def settled_long_ago(self, uid: str) -> bool:
+        """Finished, and nothing about it newer than a series window: a new leader need not
+        look at it again (what it says was reported long before the failover)."""
+        st = self.jobs.get(uid)
+        if st is None or st.phase not in ("Succeeded", "Failed"):
+            return False
+        last = max([st.last_transition_ms, *(s.last_ms for s in self.series.get(uid, {}).values())])
+        return self.at_ms - last > self.series_window_ms
+
     def series_of(self, uid: str) -> list[Series]:
         return sorted(self.series.get(uid, {}).values(), key=lambda s: s.first_seq)
 
@@ -124,7 +134,7 @@ class JobView:
 
     def fold(self, entry: ev.LogEntry) -> set[str]:
         """Fold one entry; returns the uids whose status or Events changed."""
-        self.seq = entry.seq
+        self.seq, self.at_ms = entry.seq, max(self.at_ms, entry.at_ms)
         e, seq, at = entry.event, entry.seq, entry.at_ms
         touched: set[str] = set()
 

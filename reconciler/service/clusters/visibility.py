@@ -200,10 +200,10 @@ class StatusReporter:
         leading = self.caught_up.is_set() and self.leading()
         if leading and not self._led:
             # What the previous leader reported is on the objects (observedSeq): every job is
-            # looked at once, and only what is newer than that is written.
+            # looked at once (but those finished long ago), and only what is newer is written.
             self._reported.clear()
             self._written.clear()
-            self._dirty = set(self.view.jobs)
+            self._dirty = {uid for uid in self.view.jobs if not self.view.settled_long_ago(uid)}
             for uid in self._dirty:
                 self._queue.put_nowait(uid)
             log.info("status_reporter_leading", jobs=len(self._dirty), instance=self.instance)

@@ -97,3 +97,43 @@ async def test_only_the_leader_writes_and_a_new_leader_does_not_repeat_itself(ap
     assert (status["phase"], status["cluster"], status["position"]) == ("Nominated", None, None)
     labels = server.emulator.get(*JOBS, "team-a", "train")["metadata"]["labels"]  # type: ignore[index]
     assert "kdispatch.io/cluster" not in labels  # requeued: it no longer runs anywhere
+
+
+async def test_positions_are_refreshed_as_jobs_ahead_leave_the_queue(api_servers: Any) -> None:
+    server: ApiServer = await api_servers("manager")
+    jobs = []
+    for name in ("first", "second"):
+        obj = server.emulator.put(*JOBS, batch_job(name))
+        jobs.append(ev.JobRef(namespace="team-a", name=name, uid=obj["metadata"]["uid"]))
+    entries = [
+        ev.LogEntry(seq=i + 1, at_ms=1000, event=ev.JobSubmitted(job=j, pod_sets=[], queue="q"))
+        for i, j in enumerate(jobs)
+    ]
+    async with reporting(entries, server, instance="r", leading=lambda: True) as reporter:
+        reporter.refresh_s = 0.05
+        await eventually(lambda: reporter.settled() and reporter.status_written == 2, what="reported")
+        assert status_of(server, "second")["position"] == 2
+        entries.append(
+            ev.LogEntry(seq=3, at_ms=2000, event=ev.Nominated(job=jobs[0], clusters=["w1"], attempt=1))
+        )
+        # "second" itself has no new decision: the periodic refresh moves it up
+        await eventually(lambda: status_of(server, "second")["position"] == 1, what="position refreshed")
+        assert status_of(server, "second")["observedSeq"] == 2
+        assert status_of(server, "first")["position"] is None
+
+
+async def test_a_new_leader_leaves_jobs_finished_long_ago_alone(api_servers: Any) -> None:
+    server: ApiServer = await api_servers("manager")
+    old = server.emulator.put(*JOBS, batch_job("old"))
+    job = ev.JobRef(namespace="team-a", name="old", uid=old["metadata"]["uid"])
+    hour = 3_600_000
+    entries = [
+        ev.LogEntry(seq=1, at_ms=1000, event=ev.JobSubmitted(job=job, pod_sets=[], queue="q")),
+        ev.LogEntry(seq=2, at_ms=2000, event=ev.Finished(job=job, cluster="w1", attempt=1)),
+        ev.LogEntry(seq=3, at_ms=hour, event=ev.Tick()),
+    ]
+    async with reporting(entries, server, instance="r", leading=lambda: True) as reporter:
+        await eventually(lambda: reporter.view.seq == 3 and reporter.settled(), what="caught up")
+        assert reporter.view.settled_long_ago(job.uid)
+        assert reporter.events_written == reporter.status_written == 0
+        assert not events_of(server, "old")
