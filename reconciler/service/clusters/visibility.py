@@ -207,6 +207,9 @@ class StatusReporter:
             for uid in self._dirty:
                 self._queue.put_nowait(uid)
             log.info("status_reporter_leading", jobs=len(self._dirty), instance=self.instance)
+        elif self._led and not leading:
+            self._dirty.clear()  # the next leader writes them; a write in flight finishes
+            log.info("status_reporter_stepped_down", instance=self.instance)
         self._led = leading
 
     def _mark(self, uid: str) -> None:

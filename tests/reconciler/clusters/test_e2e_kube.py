@@ -429,5 +429,5 @@ async def test_a_user_sees_queue_reason_and_cluster_with_kubectl(world: World, t
 
     listed = await kubectl(config, "get", "jobs", "-L", "kdispatch.io/cluster")
     rows = {line.split()[0]: line.split() for line in listed.splitlines()[1:]}
-    assert listed.split()[-1] == "CLUSTER" or "CLUSTER" in listed.splitlines()[0]
+    assert listed.splitlines()[0].split()[-1] == "CLUSTER"  # the -L column
     assert rows["fits"][-1] == "w1" and rows["too-big"][-1] != "w1"
