@@ -31,6 +31,8 @@ POD_SCHEDULING_GATE = PREFIX + "dispatch"
 PLACEMENT_ANNOTATION = PREFIX + "placement"
 RUNTIME_ANNOTATION = PREFIX + "simulated-runtime"
 CLUSTER_ANNOTATION = PREFIX + "cluster"  # where it runs
+CLUSTER_LABEL = PREFIX + "cluster"  # the same, as a label: ``kubectl get jobs -L kdispatch.io/cluster``
+STATUS_ANNOTATION = PREFIX + "status"  # what kdispatch knows, as JSON (docs/clusters.md)
 # The pod sets and priority the webhook computed, for the manager watcher (which may not import the
 # per-kind code): recomputed at every UPDATE so a user cannot forge them.
 POD_SETS_ANNOTATION = PREFIX + "pod-sets"

@@ -40,6 +40,7 @@ from reconciler.service.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.service.clusters.metrics import ClusterMetrics
 from reconciler.service.clusters.reporter import InboxReporter
 from reconciler.service.clusters.setup import ClusterSet, registration
+from reconciler.service.clusters.visibility import StatusReporter
 from reconciler.service.leader import run_candidate
 from reconciler.service.loop import LeaderLoop, LoopSettings
 from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
@@ -71,6 +72,7 @@ class Clusters:
     actuator: Actuator
     reporter: InboxReporter
     watcher: ManagerWatcher | None = None
+    status: StatusReporter | None = None  # Events and status on the user's job (leader only)
 
     async def run(self, stop: asyncio.Event) -> None:
         for cfg in self.configured.clusters:
@@ -84,6 +86,8 @@ class Clusters:
         ]
         if self.watcher is not None:
             tasks.append(asyncio.create_task(self.watcher.run(stop), name="manager-watcher"))
+        if self.status is not None:
+            tasks.append(asyncio.create_task(self.status.run(stop), name="status-reporter"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -105,7 +109,13 @@ class Clusters:
 
 
 def connect_clusters(
-    configured: ClusterSet, log_: JetStreamLog, *, metrics: ClusterMetrics, backfill_after_s: float
+    configured: ClusterSet,
+    log_: JetStreamLog,
+    *,
+    metrics: ClusterMetrics,
+    backfill_after_s: float,
+    leading: Callable[[], bool] = lambda: False,
+    instance: str = "",
 ) -> Clusters:
     reporter = InboxReporter(log_.inbox)
     actuator = Actuator(
@@ -123,6 +133,7 @@ def connect_clusters(
             resync_s=configured.resync_s,
             backfill_after_s=backfill_after_s,
         )
+        out.status = StatusReporter(log_.reader, configured.manager_api, instance=instance, leading=leading)
         for name, worker in configured.workers.items():
             if isinstance(worker, KubeWorker):
                 worker.wanted = _wanted(actuator, name)
@@ -213,6 +224,7 @@ async def build(
     """Every component, connected, none running. The clusters are built first: a bad cluster
     entry (``ConfigError``, ``ValueError``) must not leave a half-started server behind."""
     metrics = ReconcilerMetrics()
+    loop = LeaderLoop(log_, settings.loop, metrics=metrics)
     clusters = None
     if settings.actuate:
         configured = await ClusterSet.from_config(config)
@@ -221,6 +233,8 @@ async def build(
             log_,
             metrics=ClusterMetrics(metrics.registry),
             backfill_after_s=settings.backfill_after_s,
+            leading=loop.ready.is_set,  # set while this replica leads a term
+            instance=settings.loop.leader_id,
         )
     webhook = None
     if settings.webhook_argv is not None:
@@ -228,7 +242,7 @@ async def build(
     return System(
         log=log_,
         settings=settings,
-        loop=LeaderLoop(log_, settings.loop, metrics=metrics),
+        loop=loop,
         metrics=metrics,
         stopping=stop if stop is not None else asyncio.Event(),
         clusters=clusters,

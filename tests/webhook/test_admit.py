@@ -299,6 +299,8 @@ def test_kdispatch_marking_where_a_job_runs_is_allowed_and_named_in_later_denial
     old = _admitted(_job(**{"kdispatch.io/cluster-selector": "region=eu"}))
     placed = json.loads(json.dumps(old))
     placed["metadata"]["annotations"]["kdispatch.io/cluster"] = "east"  # what the manager adapter patches in
+    placed["metadata"]["annotations"]["kdispatch.io/status"] = '{"phase":"Placed","cluster":"east"}'
+    placed["metadata"]["labels"]["kdispatch.io/cluster"] = "east"
     for hook in (admit.mutate, admit.validate):
         outcome = hook(_request(placed, operation="UPDATE", old=old), SETTINGS)
         assert outcome.allowed and outcome.response.patch is None and not outcome.records

@@ -22,6 +22,9 @@ _CALLS: list[ApiCall] = [
     *(("manager", k.group, f"{k.plural}/status", "patch") for k in SUPPORTED_KINDS if k.status_synced),
     ("manager", "", "secrets", "get"),  # a worker's kubeconfig given as a Secret reference
     ("manager", "", "/version", "get"),
+    # Events on the user's job (clusters.visibility): one per series, its count patched
+    ("manager", "events.k8s.io", "events", "create"),
+    ("manager", "events.k8s.io", "events", "patch"),
     *(("worker", k.group, k.plural, verb) for k in SUPPORTED_KINDS for verb in _WORKER_JOB_VERBS),
     ("worker", "kueue.x-k8s.io", "workloads", "list"),
     ("worker", "kueue.x-k8s.io", "workloads", "watch"),

@@ -55,6 +55,7 @@ def serve_jobs(emu: KubeApiEmulator, *, kueue: bool = False) -> None:
     emu.serve("batch", "v1", "jobs", kind="Job")
     emu.serve("", "v1", "nodes", kind="Node", namespaced=False)
     emu.serve("", "v1", "pods", kind="Pod")
+    emu.serve_events()
     if kueue:
         emu.serve("kueue.x-k8s.io", "v1beta1", "workloads", kind="Workload")
         emu.serve("kueue.x-k8s.io", "v1beta1", "clusterqueues", kind="ClusterQueue", namespaced=False)

@@ -13,7 +13,12 @@ What the real API does and kmock's own KubernetesEmulator does not (so the adapt
   answers 410 Gone (an ERROR event) when that version was compacted away (``compact()``);
   ``timeoutSeconds`` ends a watch;
 - resources must be declared (``serve(...)``): an undeclared one is a 404, like a CRD that is not
-  installed.
+  installed; discovery names each with its singular (``kubectl describe job`` needs it);
+- Events (``serve_events()``): written through ``events.k8s.io/v1`` and readable through core
+  ``v1`` too, converted as the API server converts them (regarding -> involvedObject, note ->
+  message, series.count -> count); lists honour ``fieldSelector`` (``involvedObject.name=x``,
+  ``regarding.name=x``), and answer the Table kubectl asks for (its columns for events) so
+  ``kubectl get events`` shows what the real server shows.
 
 It counts the lists it served (``lists``), so a test can tell that a watcher re-listed.
 
@@ -35,6 +40,8 @@ import attrs
 import kmock
 
 Key = tuple[str, str, str]  # (group, version, plural)
+EVENTS: Key = ("events.k8s.io", "v1", "events")
+CORE_EVENTS: Key = ("", "v1", "events")
 
 
 def _now() -> str:
@@ -72,6 +79,85 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+def _field(obj: dict[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def fields_match(selector: str, obj: dict[str, Any]) -> bool:
+    """A field selector (``a.b=x,c!=y``) on the object's own fields, as each API names them."""
+    for raw in filter(None, (s.strip() for s in selector.split(","))):
+        if "!=" in raw:
+            k, v = raw.split("!=", 1)
+            if _field(obj, k.strip()) == v.strip():
+                return False
+        else:
+            k, v = raw.replace("==", "=").split("=", 1)
+            if _field(obj, k.strip()) != v.strip():
+                return False
+    return True
+
+
+def core_event(obj: dict[str, Any]) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event as core v1 shows it (the API server's conversion)."""
+    series = obj.get("series")
+    out: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": copy.deepcopy(obj["metadata"]),
+        "involvedObject": copy.deepcopy(obj.get("regarding") or {}),
+        "reason": obj.get("reason", ""),
+        "message": obj.get("note", ""),
+        "type": obj.get("type", ""),
+        "action": obj.get("action", ""),
+        "eventTime": obj.get("eventTime"),
+        "reportingComponent": obj.get("reportingController", ""),
+        "reportingInstance": obj.get("reportingInstance", ""),
+        "source": {"component": obj.get("reportingController", "")},
+        "count": int(series["count"]) if series else 1,
+    }
+    if series:
+        out["series"] = copy.deepcopy(series)
+    return out
+
+
+def _age(stamp: str) -> str:
+    if not stamp:
+        return "<unknown>"
+    then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    seconds = max(0, int((datetime.datetime.now(tz=datetime.UTC) - then).total_seconds()))
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m"
+
+
+def events_table(items: list[dict[str, Any]], *, resource_version: str) -> dict[str, Any]:
+    """The Table the API server answers ``kubectl get events`` with (its default columns)."""
+    columns = ["Last Seen", "Type", "Reason", "Object", "Message"]
+    rows = []
+    for obj in items:
+        regarding = obj.get("involvedObject") or obj.get("regarding") or {}
+        last = (obj.get("series") or {}).get("lastObservedTime") or obj.get("eventTime") or ""
+        cells = [
+            _age(last),
+            obj.get("type", ""),
+            obj.get("reason", ""),
+            f"{str(regarding.get('kind', '')).lower()}/{regarding.get('name', '')}",
+            obj.get("message", obj.get("note", "")),
+        ]
+        meta = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+        rows.append({"cells": cells, "object": meta})
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": [
+            {"name": c, "type": "string", "format": "", "description": c, "priority": 0} for c in columns
+        ],
+        "rows": rows,
+    }
+
+
 class _Watcher:
     def __init__(self, key: Key, namespace: str | None, selector: str) -> None:
         self.key = key
@@ -96,8 +182,13 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
     _last_rv: int = attrs.field(default=0, init=False)
     _watchers: list[_Watcher] = attrs.field(factory=list, init=False)
     _lists: dict[Key, int] = attrs.field(factory=dict, init=False)
+    _kinds: dict[Key, str] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
+        # Before kmock's own discovery routes, so this one answers /api/v1: kmock names the core
+        # group's version "/v1", which kubectl does not take for the core group (it would then
+        # resolve "events" to events.k8s.io, where involvedObject.* selectors do not exist).
+        self.fallback["get /api/v1"] << self._serve_core_version
         super().__attrs_post_init__()  # discovery, and a 404 for what nothing below answers
         # kubernetes-asyncio's VersionApi asks for "/version/"; the real server answers both.
         self.fallback["get /version/"] << self._serve_version_info
@@ -108,17 +199,35 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
         self.fallback[kmock.action.UPDATE] << self._serve_update
         self.fallback[kmock.action.DELETE] << self._serve_delete
 
+    async def _serve_core_version(self, request: kmock.Request) -> Any:
+        listing = dict(await self._serve_version(request))
+        listing["groupVersion"] = "v1"
+        return listing
+
     # -- declaring resources, test-side access ---------------------------------------------------
 
     def serve(
         self, group: str, version: str, plural: str, *, kind: str = "", namespaced: bool = True
     ) -> None:
         self._store.setdefault((group, version, plural), {})
+        self._kinds[(group, version, plural)] = kind
         self.resources[f"{group}/{version}/{plural}" if group else f"v1/{plural}"] = kmock.ResourceInfo(
             kind=kind or None,
+            singular=kind.lower() or None,
             namespaced=namespaced,
             verbs={"get", "list", "watch", "create", "patch", "delete"},
         )
+
+    def serve_events(self) -> None:
+        """``events.k8s.io/v1`` events, and the same objects as core ``v1`` events."""
+        self.serve(*EVENTS, kind="Event")
+        self.serve(*CORE_EVENTS, kind="Event")
+
+    def _mirror_event(self, obj: dict[str, Any]) -> None:
+        """Keep the core v1 view of an events.k8s.io Event (one object, two APIs)."""
+        if CORE_EVENTS in self._store:
+            meta = obj["metadata"]
+            self._store[CORE_EVENTS][(meta["namespace"], meta["name"])] = core_event(obj)
 
     def objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(o) for o in self._store.get((group, version, plural), {}).values()]
@@ -228,6 +337,8 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
             generation=1,
         )
         self._store[key][(meta["namespace"], name)] = obj
+        if key == EVENTS:
+            self._mirror_event(obj)
         self._emit(key, "ADDED", obj)
         return copy.deepcopy(obj)
 
@@ -247,6 +358,8 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
             updated["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
         updated["metadata"]["resourceVersion"] = str(self._next_rv())
         self._store[key][(namespace, name)] = updated
+        if key == EVENTS:
+            self._mirror_event(updated)
         self._emit(key, "MODIFIED", updated)
         return copy.deepcopy(updated)
 
@@ -284,11 +397,12 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
 
     def _select(self, request: kmock.Request, key: Key) -> list[dict[str, Any]]:
         selector = request.params.get("labelSelector", "")
+        fields = request.params.get("fieldSelector", "")
         out = []
         for (ns, _), obj in self._store[key].items():
             if request.namespace is not None and ns != request.namespace:
                 continue
-            if selector_matches(selector, obj["metadata"].get("labels") or {}):
+            if selector_matches(selector, obj["metadata"].get("labels") or {}) and fields_match(fields, obj):
                 out.append(copy.deepcopy(obj))
         return out
 
@@ -298,10 +412,15 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
             # kubernetes-asyncio sends watch=True; kmock only recognises "true" as a watch.
             return self._serve_watch(request)
         self._lists[key] = self._lists.get(key, 0) + 1
+        items = self._select(request, key)
+        if key in (EVENTS, CORE_EVENTS) and "as=Table" in request.headers.get("Accept", ""):
+            return events_table(items, resource_version=str(self._last_rv))
         return {
-            "kind": "List",
+            # typed clients (kubectl describe's event search) decode only "<Kind>List" of the group
+            "kind": f"{self._kinds.get(key) or 'Object'}List",
+            "apiVersion": f"{key[0]}/{key[1]}" if key[0] else key[1],
             "metadata": {"resourceVersion": str(self._last_rv)},
-            "items": self._select(request, key),
+            "items": items,
         }
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:

@@ -10,6 +10,9 @@ timeout, the job re-placed elsewhere; the worker comes back with its stale copy:
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -348,3 +351,72 @@ async def test_a_job_admitted_by_the_real_webhook_is_dispatched(world: World, tm
     finally:
         stop.set()
         await asyncio.wait_for(child, 30)
+
+
+async def kubectl(config: Path, *args: str) -> str:
+    """The real kubectl against the manager stand-in; its output, or the test fails with its error."""
+    proc = await asyncio.create_subprocess_exec(
+        shutil.which("kubectl") or "kubectl",
+        f"--kubeconfig={config}",
+        f"--cache-dir={config.parent / 'kube-cache'}",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
+    return out.decode()
+
+
+async def test_a_user_sees_queue_reason_and_cluster_with_kubectl(world: World, tmp_path: Path) -> None:
+    """What kdispatch knows is on the user's object: ``kubectl describe job`` shows the queue and
+    why it waits, ``kubectl get events`` the placement, ``-L kdispatch.io/cluster`` where it runs."""
+    assert shutil.which("kubectl"), "kubectl is not installed: this test needs the real one"
+    await world.submit("too-big", gpus=64)  # more than any worker has
+    await world.submit("fits")
+    await eventually(lambda: where(world.workers, "fits") == {"w1": 1}, what="copy on w1")
+    kueue_admits(world.workers["w1"], "fits")
+    assert await world.placed("fits", attempt=1) == "w1"
+    mgr = world.manager.emulator
+
+    def status(name: str) -> dict[str, Any]:
+        obj = mgr.get(*JOBS, "team-a", name) or {}
+        raw = ((obj.get("metadata") or {}).get("annotations") or {}).get("kdispatch.io/status")
+        return json.loads(raw) if raw else {}
+
+    await explained(
+        world,
+        eventually(
+            lambda: status("too-big").get("phase") == "Pending" and status("fits").get("cluster") == "w1",
+            what="status on the manager objects",
+        ),
+    )
+    config = tmp_path / "kubectl.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "m", "cluster": {"server": world.manager.url}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "m", "context": {"cluster": "m", "user": "u", "namespace": "team-a"}}],
+                "current-context": "m",
+            }
+        )
+    )
+    described = await kubectl(config, "describe", "job", "too-big")
+    assert "queued in queue user-queue at position 1" in described  # the queue (Queued Event)
+    assert re.search(r"Warning\s+Pending\s+.*no cluster fits: 3 clusters: .*nvidia.com/gpu", described), (
+        described
+    )
+    assert '"phase":"Pending","queue":"user-queue"' in described  # the status annotation
+
+    events = await kubectl(config, "get", "events", "--field-selector", "involvedObject.name=fits")
+    assert re.search(r"Normal\s+Placed\s+job/fits\s+placed on w1 \(attempt 1\)", events), events
+    assert re.search(r"Normal\s+Queued\s+job/fits\s+queued in queue user-queue", events), events
+    assert "too-big" not in events  # the selector picked the one job
+
+    listed = await kubectl(config, "get", "jobs", "-L", "kdispatch.io/cluster")
+    rows = {line.split()[0]: line.split() for line in listed.splitlines()[1:]}
+    assert listed.splitlines()[0].split()[-1] == "CLUSTER"  # the -L column
+    assert rows["fits"][-1] == "w1" and rows["too-big"][-1] != "w1"
