@@ -38,6 +38,7 @@ from webhook.review import AdmissionRequest, AdmissionResponse, Status, encode_p
 @dataclass(frozen=True)
 class Settings:
     priority_classes: Mapping[str, int] = field(default_factory=dict)
+    queues: ev.QueuesConfigured | None = None  # --queues: None = tenancy off (no queue resolution)
 
 
 @dataclass(frozen=True)

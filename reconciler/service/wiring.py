@@ -38,6 +38,7 @@ from reconciler.service.clusters.actuator import Actuator
 from reconciler.service.clusters.kube import KubeWorker
 from reconciler.service.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.service.clusters.metrics import ClusterMetrics
+from reconciler.service.clusters.queues import QueuesWatcher
 from reconciler.service.clusters.reporter import InboxReporter
 from reconciler.service.clusters.setup import ClusterSet, registration
 from reconciler.service.leader import run_candidate
@@ -60,6 +61,8 @@ class Settings:
     metrics_port: int | None = None
     webhook_argv: Sequence[str] | None = None  # run the webhook as a child process with this argv
     backfill_after_s: float = 10.0  # manager watcher: how long an unknown object waits for the webhook
+    # Follow the manager cluster's Kueue objects as the queue configuration (serve without --queues).
+    watch_queues: bool = False
 
 
 @dataclass
@@ -71,6 +74,7 @@ class Clusters:
     actuator: Actuator
     reporter: InboxReporter
     watcher: ManagerWatcher | None = None
+    queues: QueuesWatcher | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         for cfg in self.configured.clusters:
@@ -84,6 +88,8 @@ class Clusters:
         ]
         if self.watcher is not None:
             tasks.append(asyncio.create_task(self.watcher.run(stop), name="manager-watcher"))
+        if self.queues is not None:
+            tasks.append(asyncio.create_task(self.queues.run(stop), name="queues-watcher"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -105,7 +111,12 @@ class Clusters:
 
 
 def connect_clusters(
-    configured: ClusterSet, log_: JetStreamLog, *, metrics: ClusterMetrics, backfill_after_s: float
+    configured: ClusterSet,
+    log_: JetStreamLog,
+    *,
+    metrics: ClusterMetrics,
+    backfill_after_s: float,
+    watch_queues: bool = False,
 ) -> Clusters:
     reporter = InboxReporter(log_.inbox)
     actuator = Actuator(
@@ -122,6 +133,15 @@ def connect_clusters(
             resync_s=configured.resync_s,
             backfill_after_s=backfill_after_s,
         )
+        if watch_queues:
+            desired = actuator.desired
+            out.queues = QueuesWatcher(
+                configured.manager_api,
+                reporter,
+                in_force=lambda: desired.queues,
+                ready=actuator.caught_up,
+                resync_s=configured.resync_s,
+            )
         for name, worker in configured.workers.items():
             if isinstance(worker, KubeWorker):
                 worker.wanted = _wanted(actuator, name)
@@ -220,6 +240,7 @@ async def build(
             log_,
             metrics=ClusterMetrics(metrics.registry),
             backfill_after_s=settings.backfill_after_s,
+            watch_queues=settings.watch_queues,
         )
     webhook = None
     if settings.webhook_argv is not None:

@@ -46,6 +46,7 @@ class Desired:
         self._ended: set[str] = set()  # finished or deleted: its spec goes once no copy may run
         self.submitted: set[str] = set()  # every uid a JobSubmitted named (kept after its spec goes)
         self.clusters: dict[str, int] = {}  # registered cluster -> seq of its registration
+        self.queues: ev.QueuesConfigured | None = None  # the queue configuration in force
         self.seq = 0
 
     def fold(self, entry: ev.LogEntry) -> list[CopyKey]:
@@ -56,6 +57,8 @@ class Desired:
         if isinstance(job, ev.JobRef):
             self.refs[job.uid] = job
         match event:
+            case ev.QueuesConfigured():
+                self.queues = event
             case ev.JobSubmitted():
                 self.submitted.add(event.job.uid)
                 self.jobs[event.job.uid] = JobSpec(
