@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+import msgspec
 import yaml
 
 from eventlog import events as ev
@@ -581,7 +582,7 @@ class _Builder:
                     among=self.queues,
                 )
             local_queues.append(lq)
-        return ev.QueuesConfigured(
+        config = ev.QueuesConfigured(
             cluster_queues=queues,
             cohorts=cohorts,
             local_queues=local_queues,
@@ -592,6 +593,7 @@ class _Builder:
             },
             source=source,
         )
+        return _canonical(config)  # type: ignore[no-any-return]
 
     def _cohort_tree(self) -> list[ev.CohortSpec]:
         """Every cohort named (declared, or only named by a ClusterQueue or a parentName, which
@@ -620,6 +622,25 @@ class _Builder:
                 chain.append(parent)
                 parent = specs[parent].parent
         return [specs[name] for name in sorted(specs)]
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with every field equal to its default holding the default itself: msgspec omits
+    a default by identity, so a ``"BestEffortFIFO"`` or ``1000`` read from YAML would otherwise be
+    encoded, and the same configuration would not encode the same once read back from the log."""
+    if isinstance(value, msgspec.Struct):
+        fields = {}
+        for f in msgspec.structs.fields(value):
+            item = _canonical(getattr(value, f.name))
+            if f.default is not msgspec.NODEFAULT and item == f.default:
+                item = f.default
+            fields[f.name] = item
+        return type(value)(**fields)
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
 
 
 def _known(kind: str, names: Iterable[str]) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from eventlog import codec
 from eventlog import events as ev
 from eventlog.kube.kueue import KUEUE_KINDS, QueueConfigError, decode_objects, load_queues, read_queues
 from tests.paths import MANIFESTS, REPO
@@ -372,3 +373,11 @@ def test_fields_kueue_defines_but_kdispatch_does_not_honour_are_accepted(tmp_pat
         )
     )
     assert load_queues(path).cluster_queues[0].name == "team-a"
+
+
+def test_a_configuration_encodes_the_same_once_read_back_from_the_log() -> None:
+    """The leader compares encodings to decide whether to record it again: defaults written out in
+    the YAML (``queueingStrategy: BestEffortFIFO``, ``weight: 1``) must encode as the log's do."""
+    cfg = load_queues(EXAMPLE)
+    back = codec.decode_entry(codec.encode(ev.LogEntry(seq=1, at_ms=1, event=cfg))).event
+    assert codec.encode(back) == codec.encode(cfg)
