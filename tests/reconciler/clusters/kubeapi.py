@@ -11,7 +11,9 @@ What the real API does and plain kmock does not, added here (so the adapter stay
   answers 410 Gone (an ERROR event) when that version was compacted away (``compact()``);
   ``timeoutSeconds`` ends a watch;
 - resources must be declared (``serve(...)``): an undeclared one is a 404, like a CRD that is not
-  installed.
+  installed;
+- ``/api/v1/namespaces`` (and ``/api/v1/namespaces/NAME``) are the Namespace objects themselves,
+  not a namespace's contents (kmock's path parser fails on them).
 
 Run it with ``kmock.Server(emulator, port=...)``; stopping the server and starting another on the
 same port with the same emulator is a worker that went away and came back with its objects.
@@ -29,9 +31,21 @@ from typing import Any
 
 import attrs
 import kmock
-from kmock._internal import apps, rendering
+from kmock._internal import apps, parsing, rendering
 
 Key = tuple[str, str, str]  # (group, version, plural)
+
+_parse_path = parsing.parse_path
+
+
+def _parse_path_with_namespaces(path: str) -> parsing.ParsedPath:
+    parts = path.strip("/").split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+        return parsing.ParsedPath("", "v1", "namespaces", None, parts[3] if len(parts) == 4 else None, None)
+    return _parse_path(path)
+
+
+parsing.parse_path = _parse_path_with_namespaces  # rendering calls it through the module
 
 
 def _now() -> str:

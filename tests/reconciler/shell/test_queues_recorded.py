@@ -24,11 +24,12 @@ EXAMPLE = REPO / "deploy" / "examples" / "three-teams.yaml"
 
 
 async def _term(
-    jlog: JetStreamLog, leader: str, queues: ev.QueuesConfigured | None, **settings: object
+    jlog: JetStreamLog, leader: str, queues: ev.QueuesConfigured | None, *, snapshot_every: int = 5_000
 ) -> LeaderLoop:
-    loop = LeaderLoop(
-        jlog, LoopSettings(leader_id=leader, policy=POLICY, queues=queues, idle_wait_s=0.02, **settings)
-    )  # type: ignore[arg-type]
+    settings = LoopSettings(
+        leader_id=leader, policy=POLICY, queues=queues, idle_wait_s=0.02, snapshot_every=snapshot_every
+    )
+    loop = LeaderLoop(jlog, settings)
     stop = asyncio.Event()
     term = asyncio.create_task(loop.run_term(stop=stop))
     await wait_ready(loop, timeout_s=20)
