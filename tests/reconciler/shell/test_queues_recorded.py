@@ -3,6 +3,7 @@ across snapshots, refused at start-up when invalid (``serve --queues``)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import subprocess
 import sys
@@ -108,3 +109,54 @@ def test_serve_reads_queues_from_the_config_file_too(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert "LocalQueue/default/q: $.spec.clusterQueue: no ClusterQueue named 'nope'" in proc.stderr
+
+
+async def test_serve_records_the_queues_given(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    argv = [
+        sys.executable,
+        "-m",
+        "reconciler",
+        "serve",
+        "--queues",
+        str(EXAMPLE),
+        "--data-dir",
+        str(data_dir),
+    ]
+    proc = subprocess.Popen(
+        [*argv, "--no-actuator", "--leader-id", "solo"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+    def kd(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "reconciler", *args, "--data-dir", str(data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    loop = asyncio.get_running_loop()
+    try:
+        end = loop.time() + 30
+        while True:
+            if (data_dir / "nats.url").exists():
+                shown = await loop.run_in_executor(None, kd, "log")
+                if "QueuesConfigured" in shown.stdout:
+                    break
+            assert proc.poll() is None and loop.time() < end, "serve did not record the queues"
+            await asyncio.sleep(0.2)
+    finally:
+        proc.terminate()
+        await loop.run_in_executor(None, proc.wait)
+    assert proc.returncode == 0
+
+
+def test_serve_passes_the_queues_on_to_the_webhook_child() -> None:
+    from reconciler.commands.serve import _webhook_argv, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--webhook", "--queues", "q.yaml"])
+    argv = _webhook_argv(args, nats_url="nats://x:1", data_dir="d", queues=args.queues)
+    assert argv[argv.index("--queues") + 1] == "q.yaml"
+    assert "--queues" not in _webhook_argv(args, nats_url="nats://x:1", data_dir="d", queues=None)
