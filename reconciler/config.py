@@ -124,9 +124,12 @@ class Config(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     clusters: list[ClusterConfig] = field(default_factory=list)
     manager: ManagerConfig | None = None
+    # The queue configuration (Kueue objects, a file or a directory; docs/tenancy.md), as
+    # ``serve --queues`` gives it (which wins). Read by ``eventlog.kube.kueue`` at start-up.
+    queues: str | None = None
 
 
-CONFIG_FILE = "a kdispatch config file: a YAML mapping of nats:, dataDir:, policy:, clusters:, manager:"
+CONFIG_FILE = "a kdispatch config file: a YAML mapping of nats:, dataDir:, policy:, clusters:, manager:, queues:"
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -53,6 +53,14 @@ def same_policy(a: ev.PolicyLoaded | None, b: ev.PolicyLoaded | None) -> bool:
     return codec.encode(a) == codec.encode(b)
 
 
+def same_queues(a: ev.QueuesConfigured | None, b: ev.QueuesConfigured | None) -> bool:
+    """The same queue configuration, wherever it was read from (``source`` aside): serving the same
+    objects from another path, or from the manager cluster instead of a file, records nothing new."""
+    if a is None or b is None:
+        return a is b
+    return codec.encode(msgspec.structs.replace(a, source="")) == codec.encode(msgspec.structs.replace(b, source=""))
+
+
 POLICY_FILE = (
     "a profile (name:, filters:, scores:, strategy:, ...), a policy (profiles: [...], "
     "priorityClasses:, ...) or a config file with policy:"

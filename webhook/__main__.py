@@ -27,7 +27,9 @@ import structlog
 import yaml
 from aiohttp import web
 
+from eventlog import events as ev
 from eventlog.jetstream import TlsFiles
+from eventlog.kube.kueue import QueueConfigError, load_queues
 from webhook import admit
 from webhook.nats_link import NatsLink
 from webhook.priority import PriorityError, parse_mapping
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", default=None, help="kdispatch config file (reads nats.url/creds/tls/replicas, dataDir, policy.priorityClasses)")
     p.add_argument("--priority-classes", default="", help="NAME=VALUE,... priority class values (added to the config's)")
+    p.add_argument("--queues", default=None, help="queue configuration: Kueue objects, a YAML file or a directory")
     p.add_argument("--publish-timeout", type=float, default=1.0, help="seconds to wait for the inbox ack (default 1)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="largest review accepted")
     p.add_argument(
@@ -135,7 +138,20 @@ def read_config(path: str | None) -> dict[str, Any]:
     if not isinstance(classes, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in classes.values()):
         raise SystemExit(f"{path}: policy.priorityClasses must map names to integers")
     out["priority_classes"] = {str(k): v for k, v in classes.items()}
+    if isinstance(raw.get("queues"), str):
+        out["queues"] = raw["queues"]
     return out
+
+
+def load_queues_or_exit(path: str | None) -> ev.QueuesConfigured | None:
+    """The queue configuration (``eventlog.kube.kueue``), or None without one; a bad one stops
+    start-up with the loader's message (file:line, object, field)."""
+    if path is None:
+        return None
+    try:
+        return load_queues(path)
+    except QueueConfigError as err:
+        raise SystemExit(f"invalid queue configuration: {err}") from None
 
 
 async def _reload_tls(certs: CertFiles, every_s: float) -> None:
@@ -156,6 +172,7 @@ async def run(args: argparse.Namespace) -> int:
         classes = {**config.get("priority_classes", {}), **parse_mapping(args.priority_classes)}
     except PriorityError as err:
         raise SystemExit(f"--priority-classes: {err}") from None
+    queues = load_queues_or_exit(args.queues or config.get("queues"))
     data_dir = Path(args.data_dir or config.get("data_dir") or ".kdispatch")
     data_dir.mkdir(parents=True, exist_ok=True)
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -176,7 +193,7 @@ async def run(args: argparse.Namespace) -> int:
     )
     link.start()
     server = WebhookServer(
-        settings=admit.Settings(priority_classes=classes),
+        settings=admit.Settings(priority_classes=classes, queues=queues),
         inbox=link.inbox,
         nats_ready=link.ready,
         publish_timeout_s=args.publish_timeout,

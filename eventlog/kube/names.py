@@ -42,3 +42,7 @@ PRIORITY_ANNOTATION = PREFIX + "priority"
 ORIGIN_LABEL = PREFIX + "origin"  # the manager's id
 JOB_UID_LABEL = PREFIX + "job-uid"  # the manager object's uid
 ATTEMPT_LABEL = PREFIX + "attempt"
+
+# On a ClusterQueue (beyond Kueue): the WorkloadPriorityClasses its namespaces may use, separated
+# by commas ("low,normal"); absent: any class. docs/tenancy.md.
+ALLOWED_PRIORITY_CLASSES_ANNOTATION = PREFIX + "allowed-priority-classes"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from reconciler.commands.argtypes import int_at_least
@@ -24,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true", help="short run times and a short script (for tests)")
     parser.add_argument("--seed", type=int_at_least(0), default=7, help="seed of the generated jobs (7)")
     parser.add_argument("--quiet", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--queues",
+        type=Path,
+        metavar="PATH",
+        help="queue configuration (Kueue objects: a YAML file or directory, e.g. deploy/examples/three-teams.yaml); "
+        "default: none, one queue for every job",
+    )
 
 
 async def run_async(args: argparse.Namespace) -> int:
@@ -35,6 +43,23 @@ async def run_async(args: argparse.Namespace) -> int:
     except PluginDiscoveryError as err:
         print(f"kdispatch demo: {err}")
         return 2
+    queues = None
+    if args.queues is not None:
+        from eventlog.kube.kueue import QueueConfigError, load_queues
+
+        try:
+            queues = load_queues(args.queues)
+        except QueueConfigError as err:
+            print(f"kdispatch demo: invalid queue configuration: {err}", file=sys.stderr)
+            return 2
     return await run_demo(
-        Options(jobs=args.jobs, data_dir=args.data_dir, fast=args.fast, seed=args.seed, quiet=args.quiet)
+        Options(
+            jobs=args.jobs,
+            data_dir=args.data_dir,
+            fast=args.fast,
+            seed=args.seed,
+            quiet=args.quiet,
+            queues=queues,
+            queues_path=args.queues,
+        )
     )

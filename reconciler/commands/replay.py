@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replay the outside inputs under this policy (config, policy or profile YAML) and compare",
     )
     parser.add_argument(
+        "--queues",
+        metavar="PATH",
+        help="what if this queue configuration (Kueue objects, a YAML file or directory) had been in force "
+        "instead of the log's; with --profile, under that policy too",
+    )
+    parser.add_argument(
         "--show-policy",
         action="store_true",
         help="print the log's policy (the one in force at the end, or at --until) as a file for --profile",
@@ -71,16 +77,21 @@ async def run_async(args: argparse.Namespace) -> int:
         print(f"kdispatch replay: {err}", file=sys.stderr)
         return 2
     if args.show_policy:
-        if args.profile or args.verify or args.json:
-            other = "--profile" if args.profile else "--verify" if args.verify else "--json"
+        if args.profile or args.queues or args.verify or args.json:
+            other = "--profile" if args.profile else "--queues" if args.queues else "--verify" if args.verify else "--json"
             print(f"kdispatch replay: --show-policy prints a policy file; it does not go with {other}", file=sys.stderr)
             return 2
         return await _show_policy(args, until_seq=until_seq, until_ms=until_ms)
-    if args.profile:
+    if args.profile or args.queues:
+        from eventlog.kube.kueue import QueueConfigError
+
         try:
             return await _run_whatif(args, plugins, until_seq=until_seq, until_ms=until_ms)
         except ConfigError as err:
             print(f"kdispatch replay: invalid --profile: {err}", file=sys.stderr)
+            return 2
+        except QueueConfigError as err:
+            print(f"kdispatch replay: invalid --queues: {err}", file=sys.stderr)
             return 2
     async with open_source(args) as source:
         last = await source.reader.last_seq()
@@ -215,6 +226,7 @@ def _mismatch_json(m: Mismatch) -> dict[str, Any]:
 async def _run_whatif(
     args: argparse.Namespace, plugins: PluginSet, *, until_seq: int | None, until_ms: int | None
 ) -> int:
+    from eventlog.kube.kueue import load_queues
     from reconciler import core
     from reconciler.config import ConfigError
     from reconciler.offline.policydoc import is_single_profile
@@ -222,14 +234,18 @@ async def _run_whatif(
     from reconciler.offline.whatif import observe
     from reconciler.policy import load_policy_file
 
-    policy = load_policy_file(args.profile)
-    problems = core.validate_policy(policy, plugins.registry)
-    if problems:
-        raise ConfigError("; ".join(problems), source=args.profile)
+    queues = load_queues(args.queues) if args.queues else None  # first: a bad file reads nothing
+    policy = None
+    if args.profile:
+        policy = load_policy_file(args.profile)
+        problems = core.validate_policy(policy, plugins.registry)
+        if problems:
+            raise ConfigError("; ".join(problems), source=args.profile)
     async with open_source(args) as source:
         seen = await observe(source.reader, until_seq=until_seq, until_ms=until_ms)
-    single = is_single_profile(args.profile) and seen.policy is not None
-    comparison = compare(seen, policy, profile=args.profile, plugins=plugins, single_profile=single)
+    single = bool(args.profile) and is_single_profile(args.profile) and seen.policy is not None
+    label = args.profile or f"queues {args.queues}"
+    comparison = compare(seen, policy, profile=label, plugins=plugins, single_profile=single, queues=queues)
     if args.json:
         sys.stdout.write(json.dumps(comparison.as_json(), sort_keys=True) + "\n")
     else:

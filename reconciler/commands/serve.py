@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="kdispatch config file (YAML)")
     parser.add_argument("--nats", metavar="URL", help="NATS server URL (default: the config's, else embedded)")
     parser.add_argument("--data-dir", metavar="DIR", help="data dir for the embedded nats-server (default .kdispatch)")
+    parser.add_argument(
+        "--queues",
+        metavar="PATH",
+        help="queue configuration: Kueue objects (ClusterQueue, LocalQueue, Cohort, ...), a YAML file or a "
+        "directory of them (default: the config's queues:, else the manager cluster's objects)",
+    )
     parser.add_argument("--webhook", action="store_true", help="also run the admission webhook (child process)")
     parser.add_argument("--webhook-port", type=port, default=9443, metavar="P", help="webhook HTTPS port (9443)")
     parser.add_argument("--metrics-port", type=port_or_any, metavar="P", help="serve Prometheus /metrics on this port")
@@ -81,6 +87,19 @@ async def run_async(args: argparse.Namespace) -> int:
         where = args.config or "the default config"
         print(f"kdispatch serve: invalid policy in {where}:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
+    queues_path = args.queues or config.queues
+    queues = None
+    if queues_path is not None:
+        from eventlog.kube.kueue import QueueConfigError, read_queues
+
+        try:  # before the log is opened: a bad queue configuration changes nothing
+            loaded = read_queues(queues_path)
+        except QueueConfigError as err:
+            print(f"kdispatch serve: invalid queue configuration: {err}", file=sys.stderr)
+            return 2
+        queues = loaded.config
+        if loaded.skipped:
+            log.info("queues_objects_skipped", reason="not queue configuration", objects=loaded.skipped)
     from eventlog.jetstream import connect
 
     url = args.nats or config.nats.url
@@ -106,11 +125,20 @@ async def run_async(args: argparse.Namespace) -> int:
     system: System | None = None
     try:
         settings = Settings(
-            loop=LoopSettings(leader_id=leader_id, policy=policy, snapshot_every=args.snapshot_every, plugins=plugins),
+            loop=LoopSettings(
+                leader_id=leader_id,
+                policy=policy,
+                queues=queues,
+                snapshot_every=args.snapshot_every,
+                plugins=plugins,
+            ),
             actuate=not args.no_actuator,
+            watch_queues=queues is None,
             lease_ttl_s=args.lease_ttl,
             metrics_port=args.metrics_port,
-            webhook_argv=_webhook_argv(args, nats_url=jlog.url, data_dir=data_dir) if args.webhook else None,
+            webhook_argv=_webhook_argv(args, nats_url=jlog.url, data_dir=data_dir, queues=queues_path)
+            if args.webhook
+            else None,
         )
         try:
             system = await build(jlog, config, settings, stop=stop)
@@ -142,11 +170,13 @@ def _install_signal_handlers(stop: asyncio.Event, log: Any) -> None:
             loop.add_signal_handler(sig, on_signal, sig.name)
 
 
-def _webhook_argv(args: argparse.Namespace, *, nats_url: str, data_dir: str) -> list[str]:
+def _webhook_argv(args: argparse.Namespace, *, nats_url: str, data_dir: str, queues: str | None) -> list[str]:
     argv = [sys.executable, "-m", "webhook", "--port", str(args.webhook_port), "--nats", nats_url]
     argv += ["--data-dir", data_dir]
     if args.config:
         argv += ["--config", args.config]
+    if queues is not None:
+        argv += ["--queues", queues]
     if args.root != "kd":
         argv += ["--root", args.root]
     return argv

@@ -50,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --out: also write each profile's log as log-NAME.jsonl.gz (for replay/explain --file)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--queues",
+        type=Path,
+        metavar="PATH",
+        help="queue configuration (Kueue objects: a YAML file or directory), recorded at the start of each run",
+    )
 
 
 def _goal_lines(profiles: dict[str, dict[str, Any]]) -> list[str]:
@@ -74,6 +80,7 @@ def _goal_lines(profiles: dict[str, dict[str, Any]]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import msgspec
 
+    from eventlog.kube.kueue import QueueConfigError, load_queues
     from reconciler.config import ConfigError
     from reconciler.edge.plugins import PluginDiscoveryError, installed
     from reconciler.edge.progress import Progress
@@ -93,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
         profiles = load_profiles(args.profile) if args.profile else [(p, PolicyDefaults()) for p in default_profiles()]
     except (TraceError, ConfigError, ValueError, OSError) as err:
         print(f"kdispatch simulate: {err}", file=sys.stderr)
+        return 2
+    try:
+        queues = load_queues(args.queues) if args.queues is not None else None
+    except QueueConfigError as err:
+        print(f"kdispatch simulate: invalid queue configuration: {err}", file=sys.stderr)
         return 2
     try:
         if args.capacity_scale is not None:
@@ -126,7 +138,13 @@ def run(args: argparse.Namespace) -> int:
             total=len(trace.jobs), label=profile.name, unit="jobs submitted", threshold=0, enabled=not args.quiet
         ) as progress:
             result = run_profile(
-                trace, profile=profile, settings=settings, core=core, progress=progress.update, log_path=log_path
+                trace,
+                profile=profile,
+                settings=settings,
+                core=core,
+                progress=progress.update,
+                log_path=log_path,
+                queues=queues,
             )
             elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             progress.close(

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eventlog import events as ev
 from eventlog.embedded import free_port
 from reconciler import core
 from reconciler.demo import setup
@@ -59,6 +60,8 @@ class Options:
     fast: bool = False
     seed: int = 7
     quiet: bool = False
+    queues: ev.QueuesConfigured | None = None  # --queues, loaded (recorded by the leader, read by the webhook)
+    queues_path: Path | None = None
 
     @property
     def window_s(self) -> float:
@@ -273,8 +276,15 @@ class Demo:
             port = free_port()
             argv = [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(port), "--nats", jlog.url]
             argv += ["--data-dir", str(self.data_dir), "--config", str(config_path), "--log-level", "warning"]
+            if self.opts.queues_path is not None:
+                argv += ["--queues", str(self.opts.queues_path)]
             settings = Settings(
-                loop=LoopSettings(leader_id=f"demo-{self.run_id}", policy=policy_event(config.policy), plugins=installed()),
+                loop=LoopSettings(
+                    leader_id=f"demo-{self.run_id}",
+                    policy=policy_event(config.policy),
+                    queues=self.opts.queues,
+                    plugins=installed(),
+                ),
                 webhook_argv=argv,
             )
             system = await build(jlog, config, settings, stop=stop)

@@ -1,8 +1,8 @@
 """Rebuilding the core's state from the log: snapshots, the fold up to a bound, and the repair
 of a decision batch a crashed leader left short.
 
-A snapshot is the core's ``dump_state`` plus the policy in force (the last ``PolicyLoaded`` may lie
-before it), taken by the leader at a batch boundary. Rebuilding starts from the latest snapshot at
+A snapshot is the core's ``dump_state`` plus the policy and queue configuration in force (the last
+``PolicyLoaded`` and ``QueuesConfigured`` may lie before it), taken by the leader at a batch boundary. Rebuilding starts from the latest snapshot at
 or before the bound and folds the log after it.
 """
 
@@ -51,6 +51,7 @@ class Snapshot(msgspec.Struct, kw_only=True):
     at_ms: int
     state: bytes
     policy: ev.PolicyLoaded | None = None
+    queues: ev.QueuesConfigured | None = None  # the last QueuesConfigured, for the same reason
 
 
 _snap_encoder = msgspec.msgpack.Encoder()
@@ -76,6 +77,7 @@ class Rebuilt:
     repair_first_index: int = 0
     repair_count: int = 0
     snapshot_seq: int = 0
+    queues: ev.QueuesConfigured | None = None  # the last QueuesConfigured folded (or the snapshot's)
 
 
 async def load_snapshot(
@@ -83,6 +85,13 @@ async def load_snapshot(
 ) -> tuple[core.State, int, int, ev.PolicyLoaded | None]:
     """(state, seq, at_ms, policy) from the latest usable snapshot, or a fresh state at seq 0,
     its profiles compiled against ``plugins`` (default: ``installed()``)."""
+    state, seq, at_ms, policy, _ = await _load_snapshot(snapshots, at_or_before=at_or_before, plugins=plugins)
+    return state, seq, at_ms, policy
+
+
+async def _load_snapshot(
+    snapshots: SnapshotStore | None, *, at_or_before: int, plugins: PluginSet | None
+) -> tuple[core.State, int, int, ev.PolicyLoaded | None, ev.QueuesConfigured | None]:
     registry = (plugins if plugins is not None else installed()).registry
     if snapshots is not None and at_or_before > 0:
         found = await snapshots.latest(at_or_before=at_or_before)
@@ -90,10 +99,11 @@ async def load_snapshot(
             seq, data = found
             try:
                 snap = decode_snapshot(data)
-                return core.load_state(snap.state, plugins=registry), snap.seq, snap.at_ms, snap.policy
+                state = core.load_state(snap.state, plugins=registry)
+                return state, snap.seq, snap.at_ms, snap.policy, snap.queues
             except Exception as err:  # a snapshot from another version is a cache miss, not a failure
                 log.warning("snapshot_unusable", seq=seq, error=str(err))
-    return core.new_state(plugins=registry), 0, 0, None
+    return core.new_state(plugins=registry), 0, 0, None, None
 
 
 @dataclass
@@ -103,6 +113,7 @@ class Folded:
     last_at_ms: int
     policy: ev.PolicyLoaded | None  # the last PolicyLoaded folded (or the snapshot's)
     snapshot_seq: int = 0  # the snapshot it started from (0: from the beginning)
+    queues: ev.QueuesConfigured | None = None  # the last QueuesConfigured folded (or the snapshot's)
 
 
 async def rebuild_state(
@@ -119,9 +130,9 @@ async def rebuild_state(
     plugins = plugins if plugins is not None else installed()
     last = until_seq if until_seq is not None else await reader.last_seq()
     snap_at = last if until_ms is None else 0  # a time bound says nothing about snapshot seqs
-    state, seq, at_ms, policy = await load_snapshot(snapshots, at_or_before=snap_at, plugins=plugins)
+    state, seq, at_ms, policy, queues = await _load_snapshot(snapshots, at_or_before=snap_at, plugins=plugins)
     if seq >= last and until_ms is None:
-        return Folded(state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, snapshot_seq=seq)
+        return Folded(state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, snapshot_seq=seq, queues=queues)
     progress = Progress(total=max(last - seq, 0), label=label, logger=logger)
     result = await replay(
         reader,
@@ -138,6 +149,7 @@ async def rebuild_state(
         last_at_ms=result.last_at_ms or at_ms,
         policy=result.last_policy or policy,
         snapshot_seq=seq,
+        queues=result.last_queues or queues,
     )
 
 
@@ -158,6 +170,7 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int, plugins: PluginS
             policy=f.policy,
             repair=[],
             snapshot_seq=f.snapshot_seq,
+            queues=f.queues,
         )
     index, count = last_entry.batch
     batch_start = last_entry.seq - index
@@ -179,6 +192,7 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int, plugins: PluginS
         policy=f.policy,
         repair=[],
         snapshot_seq=f.snapshot_seq,
+        queues=f.queues,
     )
     if agrees:
         rebuilt.repair = list(recomputed[index + 1 :])

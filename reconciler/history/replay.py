@@ -135,6 +135,7 @@ class ReplayResult:
     # from an export. ``verify`` stops there: what follows would differ for that reason alone.
     gap: tuple[int, int] | None = None
     last_policy: ev.PolicyLoaded | None = None
+    last_queues: ev.QueuesConfigured | None = None
     # Plugins the log's policies use that are missing or different here, with the seq where that
     # policy was in force (its own, or the snapshot's the replay started from). Once per plugin.
     plugin_problems: list[tuple[int, PluginProblem]] = field(default_factory=list)
@@ -251,7 +252,9 @@ async def replay(
                     on_input(unit)
                 result.state = core.fold(result.state, unit)
                 _count(result, unit)
-                if isinstance(unit.event, ev.PolicyLoaded):
+                if isinstance(unit.event, ev.QueuesConfigured):
+                    result.last_queues = unit.event
+                elif isinstance(unit.event, ev.PolicyLoaded):
                     result.last_policy = unit.event
                     if result.state.policy_override is None:
                         stop = result.note_plugins(unit.seq, unit.event, plugins)

@@ -42,10 +42,11 @@ def figures(outcomes: Outcomes) -> dict[str, Any]:
 class Comparison:
     profile: str
     seen: Observed
-    policy: ev.PolicyLoaded  # the profile's run, as it ran
+    policy: ev.PolicyLoaded | None  # the profile's run, as it ran (None: the recorded policy)
     baseline: WhatIf
     whatif: WhatIf
     single_profile: bool = False  # the file was one profile, tried on the recorded policy
+    queues: str | None = None  # replay --queues: the file its run used in place of the log's
 
     @property
     def baseline_label(self) -> str:
@@ -58,6 +59,7 @@ class Comparison:
         recorded, base, other = figures(self.seen.recorded), figures(self.baseline.outcomes), figures(self.whatif.outcomes)
         return {
             "profile": self.profile,
+            "queues": self.queues,
             "baseline_policy": self.baseline_label,
             "profile_on_recorded_policy": self.single_profile,
             "baseline": base,
@@ -77,18 +79,34 @@ class Comparison:
 
 
 def compare(
-    seen: Observed, policy: ev.PolicyLoaded, *, profile: str, plugins: PluginSet, single_profile: bool = False
+    seen: Observed,
+    policy: ev.PolicyLoaded | None,
+    *,
+    profile: str,
+    plugins: PluginSet,
+    single_profile: bool = False,
+    queues: ev.QueuesConfigured | None = None,
 ) -> Comparison:
     """``single_profile``: ``policy`` is one profile's file, to try on the recorded policy (its other
-    profiles, timeouts and priority classes), not on the config's defaults for them."""
+    profiles, timeouts and priority classes), not on the config's defaults for them. ``policy``
+    None: the recorded policy in both runs (``replay --queues`` alone). ``queues``: the queue
+    configuration of the other run, in place of the log's (``source`` names its file)."""
     tried_on_recorded = single_profile and seen.policy is not None
-    if tried_on_recorded and seen.policy is not None:
+    if tried_on_recorded and policy is not None and seen.policy is not None:
         policy = on_recorded(policy, seen.policy)
     baseline = WhatIf(seen, baseline_policy(seen), plugins=plugins)
     baseline.run()
-    whatif = WhatIf(seen, policy, plugins=plugins)
+    whatif = WhatIf(seen, policy if policy is not None else baseline_policy(seen), plugins=plugins, queues=queues)
     whatif.run()
-    return Comparison(profile, seen, policy, baseline, whatif, single_profile=tried_on_recorded)
+    return Comparison(
+        profile,
+        seen,
+        policy,
+        baseline,
+        whatif,
+        single_profile=tried_on_recorded,
+        queues=queues.source if queues is not None else None,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,7 +120,9 @@ def print_comparison(c: Comparison, out: TextIO) -> None:
     span = f"{format_ms(seen.inputs[0].at_ms)} .. {format_ms(seen.end_ms)}" if seen.inputs else "empty log"
     out.write(f"what if {c.profile} had been in force ({len(seen.inputs)} outside inputs, {span})\n\n")
 
-    if c.single_profile:
+    if c.queues is not None:
+        out.write(f"queues: {c.queues} in place of the log's queue configuration ({len(seen.queues)} recorded)\n\n")
+    if c.single_profile and c.policy is not None:
         names = ", ".join(p.name for p in c.policy.profiles)
         out.write(
             f"{c.profile} is one profile: tried on the recorded policy, whose timeouts, priority classes\n"

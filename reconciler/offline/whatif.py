@@ -18,6 +18,9 @@ decisions is simulated instead, by one ``SimWorker`` per cluster (``reconciler.s
 A comparison runs this twice, the recorded policy and the other one on the same model, so the
 policy's effect is told apart from the model's error (``reconciler.offline.report``).
 
+The queue configuration (``QueuesConfigured``) is followed as recorded, at its times; with
+``replay --queues FILE`` the run starts with that one instead and the log's are left out.
+
 The leader's pattern is kept: one input batch per virtual instant, fold, ``decide``, one
 decision batch, fold, then the decisions are applied to the simulated workers. No NATS, no clock.
 Simplifications (documented in docs/cli.md): a ``ClusterUpdated`` changes labels and taints but
@@ -75,6 +78,7 @@ class Observed:
     end_ms: int = 0
     recorded: Outcomes = field(default_factory=Outcomes)
     policies: list[ev.LogEntry] = field(default_factory=list)  # PolicyLoaded, in log order
+    queues: list[ev.LogEntry] = field(default_factory=list)  # QueuesConfigured, in log order
 
     @property
     def policy(self) -> ev.PolicyLoaded | None:
@@ -106,6 +110,8 @@ async def observe(reader: LogReader, *, until_seq: int | None, until_ms: int | N
                 seen.inputs.append(entry)
             elif isinstance(e, ev.PolicyLoaded):
                 seen.policies.append(entry)
+            elif isinstance(e, ev.QueuesConfigured):
+                seen.queues.append(entry)
             match e:
                 case ev.Nominated(job=ref, clusters=clusters, attempt=a):
                     for c in clusters:
@@ -143,9 +149,17 @@ class WhatIf:
     """One virtual-time run under ``policy``; ``None``: the log's own policies, as they changed."""
 
     def __init__(
-        self, seen: Observed, policy: ev.PolicyLoaded | None, *, plugins: PluginSet | None = None
+        self,
+        seen: Observed,
+        policy: ev.PolicyLoaded | None,
+        *,
+        plugins: PluginSet | None = None,
+        queues: ev.QueuesConfigured | None = None,
     ) -> None:
+        """``queues``: the queue configuration to run under from the start, in place of the log's
+        (``None``: the log's, as they changed)."""
         self.seen = seen
+        self.queues = queues
         registry = (plugins if plugins is not None else installed()).registry
         self.state = core.new_state(policy_override=policy, plugins=registry)
         self._follow_policies = policy is None
@@ -189,6 +203,8 @@ class WhatIf:
     def _outside(self, entry: ev.LogEntry) -> ev.InputEvent | ev.PolicyLoaded | None:
         e = entry.event
         match e:
+            case ev.QueuesConfigured():
+                return e
             case ev.ClusterRegistered():
                 self.workers.setdefault(e.cluster, self._worker_for(e))
             case ev.JobSubmitted():
@@ -267,6 +283,9 @@ class WhatIf:
         pending = list(self.seen.inputs)
         if self._follow_policies:
             pending = sorted(pending + self.seen.policies, key=lambda entry: entry.seq)
+        if self.queues is None:
+            pending = sorted(pending + self.seen.queues, key=lambda entry: entry.seq)
+        initial: list[ev.InputEvent | ev.PolicyLoaded] = [self.queues] if self.queues is not None else []
         silences = list(self.seen.silences)
         i = 0
         end = self.seen.end_ms
@@ -293,7 +312,7 @@ class WhatIf:
                 start, cluster, until = silences.pop(0)
                 if cluster in self.workers:
                     self.workers[cluster].silence(until, now_ms=start)
-            inputs: list[ev.InputEvent | ev.PolicyLoaded] = []
+            inputs, initial = initial, []  # the --queues configuration comes before anything else
             while i < len(pending) and pending[i].at_ms <= t:
                 event = self._outside(pending[i])
                 if event is not None:

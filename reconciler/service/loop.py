@@ -7,7 +7,8 @@ One leader term (``LeaderLoop.run_term``), as Armada documents its cycle:
 3. repair: if the log ends inside a decision batch (the previous leader died mid-append),
    recompute ``decide`` on the state before that batch and append the missing tail;
 4. record the configured policy (``PolicyLoaded``, with the provenance of the plugins it uses)
-   if it differs from the last one in the log, and decide once (inputs the previous leader
+   and queue configuration (``QueuesConfigured``, from ``--queues``) if they differ from the last
+   ones in the log, and decide once (inputs the previous leader
    appended but did not decide on);
 5. loop: pull inbox items (or a ``Tick`` when idle and a timer is due), append them stamped with
    the wall clock (never earlier than the last entry), fold, decide, append the decisions as one
@@ -33,7 +34,7 @@ from reconciler import core
 from reconciler.edge.logging import event_context, get_logger
 from reconciler.edge.plugins import PluginSet, check, installed
 from reconciler.history.rebuild import LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
-from reconciler.policy import same_policy
+from reconciler.policy import same_policy, same_queues
 from reconciler.service.metrics import ReconcilerMetrics
 
 log = get_logger("reconciler.loop")
@@ -49,6 +50,7 @@ def wall_ms() -> int:
 class LoopSettings:
     leader_id: str
     policy: ev.PolicyLoaded | None = None  # None: record nothing, run on what the log says
+    queues: ev.QueuesConfigured | None = None  # the same for the queue configuration (--queues)
     snapshot_every: int = 5_000  # entries between snapshots
     pull_max: int = 500
     idle_wait_s: float = 0.1  # longest wait for inbox items before checking timers / stop
@@ -70,6 +72,7 @@ class LeaderLoop:
         self._last_tick_deadline: int | None = None
         self._warned_deadline: int | None = None
         self._policy: ev.PolicyLoaded | None = None  # the policy in force (for snapshots)
+        self._queues: ev.QueuesConfigured | None = None  # the queue configuration in force (idem)
         self._lag_checked = 0.0
         self._lag_task: asyncio.Task[None] | None = None
         self._counters: dict[type, Any] = {}
@@ -128,6 +131,7 @@ class LeaderLoop:
         self.last_seq = rebuilt.last_seq
         self.last_at_ms = rebuilt.last_at_ms
         self._policy = rebuilt.policy
+        self._queues = rebuilt.queues
         self._since_snapshot = 0
         self.metrics.log_seq.set(self.last_seq)
         self.snapshot_seq = rebuilt.snapshot_seq
@@ -161,6 +165,15 @@ class LeaderLoop:
             # Running on the log's policy: its decisions from here on use this process's plugins.
             for problem in check(rebuilt.policy, plugins):
                 bound.warning("policy_plugin_differs", problem=problem.describe(), remedy=problem.remedy())
+        queues = self.settings.queues
+        if queues is not None and not same_queues(queues, rebuilt.queues):
+            await self._append_inputs(seqr, [InboxItem(inbox_seq=None, event=queues)])
+            bound.info(
+                "queues_recorded",
+                source=queues.source,
+                cluster_queues=[q.name for q in queues.cluster_queues],
+                replaces=None if rebuilt.queues is None else rebuilt.queues.source,
+            )
         # Inputs the previous leader appended without deciding on (or a new policy) need a decision.
         await self._decide_and_append(seqr, at_ms=self.last_at_ms)
         self.ready.set()
@@ -255,6 +268,8 @@ class LeaderLoop:
             counter.inc()
             if kind is ev.PolicyLoaded:
                 self._policy = entry.event  # type: ignore[assignment]
+            elif kind is ev.QueuesConfigured:
+                self._queues = entry.event  # type: ignore[assignment]
             elif decisions and kind in _NOTEWORTHY:
                 _log_decision(entry)
         if entries:
@@ -270,6 +285,7 @@ class LeaderLoop:
             at_ms=self.last_at_ms,
             state=core.dump_state(self.state),
             policy=self._policy,
+            queues=self._queues,
         )
         await self.log.snapshots.save(self.last_seq, encode_snapshot(snap))
         self._since_snapshot = 0

@@ -38,6 +38,7 @@ from reconciler.service.clusters.actuator import Actuator
 from reconciler.service.clusters.kube import KubeWorker
 from reconciler.service.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.service.clusters.metrics import ClusterMetrics
+from reconciler.service.clusters.queues import QueuesWatcher
 from reconciler.service.clusters.reporter import InboxReporter
 from reconciler.service.clusters.setup import ClusterSet, registration
 from reconciler.service.clusters.visibility import StatusReporter
@@ -61,6 +62,8 @@ class Settings:
     metrics_port: int | None = None
     webhook_argv: Sequence[str] | None = None  # run the webhook as a child process with this argv
     backfill_after_s: float = 10.0  # manager watcher: how long an unknown object waits for the webhook
+    # Follow the manager cluster's Kueue objects as the queue configuration (serve without --queues).
+    watch_queues: bool = False
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Clusters:
     reporter: InboxReporter
     watcher: ManagerWatcher | None = None
     status: StatusReporter | None = None  # Events and status on the user's job (leader only)
+    queues: QueuesWatcher | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         for cfg in self.configured.clusters:
@@ -88,6 +92,8 @@ class Clusters:
             tasks.append(asyncio.create_task(self.watcher.run(stop), name="manager-watcher"))
         if self.status is not None:
             tasks.append(asyncio.create_task(self.status.run(stop), name="status-reporter"))
+        if self.queues is not None:
+            tasks.append(asyncio.create_task(self.queues.run(stop), name="queues-watcher"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -116,6 +122,7 @@ def connect_clusters(
     backfill_after_s: float,
     leading: Callable[[], bool] = lambda: False,
     instance: str = "",
+    watch_queues: bool = False,
 ) -> Clusters:
     reporter = InboxReporter(log_.inbox)
     actuator = Actuator(
@@ -134,6 +141,15 @@ def connect_clusters(
             backfill_after_s=backfill_after_s,
         )
         out.status = StatusReporter(log_.reader, configured.manager_api, instance=instance, leading=leading)
+        if watch_queues:
+            desired = actuator.desired
+            out.queues = QueuesWatcher(
+                configured.manager_api,
+                reporter,
+                in_force=lambda: desired.queues,
+                ready=actuator.caught_up,
+                resync_s=configured.resync_s,
+            )
         for name, worker in configured.workers.items():
             if isinstance(worker, KubeWorker):
                 worker.wanted = _wanted(actuator, name)
@@ -235,6 +251,7 @@ async def build(
             backfill_after_s=settings.backfill_after_s,
             leading=loop.ready.is_set,  # set while this replica leads a term
             instance=settings.loop.leader_id,
+            watch_queues=settings.watch_queues,
         )
     webhook = None
     if settings.webhook_argv is not None:

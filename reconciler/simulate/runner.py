@@ -146,9 +146,11 @@ class VirtualRun:
         observers: Sequence[Observer] = (),
         settings: RunSettings | None = None,
         progress: Callable[[int], None] | None = None,
+        queues: ev.QueuesConfigured | None = None,
     ) -> None:
         self.trace = trace
         self.policy = policy
+        self.queues = queues  # --queues: recorded at the start, as the leader records it
         self.core = core
         self.settings = settings or RunSettings()
         self.observers = list(observers)
@@ -297,6 +299,8 @@ class VirtualRun:
         first = self._clock.next_ms()
         self.now_ms = first if first is not None else EPOCH_MS
         setup: list[ev.InputEvent] = [self.policy]
+        if self.queues is not None:
+            setup.append(self.queues)
         for c in self.trace.clusters:
             setup.append(ev.ClusterRegistered(cluster=c.name, labels=c.labels, taints=c.taints, capacity=c.capacity))
         setup += self._heartbeats()

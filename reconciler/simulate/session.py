@@ -47,6 +47,7 @@ def run_profile(
     run_settings: RunSettings | None = None,
     progress: Callable[[int], None] | None = None,
     log_path: Path | None = None,
+    queues: ev.QueuesConfigured | None = None,
 ) -> ProfileRun:
     recorder = Recorder(gpu_resource=trace.gpu_resource)
     observers: list[Observer] = [recorder]
@@ -62,6 +63,7 @@ def run_profile(
         observers=observers,
         settings=run_settings or RunSettings(),
         progress=progress,
+        queues=queues,
     )
     try:
         run.run()

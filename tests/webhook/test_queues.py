@@ -315,7 +315,6 @@ metadata:
 
 
 async def test_python_m_webhook_with_queues_resolves_and_denies(nats_url: str, tmp_path: Path) -> None:
-    pytest.importorskip("eventlog.kube.kueue", reason="--queues (eventlog/kube/kueue.py) comes with the queue-config branch")
     path = tmp_path / "queues.yaml"
     path.write_text(QUEUES_YAML)
     root = f"whqm{uuid.uuid4().hex[:6]}"

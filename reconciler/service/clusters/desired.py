@@ -57,6 +57,8 @@ class Desired:
         if isinstance(job, ev.JobRef):
             self.refs[job.uid] = job
         match event:
+            case ev.QueuesConfigured():
+                self.queues = event
             case ev.JobSubmitted():
                 self.submitted.add(event.job.uid)
                 self.jobs[event.job.uid] = JobSpec(

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Literal
 
 from eventlog.kube.kinds import SUPPORTED_KINDS
+from eventlog.kube.kueue import GROUP as KUEUE_GROUP
+from eventlog.kube.kueue import KUEUE_KINDS
 
 Role = Literal["manager", "worker"]
 ApiCall = tuple[Role, str, str, str]
@@ -25,6 +27,10 @@ _CALLS: list[ApiCall] = [
     # Events on the user's job (clusters.visibility): one per series, its count patched
     ("manager", "events.k8s.io", "events", "create"),
     ("manager", "events.k8s.io", "events", "patch"),
+    # The queue configuration: Kueue's objects and the namespaces' labels (clusters/queues.py).
+    *(("manager", KUEUE_GROUP, plural, verb) for plural in KUEUE_KINDS.values() for verb in ("list", "watch")),
+    ("manager", "", "namespaces", "list"),
+    ("manager", "", "namespaces", "watch"),
     *(("worker", k.group, k.plural, verb) for k in SUPPORTED_KINDS for verb in _WORKER_JOB_VERBS),
     ("worker", "kueue.x-k8s.io", "workloads", "list"),
     ("worker", "kueue.x-k8s.io", "workloads", "watch"),

@@ -20,6 +20,9 @@ What the real API does and kmock's own KubernetesEmulator does not (so the adapt
   ``regarding.name=x``), and answer the Table kubectl asks for (its columns for events) so
   ``kubectl get events`` shows what the real server shows.
 
+- ``/api/v1/namespaces`` (and ``/api/v1/namespaces/NAME``) are the Namespace objects themselves,
+  not a namespace's contents (kmock's path parser fails on them).
+
 It counts the lists it served (``lists``), so a test can tell that a watcher re-listed.
 
 Run it with ``kmock.Server(emulator, port=...)``; stopping the server and starting another on the
@@ -38,10 +41,23 @@ from typing import Any
 
 import attrs
 import kmock
+from kmock._internal import parsing
 
 Key = tuple[str, str, str]  # (group, version, plural)
 EVENTS: Key = ("events.k8s.io", "v1", "events")
 CORE_EVENTS: Key = ("", "v1", "events")
+
+_parse_path = parsing.parse_path
+
+
+def _parse_path_with_namespaces(path: str) -> parsing.ParsedPath:
+    parts = path.strip("/").split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
+        return parsing.ParsedPath("", "v1", "namespaces", None, parts[3] if len(parts) == 4 else None, None)
+    return _parse_path(path)
+
+
+parsing.parse_path = _parse_path_with_namespaces  # rendering calls it through the module
 
 
 def _now() -> str:
