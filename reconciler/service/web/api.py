@@ -141,7 +141,8 @@ def add_api_routes(app: web.Application, source: ViewSource) -> None:
     app.router.add_get("/api/v1/queues", queues)
     app.router.add_get("/api/v1/clusters", clusters)
     app.router.add_get("/api/v1/jobs", jobs)
-    app.router.add_get("/api/v1/jobs/{namespace}/{name}", job)
+    # A name is the rest of the path: names come from users, and a slash must not make a 404.
+    app.router.add_get("/api/v1/jobs/{namespace}/{name:.+}", job)
 
 
 async def _timeline(
