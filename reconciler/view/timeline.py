@@ -11,7 +11,7 @@ from msgspec import Struct, field
 from eventlog import events as ev
 
 # Bulky or repeated on every row: the job itself is the page's subject, the manifest is large.
-_HIDDEN = frozenset({"v", "manifest", "job", "raw", "pod_sets"})
+_HIDDEN = frozenset({"type", "v", "manifest", "job", "raw", "pod_sets"})
 
 
 class TimelineRow(Struct, kw_only=True):
@@ -35,7 +35,7 @@ def concerns(event: ev.Event, key: str) -> bool:
 
 def timeline_row(entry: ev.LogEntry) -> TimelineRow:
     raw = msgspec.to_builtins(entry.event)
-    fields = {k: v for k, v in raw.items() if k not in _HIDDEN} if isinstance(raw, dict) else {}
+    fields = {k: v for k, v in raw.items() if k not in _HIDDEN and v not in (None, {}, [])} if isinstance(raw, dict) else {}
     return TimelineRow(
         seq=entry.seq,
         at_ms=entry.at_ms,

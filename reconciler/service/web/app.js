@@ -105,7 +105,7 @@ function jobTable(rows) {
 }
 
 async function loadJobs(limitPages) {
-  const params = new URLSearchParams({ limit: "200" });
+  const params = new URLSearchParams({ limit: "50" });
   if (filters.queue) params.set("queue", filters.queue);
   if (filters.phase) params.set("phase", filters.phase);
   let rows = [];
@@ -148,7 +148,7 @@ async function drawOverview(main, jobsOnly) {
   parts.push(el("h2", {}, "Jobs ", el("span", { class: "muted" }, "(" + jobs.rows.length + " shown of " + jobs.total + "; waiting jobs first, in dispatch order)")));
   parts.push(filterBar(queues.items), jobTable(jobs.rows));
   if (jobs.more) parts.push(el("p", {}, el("button", { onclick: () => { jobPages += 1; refresh(); } }, "load more")));
-  main.replaceChildren(...parts);
+  main.replaceChildren(...parts.filter((part) => part !== null));
   if (focused) {
     const again = document.getElementById(focused);
     if (again) { again.focus(); if (again.setSelectionRange && again.value) again.setSelectionRange(again.value.length, again.value.length); }
@@ -199,7 +199,7 @@ async function drawJob(main, ns, name) {
     el("tr", {}, el("th", {}, "seq"), el("th", {}, "time (UTC)"), el("th", {}, "event"), el("th", {}, "details")),
     doc.timeline.map((t) => el("tr", { class: t.decision ? "decision" : "fact" },
       el("td", { class: "num" }, t.seq), el("td", {}, when(t.at_ms)), el("td", {}, t.type), el("td", { class: "muted" }, t.text))));
-  main.replaceChildren(
+  main.replaceChildren(...[
     el("p", {}, el("a", { href: "#/" }, "← overview")),
     el("h1", { id: "job-name" }, j.key),
     facts,
@@ -207,7 +207,8 @@ async function drawJob(main, ns, name) {
     el("div", { id: "explanation" }, explanationPart(doc.explanation, j)),
     el("h2", {}, "Timeline"),
     timeline,
-    doc.timeline_truncated ? el("p", { class: "muted" }, "timeline cut short; `kdispatch explain " + j.key + "` has all of it") : null);
+    doc.timeline_truncated ? el("p", { class: "muted" }, "timeline cut short; `kdispatch explain " + j.key + "` has all of it") : null,
+  ].filter((part) => part !== null));
 }
 
 // ---- routing and refresh ------------------------------------------------------------------
