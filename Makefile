@@ -26,7 +26,7 @@ lint: $(STAMP)
 
 # The web page is tested in Debian's chromium (tests/reconciler/web); CI runs as root on Debian.
 browser:
-	@test -x /usr/bin/chromium || DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+	@test -x /usr/bin/chromium || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
 unit: $(STAMP) browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider

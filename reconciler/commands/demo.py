@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true", help="short run times and a short script (for tests)")
     parser.add_argument("--seed", type=int_at_least(0), default=7, help="seed of the generated jobs (7)")
     parser.add_argument("--quiet", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--hold", action="store_true", help="afterwards, keep the final state and the web page up until Ctrl-C"
+    )
 
 
 async def run_async(args: argparse.Namespace) -> int:
@@ -36,5 +39,7 @@ async def run_async(args: argparse.Namespace) -> int:
         print(f"kdispatch demo: {err}")
         return 2
     return await run_demo(
-        Options(jobs=args.jobs, data_dir=args.data_dir, fast=args.fast, seed=args.seed, quiet=args.quiet)
+        Options(
+            jobs=args.jobs, data_dir=args.data_dir, fast=args.fast, seed=args.seed, quiet=args.quiet, hold=args.hold
+        )
     )
