@@ -4,6 +4,7 @@ step). The page polls ``/api/v1`` and draws with ``textContent`` only, so a name
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from importlib import resources
 
 from aiohttp import web
@@ -20,7 +21,7 @@ def add_page_routes(app: web.Application) -> None:
         app.router.add_get(path, _serve(body, content_type))
 
 
-def _serve(body: bytes, content_type: str) -> web.Handler:
+def _serve(body: bytes, content_type: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(_request: web.Request) -> web.Response:
         return web.Response(
             body=body,
