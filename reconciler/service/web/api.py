@@ -14,6 +14,7 @@ import base64
 import binascii
 import difflib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,19 @@ MAX_LIMIT = 1000
 TIMELINE_SCAN_MAX = 200_000
 
 
+@dataclass(frozen=True)
+class Board:
+    """The whole-state rows at one log position: what every list response is cut from."""
+
+    seq: int
+    at_ms: int
+    summary: dict[str, Any]
+    queues: list[view.QueueRow]
+    clusters: list[view.ClusterRow]
+    jobs: list[view.JobRow]  # in list order (``view.job_rows``)
+    by_key: dict[str, view.JobRow]
+
+
 @dataclass
 class ViewSource:
     """Where the views read from. ``state()`` is None while there is nothing to show
@@ -40,17 +54,31 @@ class ViewSource:
     state: Callable[[], core.State | None]
     reader: LogReader | None = None
     unavailable: str = "this replica is not the leader: it has no current state (ask the leader)"
-    _cache: dict[str, Any] = field(default_factory=dict)
+    # The rows are computed on the leader's event loop, between two of its batches: on a busy
+    # leader, at most once per this many seconds (responses say which ``seq`` they show).
+    refresh_s: float = 1.0
+    _board: Board | None = None
+    _stamp: tuple[int, int] | None = None
+    _made_at: float = field(default=-1e9)
 
-    def summary(self, state: core.State) -> dict[str, Any]:
-        """``core.summary`` once per log position, not once per request."""
+    def board(self, state: core.State) -> Board:
         stamp = (id(state), state.seq)
-        if self._cache.get("stamp") != stamp:
-            self._cache.clear()
-            self._cache["stamp"] = stamp
-            self._cache["summary"] = core.summary(state)
-        summary: dict[str, Any] = self._cache["summary"]
-        return summary
+        now = time.monotonic()
+        if self._board is not None and (stamp == self._stamp or now - self._made_at < self.refresh_s):
+            return self._board
+        summary = core.summary(state)
+        jobs = view.job_rows(state, summary)
+        self._board = Board(
+            seq=state.seq,
+            at_ms=state.now_ms,
+            summary=summary,
+            queues=view.queue_rows(state, summary),
+            clusters=view.cluster_rows(state),
+            jobs=jobs,
+            by_key={r.key: r for r in jobs},
+        )
+        self._stamp, self._made_at = stamp, now
+        return self._board
 
 
 class ApiError(Exception):
@@ -74,68 +102,65 @@ def _error(err: ApiError) -> web.Response:
 
 
 def add_api_routes(app: web.Application, source: ViewSource) -> None:
-    def current() -> core.State:
+    def current() -> tuple[core.State, Board]:
         state = source.state()
         if state is None:
             raise ApiError(503, source.unavailable)
-        return state
+        return state, source.board(state)
 
-    def envelope(state: core.State, **doc: Any) -> dict[str, Any]:
-        return {"seq": state.seq, "at_ms": state.now_ms, **doc}
+    def envelope(board: Board, **doc: Any) -> dict[str, Any]:
+        return {"seq": board.seq, "at_ms": board.at_ms, **doc}
 
     async def queues(_request: web.Request) -> web.Response:
         try:
-            state = current()
+            _, board = current()
         except ApiError as err:
             return _error(err)
-        return _json(envelope(state, items=view.queue_rows(state, source.summary(state))))
+        return _json(envelope(board, items=board.queues))
 
     async def clusters(_request: web.Request) -> web.Response:
         try:
-            state = current()
+            _, board = current()
         except ApiError as err:
             return _error(err)
-        return _json(envelope(state, items=view.cluster_rows(state)))
+        return _json(envelope(board, items=board.clusters))
 
     async def jobs(request: web.Request) -> web.Response:
         try:
-            state = current()
+            _, board = current()
             query = request.query
             limit = _limit(query.get("limit"))
             after = _decode_continue(query.get("continue"))
             phase = _phase(query.get("phase") or None)
-            summary = source.summary(state)
             queue = query.get("queue") or None
-            rows = view.job_rows(state, summary, queue=queue, phase=phase)
-            if queue is not None and not rows:
-                known = [q.name for q in view.queue_rows(state, summary)]
-                if queue not in known:
-                    raise ApiError(404, f"queue: no queue {queue!r}" + _did_you_mean(queue, known), queues=known)
+            known = [q.name for q in board.queues]
+            if queue is not None and queue not in known:
+                raise ApiError(404, f"queue: no queue {queue!r}" + _did_you_mean(queue, known), queues=known)
         except ApiError as err:
             return _error(err)
+        rows = [r for r in board.jobs if (queue is None or r.queue == queue) and (phase is None or r.phase == phase)]
         total = len(rows)
         if after is not None:
             rows = [r for r in rows if _order(r) > after]
         page = rows[:limit]
         token = _encode_continue(_order(page[-1])) if len(rows) > limit else None
-        return _json(envelope(state, items=page, total=total, **{"continue": token}))
+        return _json(envelope(board, items=page, total=total, **{"continue": token}))
 
     async def job(request: web.Request) -> web.Response:
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
         try:
-            state = current()
-            summary = source.summary(state)
-            where = view.rows.positions(state, summary)
-            row = view.job_row(state, summary, key, position=where.get(key))
+            state, board = current()
+            row = board.by_key.get(key)
             if row is None:
-                raise ApiError(404, f"no job {key} (up to log seq {state.seq})" + _did_you_mean(key, list(state.jobs)))
+                raise ApiError(404, f"no job {key} (up to log seq {board.seq})" + _did_you_mean(key, list(board.by_key)))
         except ApiError as err:
             return _error(err)
+        # The explanation is of the state now (its own ``seq``); the row may be up to
+        # ``refresh_s`` older on a busy leader.
         explanation = view.explanation(state, key)
-        submitted = state.jobs[key].submitted_seq
-        timeline, truncated = await _timeline(source.reader, key, from_seq=submitted, until_seq=state.seq)
+        timeline, truncated = await _timeline(source.reader, key, from_seq=row.submitted_seq, until_seq=board.seq)
         return _json(
-            envelope(state, job=row, explanation=explanation, timeline=timeline, timeline_truncated=truncated)
+            envelope(board, job=row, explanation=explanation, timeline=timeline, timeline_truncated=truncated)
         )
 
     app.router.add_get("/api/v1/queues", queues)

@@ -12,7 +12,7 @@ async def test_one_implicit_queue_until_the_core_knows_queues() -> None:
     source = await fixture_source()
     state = source.state()
     assert state is not None
-    summary = source.summary(state)
+    summary = source.board(state).summary
     assert "queues" not in summary
     [row] = view.queue_rows(state, summary)
     assert row.name == view.DEFAULT_QUEUE and row.quota is None and row.fair_share is None
@@ -23,7 +23,7 @@ async def test_queue_facts_from_the_summary_win_and_jobs_follow_their_queue() ->
     source = await fixture_source()
     state = source.state()
     assert state is not None
-    summary = dict(source.summary(state))
+    summary = dict(source.board(state).summary)
     jobs = {k: dict(v) for k, v in summary["jobs"].items()}
     waiting = [r.key for r in view.job_rows(state, summary, waiting_only=True)]
     for key in waiting[::2]:
