@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint unit venv clean bench
+.PHONY: demo test lint unit venv clean bench browser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,7 +24,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: $(STAMP)
+# The web page is tested in Debian's chromium (tests/reconciler/web); CI runs as root on Debian.
+browser:
+	@test -x /usr/bin/chromium || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+
+unit: $(STAMP) browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test: lint unit

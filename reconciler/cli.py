@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-COMMANDS = ("serve", "demo", "log", "replay", "explain", "simulate")
+COMMANDS = ("serve", "demo", "log", "replay", "explain", "status", "queue", "simulate")
 
 
 def _load(name: str) -> ModuleType | None:

@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="queue configuration (Kueue objects: a YAML file or directory, e.g. deploy/examples/three-teams.yaml); "
         "default: none, one queue for every job",
     )
+    parser.add_argument(
+        "--hold", action="store_true", help="afterwards, keep the final state and the web page up until Ctrl-C"
+    )
 
 
 async def run_async(args: argparse.Namespace) -> int:
@@ -61,5 +64,6 @@ async def run_async(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             queues=queues,
             queues_path=args.queues,
+            hold=args.hold,
         )
     )

@@ -6,7 +6,7 @@ this module is the process around it: arguments, config, logging, the log, signa
 - the leader candidate loop (``reconciler.service.leader``): waits for the lease, then sequences;
 - the actuator and the cluster observers (``reconciler.service.clusters``), unless
   ``--no-actuator`` — several replicas may run them: they are idempotent;
-- ``/metrics`` on ``--metrics-port``;
+- ``/metrics``, the read-only API and the web page (docs/api.md) on ``--metrics-port``;
 - with ``--webhook``, ``python -m webhook`` as a supervised child process (never imported).
 
 SIGTERM / SIGINT: stop leading (the lease is released so a standby takes over at once), stop the
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--webhook", action="store_true", help="also run the admission webhook (child process)")
     parser.add_argument("--webhook-port", type=port, default=9443, metavar="P", help="webhook HTTPS port (9443)")
-    parser.add_argument("--metrics-port", type=port_or_any, metavar="P", help="serve Prometheus /metrics on this port")
+    parser.add_argument("--metrics-port", type=port_or_any, metavar="P", help="serve /metrics, the read-only API (/api/v1) and the web page on this port")
     parser.add_argument("--no-actuator", action="store_true", help="sequence and decide only; do not touch clusters")
     parser.add_argument("--leader-id", metavar="ID", help="this replica's name in the lease (default host-pid-rand)")
     parser.add_argument("--lease-ttl", type=positive_float, default=5.0, metavar="S", help="leader lease TTL in seconds (5)")

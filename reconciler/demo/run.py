@@ -35,6 +35,7 @@ from reconciler.demo.follower import LogFollower
 from reconciler.demo.view import FINAL_PHASES, Screen, class_table, cluster_table, next_steps, progress_status
 from reconciler.demo.workload import DemoJob, Pace, burst_jobs, filler_jobs, long_cpu_jobs, main_jobs
 from reconciler.edge import logging as klog
+from reconciler.edge.logsource import URL_FILE
 from reconciler.edge.percentile import percentile
 from reconciler.edge.plugins import installed
 from reconciler.history.replay import replay
@@ -42,6 +43,7 @@ from reconciler.policy import policy_event
 from reconciler.service.child import Supervised
 from reconciler.service.clusters.simulated import SimCluster
 from reconciler.service.loop import LeaderLoop, LoopSettings
+from reconciler.service.metrics import ReconcilerMetrics
 from reconciler.service.wiring import Settings, System, build
 from reconciler.simulate.metrics import seconds
 from reconciler.simulate.recorder import Recorder
@@ -62,6 +64,7 @@ class Options:
     quiet: bool = False
     queues: ev.QueuesConfigured | None = None  # --queues, loaded (recorded by the leader, read by the webhook)
     queues_path: Path | None = None
+    hold: bool = False  # keep the final state and the web page up until Ctrl-C
 
     @property
     def window_s(self) -> float:
@@ -153,6 +156,9 @@ class Demo:
         self.webhook: Supervised | None = None
         self.run_id = uuid.uuid4().hex[:8]
         self.replay_result: Any = None
+        self.http_port = free_port()  # /metrics, /api/v1 and the web page
+        self.metrics: ReconcilerMetrics | None = None
+        self.reported = False
 
     # ------------------------------------------------------------------ the pieces
 
@@ -254,12 +260,19 @@ class Demo:
             jlog = await connect(None, data_dir=self.data_dir, name="kdispatch-demo")
             try:
                 self.screen.say(f"embedded nats-server at {jlog.url}, data in {self.data_dir} (logs: demo.log)")
+                # While the demo runs (and holds), `kdispatch status/log/... --data-dir` read
+                # through this server: two servers cannot share one store.
+                (self.data_dir / URL_FILE).write_text(jlog.url + "\n")
                 follower = LogFollower(jlog.reader, self.recorder, on_story=lambda _e, s: self.screen.say(s))
                 await self._operate(jlog, config=config, config_path=config_path, follower=follower, outcome=outcome)
                 await self._verify(jlog, outcome)
                 await follower.catch_up()
                 self._check_scenario(outcome)
                 outcome.summary = self._summary_doc(outcome)
+                if self.opts.hold:
+                    print(self.report(outcome))
+                    self.reported = True
+                    await self._hold(jlog)
             finally:
                 await jlog.close()
         return outcome
@@ -286,13 +299,16 @@ class Demo:
                     plugins=installed(),
                 ),
                 webhook_argv=argv,
+                metrics_port=self.http_port,
             )
             system = await build(jlog, config, settings, stop=stop)
-            self.webhook, self.loop = system.webhook, system.loop
+            self.webhook, self.loop, self.metrics = system.webhook, system.loop, system.metrics
             assert system.clusters is not None
             workers = system.clusters.configured.workers
             self.sims = {n: w for n, w in workers.items() if isinstance(w, SimCluster)}
             await system.start()
+            after = "; --hold keeps it up after the demo" if not self.opts.hold else ", and after it until Ctrl-C"
+            self.screen.say(f"web page: {self.page_url} (JSON API under /api/v1) while the demo runs{after}")
             own.append(asyncio.create_task(follower.run(stop), name="follower"))
             own.append(asyncio.create_task(self._progress(stop), name="progress"))
             tasks += [*system.tasks, *own]
@@ -319,6 +335,38 @@ class Demo:
                 await system.stop()
             await asyncio.gather(*own, return_exceptions=True)
             self.screen.done()
+
+    @property
+    def page_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/"
+
+    async def _hold(self, jlog: Any) -> None:
+        """The final state and the page, served until Ctrl-C (or SIGTERM): the system has stopped,
+        so this is the state the demo ended on, read-only."""
+        import signal
+
+        from reconciler.service.metrics import start_metrics_server
+        from reconciler.service.web import ViewSource, add_routes
+
+        source = ViewSource(state=lambda: self.loop.state if self.loop else None, reader=jlog.reader)
+        runner = await start_metrics_server(
+            self.metrics or ReconcilerMetrics(),
+            host="127.0.0.1",
+            port=self.http_port,
+            routes=lambda app: add_routes(app, source),
+        )
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for sig in signals:
+            loop.add_signal_handler(sig, done.set)
+        print(f"holding the demo's final state: {self.page_url} (Ctrl-C to stop)", flush=True)
+        try:
+            await done.wait()
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+            await runner.cleanup()
 
     async def _script(self, api: ApiServer) -> None:
         self.screen.say(f"webhook ready; submitting {len(self.plan.all)} jobs as AdmissionReviews over HTTPS")
@@ -473,5 +521,6 @@ async def run_demo(opts: Options, *, screen: Screen | None = None) -> int:
         print(f"kdispatch demo: {err}", file=sys.stderr)
         return 2
     (demo.data_dir / "demo-summary.json").write_text(json.dumps(outcome.summary, indent=2) + "\n")
-    print(demo.report(outcome))
+    if not demo.reported:
+        print(demo.report(outcome))
     return 0 if outcome.ok else 1

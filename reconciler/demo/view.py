@@ -149,6 +149,8 @@ def next_steps(*, data_dir: Path, job: str, kdispatch: str = "kdispatch", nats_s
             f"  {k} log --data-dir {d} | tail -40",
             f"  {k} log --data-dir {d} --subject 'kd.log.decision.>'",
             f"  {k} log --data-dir {d} --subject 'kd.log.cluster.>'",
+            f"  {k} status --data-dir {d}                 # queues and clusters",
+            f"  {k} queue --data-dir {d} --until 2000     # who waited, in dispatch order, at log seq 2000",
             f"  {k} explain {job} --data-dir {d}",
             f"  {k} replay --verify --data-dir {d}",
             f"  {k} log --data-dir {d} --json > demo-log.jsonl   # export, for replay/explain --file",

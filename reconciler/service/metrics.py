@@ -70,9 +70,11 @@ async def start_metrics_server(
     host: str = "0.0.0.0",
     port: int,
     ready: Callable[[], bool] = lambda: True,
+    routes: Callable[[web.Application], None] | None = None,
 ) -> web.AppRunner:
     """Serve ``/metrics``, ``/healthz`` (the process answers) and ``/readyz`` (``ready()``: e.g.
-    connected to NATS; a standby replica is ready too). Clean up with ``await runner.cleanup()``."""
+    connected to NATS; a standby replica is ready too), plus whatever ``routes`` adds (the API
+    and the web page). Clean up with ``await runner.cleanup()``."""
 
     async def handle_metrics(_request: web.Request) -> web.Response:
         resp = web.Response(body=metrics.render())
@@ -91,6 +93,8 @@ async def start_metrics_server(
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/healthz", handle_health)
     app.router.add_get("/readyz", handle_ready)
+    if routes is not None:
+        routes(app)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host=host, port=port)

@@ -15,7 +15,8 @@
   cluster and, with Kubernetes clusters, the manager watcher and status sync (``clusters``);
   left out with ``Settings.actuate=False``: several replicas may run it, it is idempotent;
 - ``webhook``: ``python -m webhook`` as a supervised child process (never imported);
-- ``/metrics`` (an aiohttp server, not a task) when ``Settings.metrics_port`` is given.
+- ``/metrics`` (an aiohttp server, not a task) when ``Settings.metrics_port`` is given; the same
+  port serves the read-only API (``/api/v1``) and the web page (``/``) from the leader's state.
 
 The process around it (signals, logging, opening and closing the log) is the caller's.
 """
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from eventlog import events as ev
+from reconciler import core
 from reconciler.config import Config
 from reconciler.edge.logging import get_logger
 from reconciler.service.child import Supervised
@@ -45,6 +47,7 @@ from reconciler.service.clusters.visibility import StatusReporter
 from reconciler.service.leader import run_candidate
 from reconciler.service.loop import LeaderLoop, LoopSettings
 from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
+from reconciler.service.web import ViewSource, add_routes
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -183,9 +186,12 @@ class System:
         port = self.settings.metrics_port
         if port is not None:
             self._metrics_server = await start_metrics_server(
-                self.metrics, port=port, ready=lambda: self.log.nc.is_connected
+                self.metrics,
+                port=port,
+                ready=lambda: self.log.nc.is_connected,
+                routes=lambda app: add_routes(app, ViewSource(state=self.leading_state, reader=self.log.reader)),
             )
-            log.info("metrics_listening", port=port)
+            log.info("metrics_listening", port=port, page=f"http://127.0.0.1:{self.http_port}/")
         self._spawn(
             run_candidate(self.log, self.loop, stop=self.stopping, ttl_s=self.settings.lease_ttl_s),
             "leader-candidate",
@@ -194,6 +200,19 @@ class System:
             self._spawn(self.clusters.run(self.stopping), "clusters")
         if self.webhook is not None:
             self._spawn(self.webhook.run(self.stopping), "webhook")
+
+    def leading_state(self) -> core.State | None:
+        """The leader's folded state for the API and the page; None on a standby (or between
+        terms), whose state would be stale: it does not follow the log."""
+        return self.loop.state if self.loop.ready.is_set() else None
+
+    @property
+    def http_port(self) -> int | None:
+        """The port ``/metrics``, ``/api/v1`` and the page are served on (the OS's pick for 0)."""
+        if self._metrics_server is None or not self._metrics_server.addresses:
+            return None
+        port: int = self._metrics_server.addresses[0][1]
+        return port
 
     def _spawn(self, work: Coroutine[Any, Any, Any], name: str) -> None:
         self.tasks.append(asyncio.create_task(work, name=name))

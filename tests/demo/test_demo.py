@@ -97,3 +97,31 @@ def test_demo_refuses_a_data_dir_it_did_not_make(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "was not made by `kdispatch demo`" in proc.stderr
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_status_and_queue_read_the_demo_log(demo_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, data_dir = demo_run
+    assert proc.returncode == 0
+    summary = json.loads((data_dir / "demo-summary.json").read_text())
+    status = subprocess.run(
+        [*KDISPATCH, "status", "--data-dir", str(data_dir), "-o", "json"], capture_output=True, text=True, timeout=60
+    )
+    assert status.returncode == 0, status.stderr[-2000:]
+    doc = json.loads(status.stdout)
+    [queue] = doc["queues"]
+    assert queue["name"] == "default" and queue["finished"] == summary["phases"].get("Finished", 0)
+    assert queue["pending"] == queue["admitted"] == 0
+    assert {c["name"]: c["health"] for c in doc["clusters"]} == {n: c["health"] for n, c in summary["clusters"].items()}
+    table = subprocess.run([*KDISPATCH, "status", "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0 and "QUEUE" in table.stdout and "east-a100" in table.stdout
+    # Midway, jobs waited: `queue --until` lists them in dispatch order.
+    queued = subprocess.run(
+        [*KDISPATCH, "queue", "default", "--data-dir", str(data_dir), "--until", "150", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert queued.returncode == 0, queued.stderr[-2000:]
+    items = json.loads(queued.stdout)["items"]
+    assert [j["position"] for j in items] == list(range(1, len(items) + 1))
+    assert all(j["phase"] in ("Queued", "Unschedulable") for j in items)
