@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from tests.deploy import certmanager, k8sschema
+from tests.deploy import certmanager, k8sschema, promoperator
 from tests.deploy.conftest import DEPLOY, manifest_files, one, rendered
 
 OLDEST = "1.32"
@@ -33,6 +33,8 @@ VERSIONS = (OLDEST, NEWEST)
 def validate(obj: dict[str, Any], version: str) -> None:
     if obj["apiVersion"].startswith("cert-manager.io/"):
         certmanager.validate(obj)
+    elif obj["apiVersion"].startswith("monitoring.coreos.com/"):
+        promoperator.validate(obj)
     else:
         k8sschema.validate(obj, version)
 
