@@ -20,7 +20,13 @@ from eventlog.jetstream import JetStreamLog
 from reconciler import core
 from reconciler.core import phases
 from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
-from reconciler.service.metrics import ReconcilerMetrics, base_units, start_metrics_server
+from reconciler.service.metrics import (
+    FleetGauges,
+    ReconcilerMetrics,
+    base_units,
+    fleet_families,
+    start_metrics_server,
+)
 
 from .scenario import GPU, POLICY, admit, decisions_of, publish_clusters, read_all, submission, wait_for
 
@@ -75,7 +81,7 @@ async def _scenario(jlog: JetStreamLog) -> None:
     await wait_for(
         jlog,
         lambda es: len(decisions_of(es, ev.Placed)) >= 5
-        and bool(decisions_of(es, ev.Unschedulable))
+        and any(isinstance(e.event, ev.Unschedulable) and e.event.job.name == "huge" for e in es)
         and bool(decisions_of(es, ev.ClusterLost)),
     )
 
@@ -193,3 +199,69 @@ async def _check(samples: Samples, jlog: JetStreamLog) -> None:
     names = {j.name for j in (e.event.job for e in entries if isinstance(e.event, ev.JobSubmitted))}
     values: set[Any] = {v for (_, labels) in samples for _, v in labels}
     assert not names & values
+
+
+def _folded(*events: ev.Event) -> core.State:
+    state = core.new_state()
+    for seq, event in enumerate(events, start=1):
+        state = core.fold(state, ev.LogEntry(seq=seq, at_ms=1_000 * seq, event=event))  # type: ignore[arg-type]
+    return state
+
+
+def _samples(families: list[Any]) -> Samples:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+
+def test_per_queue_figures_the_core_reports_are_used_as_given(monkeypatch: Any) -> None:
+    """With queues configured the core's summary carries per-queue facts (``queues``); they are read
+    generically (a mapping or a list, usage per resource or per flavor and resource)."""
+    state = _folded(*CLUSTERS_AND_A_JOB)
+    plain = core.summary
+    facts = {
+        "team-a": {
+            "pending": 3,
+            "admitted": 1,
+            "usage": {"a100": {GPU: 2, "cpu": 4000}, "h100": {GPU: 1}},
+            "nominal_quota": {"cpu": 8000, GPU: 4},
+            "fair_share": 0.5,
+        },
+        "team-b": {"pending": 0, "admitted": 0},
+    }
+    monkeypatch.setattr(core, "summary", lambda s: {**plain(s), "queues": facts})
+    got = _samples(fleet_families(state))
+    assert got[("kdispatch_queue_pending_jobs", (("cluster_queue", "team-a"),))] == 3
+    assert got[("kdispatch_queue_resource_usage", (("cluster_queue", "team-a"), ("resource", GPU)))] == 3
+    assert got[("kdispatch_queue_resource_usage", (("cluster_queue", "team-a"), ("resource", "cpu")))] == 4.0
+    assert got[("kdispatch_queue_nominal_quota", (("cluster_queue", "team-a"), ("resource", "cpu")))] == 8.0
+    assert got[("kdispatch_queue_fair_share", (("cluster_queue", "team-a"),))] == 0.5
+    assert got[("kdispatch_queue_admitted_jobs", (("cluster_queue", "team-b"),))] == 0
+    # The job of a log without tenancy is in the default queue, counted from the state.
+    assert got[("kdispatch_queue_pending_jobs", (("cluster_queue", "default"),))] == 1
+    monkeypatch.setattr(core, "summary", lambda s: {**plain(s), "queues": [{"name": "team-c", "pending": 7}]})
+    got = _samples(fleet_families(state))
+    assert got[("kdispatch_queue_pending_jobs", (("cluster_queue", "team-c"),))] == 7
+
+
+def test_fleet_gauges_are_computed_at_most_once_per_refresh_interval() -> None:
+    state = _folded(*CLUSTERS_AND_A_JOB)
+    now = [0.0]
+    fleet = FleetGauges(refresh_s=15, clock=lambda: now[0])
+    fleet.follow(lambda: state)
+    first = _samples(list(fleet.collect()))
+    assert first[("kdispatch_fleet_seq", ())] == len(CLUSTERS_AND_A_JOB)
+    state = core.fold(state, ev.LogEntry(seq=99, at_ms=99_000, event=ev.JobDeleted(job=submission(0).job)))
+    now[0] = 14.9
+    assert _samples(list(fleet.collect())) == first  # the same figures until the interval is over
+    now[0] = 15.0
+    again = _samples(list(fleet.collect()))
+    assert again[("kdispatch_fleet_seq", ())] == 99
+    assert again[("kdispatch_queue_pending_jobs", (("cluster_queue", "default"),))] == 0
+    fleet.follow(lambda: None)  # not leading: declared, no samples
+    assert _samples(list(fleet.collect())) == {}
+
+
+CLUSTERS_AND_A_JOB: tuple[ev.Event, ...] = (
+    ev.ClusterRegistered(cluster="east", capacity={"cpu": 64_000, GPU: 8}),
+    ev.ClusterHeartbeat(cluster="east"),
+    submission(0, gpus=16),  # fits nowhere: waits
+)
