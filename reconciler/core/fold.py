@@ -127,6 +127,7 @@ def _submitted(state: State, e: ev.JobSubmitted) -> None:
         priority_class=e.priority_class,
         placement=e.placement,
         submitted_seq=state.seq,
+        submitted_at_ms=state.now_ms,
         suspended=e.suspended,
         runtime_ms=e.runtime_ms,
     )

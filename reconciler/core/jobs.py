@@ -54,6 +54,7 @@ class JobRecord(Struct, kw_only=True):
     priority: int = 0
     placement: Placement = field(default_factory=Placement)
     submitted_seq: int = 0
+    submitted_at_ms: int | None = None  # sequencing time of the submission (wait-time metrics)
     phase: str = phases.QUEUED
     suspended: bool = False
     attempt: int = 1

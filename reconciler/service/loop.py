@@ -35,7 +35,7 @@ from reconciler.edge.logging import event_context, get_logger
 from reconciler.edge.plugins import PluginSet, check, installed
 from reconciler.history.rebuild import LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
 from reconciler.policy import same_policy, same_queues
-from reconciler.service.metrics import ReconcilerMetrics
+from reconciler.service.metrics import OBSERVED, ReconcilerMetrics
 
 log = get_logger("reconciler.loop")
 
@@ -78,6 +78,11 @@ class LeaderLoop:
         self._counters: dict[type, Any] = {}
         self.snapshot_seq = 0  # the snapshot the current term started from (0: none)
         self.ready = asyncio.Event()  # set once a term has rebuilt and repaired (tests, readiness)
+        self.metrics.fleet.follow(self._leading_state)
+
+    def _leading_state(self) -> core.State | None:
+        """The state fleet gauges are computed from: only while leading a term (a standby's is stale)."""
+        return self.state if self.ready.is_set() else None
 
     # -- one term -----------------------------------------------------------------------------
 
@@ -199,7 +204,7 @@ class LeaderLoop:
         elapsed = time.perf_counter() - started
         self.metrics.batches.inc()
         self.metrics.batch_seconds.observe(elapsed)
-        self.metrics.lag_ms.set(round(elapsed * 1000, 3))
+        self.metrics.sequencing_lag.set(elapsed)
         if self._since_snapshot >= self.settings.snapshot_every:
             await self._snapshot(bound)
 
@@ -266,6 +271,8 @@ class LeaderLoop:
                 family = self.metrics.decisions if decisions else self.metrics.inputs
                 counter = counters[kind] = family.labels(type=kind.__name__)
             counter.inc()
+            if decisions and kind in OBSERVED:  # placements (wait time), evictions, requeues
+                self.metrics.decided(entry, self.state)
             if kind is ev.PolicyLoaded:
                 self._policy = entry.event  # type: ignore[assignment]
             elif kind is ev.QueuesConfigured:

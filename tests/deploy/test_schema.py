@@ -24,7 +24,7 @@ from kubernetes_validate.utils import latest_version
 
 from eventlog.kube.kueue import GROUP as KUEUE_GROUP
 from eventlog.kube.kueue import load_queues
-from tests.deploy import certmanager, k8sschema
+from tests.deploy import certmanager, k8sschema, promoperator
 from tests.deploy.conftest import DEPLOY, manifest_files, one, rendered
 
 OLDEST = "1.32"
@@ -35,6 +35,8 @@ VERSIONS = (OLDEST, NEWEST)
 def validate(obj: dict[str, Any], version: str) -> None:
     if obj["apiVersion"].startswith("cert-manager.io/"):
         certmanager.validate(obj)
+    elif obj["apiVersion"].startswith("monitoring.coreos.com/"):
+        promoperator.validate(obj)
     else:
         k8sschema.validate(obj, version)
 
