@@ -18,6 +18,25 @@ from tests.reconciler.core.harness import Harness, cluster, job
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def _code_fingerprint() -> str:
+    """The code the worlds run, as this interpreter found it on disk when it imported this
+    module. A full run takes minutes: a merge landing meanwhile hands the subprocesses other
+    code than the one this process loaded, which must not pass for a determinism bug."""
+    sha = hashlib.sha256()
+    for path in sorted(
+        [
+            *ROOT.glob("eventlog/**/*.py"),
+            *ROOT.glob("reconciler/core/**/*.py"),
+            *Path(__file__).parent.glob("*.py"),
+        ]
+    ):
+        sha.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return sha.hexdigest()
+
+
+CODE = _code_fingerprint()
+
+
 def tie_heavy_steps(h: Harness, *, cpu: int = 16_000, shift: int = 0) -> Iterator[None]:
     """Identical clusters (every score ties), many labels and taints, preemption, loss; pauses
     after every decide pass. ``cpu`` and ``shift`` (labels and taints move by it) make another
@@ -87,9 +106,13 @@ def _digest_under(seed: str | None, world: str = "tie_heavy") -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if seed is not None:
         env["PYTHONHASHSEED"] = seed
-    code = f"from tests.reconciler.core.test_determinism import digest; print(digest({world!r}))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    code = f"from tests.reconciler.core.test_determinism import CODE, digest; print(CODE, digest({world!r}))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    code_there, result = out.stdout.split()
+    assert code_there == CODE, "eventlog/ or reconciler/core/ changed on disk during this run: compare again"
+    return result
 
 
 def test_same_decisions_under_different_hash_seeds() -> None:
