@@ -16,6 +16,7 @@ import atexit
 import contextlib
 import ctypes
 import fcntl
+import http.client
 import json
 import os
 import re
@@ -279,7 +280,9 @@ class EmbeddedNats:
             with urllib.request.urlopen(url, timeout=1.0) as resp:
                 body = json.loads(resp.read() or b"{}")
                 return bool(resp.status == 200 and body.get("status") == "ok")
-        except (urllib.error.URLError, OSError, ValueError):
+        # HTTPException: something else answers there (another server's client port when
+        # picked ports collided): not ours, and ours will exit saying the port is in use.
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
             return False
 
     def _check_alive(self) -> None:

@@ -31,6 +31,7 @@ from eventlog.jetstream.provision import (
     STREAM_NAME_IN_USE,
     NotLedYet,
     ProvisionError,
+    created_info,
     require_leader,
     with_retries,
 )
@@ -173,7 +174,7 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         except BadRequestError as err:
             if err.err_code != STREAM_NAME_IN_USE:
                 raise
-        info = await js.stream_info(config.name)  # another client created it meanwhile
+        info = await created_info(js, config.name)  # another client created it meanwhile
     if info.cluster is not None and not info.cluster.leader:
         raise NotLedYet(f"stream {config.name} has no leader yet")  # created a moment ago: retried
     existing = info.config

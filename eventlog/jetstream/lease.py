@@ -28,7 +28,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from eventlog.jetstream.provision import STREAM_NAME_IN_USE, require_leader, with_retries
+from eventlog.jetstream.provision import STREAM_NAME_IN_USE, created_info, require_leader, with_retries
 from eventlog.store import NotLeader
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class Lease:
             except BadRequestError as err:
                 if err.err_code != STREAM_NAME_IN_USE:  # not "created by another replica just now"
                     raise
-        info = await js.stream_info(f"KV_{bucket}")
+        info = await created_info(js, f"KV_{bucket}")
         ttl = info.config.max_age or 0.0
         if abs(ttl - self.ttl_s) > 0.001:
             # The lease TTL changed in the configuration. Replicas still on the old one see

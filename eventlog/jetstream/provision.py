@@ -21,7 +21,8 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
-from nats.js.errors import ServiceUnavailableError
+from nats.js.api import StreamInfo
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 log = structlog.get_logger("eventlog.provision")
 
@@ -50,10 +51,20 @@ class ProvisionError(RuntimeError):
     """A stream or bucket could not be created or opened within the budget."""
 
 
+async def created_info(js: JetStreamContext, stream: str) -> StreamInfo:
+    """The info of a stream we (or another client, "name in use") have just created. Until the
+    meta leader's assignment reaches the server that answers, it says "stream not found": that
+    passes by itself like a missing leader, so it raises ``NotLedYet`` (retried)."""
+    try:
+        return await js.stream_info(stream)
+    except NotFoundError:
+        raise NotLedYet(f"stream {stream} is being created and not visible yet") from None
+
+
 async def require_leader(js: JetStreamContext, stream: str) -> None:
     """Raise ``NotLedYet`` until a (clustered) stream has a leader: a stream just created has
     none for a moment, and a publish to it then finds no responders."""
-    info = await js.stream_info(stream)
+    info = await created_info(js, stream)
     if info.cluster is not None and not info.cluster.leader:
         raise NotLedYet(f"stream {stream} has no leader yet")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +58,9 @@ async def test_embedded_server_starts_stores_and_stops(tmp_path: Path) -> None:
 async def test_a_second_embedded_server_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     first = await EmbeddedNats(data_dir=tmp_path).start_async()
     try:
-        with pytest.raises(EmbeddedError, match=f"in use by nats-server of pid .* at {first.url}"):
+        # The lock names both processes: the server to stop and the process that started it.
+        owner = f"in use by nats-server pid {first.pid} of pid {os.getpid()} at {re.escape(first.url)}"
+        with pytest.raises(EmbeddedError, match=owner):
             await EmbeddedNats(data_dir=tmp_path).start_async()
         assert first.running()
     finally:
