@@ -127,7 +127,7 @@ class ReconcilerMetrics:
         )
         self.events_suppressed = Counter(
             "kdispatch_events_suppressed_total",
-            "Event occurrences not written: aggregated into a series within its interval, or already reported",
+            "Event occurrences not written: folded into a series, rate-limited, or already reported",
             ["reason"],
             registry=r,
         )

@@ -43,7 +43,7 @@ from reconciler.service.clusters.metrics import ClusterMetrics
 from reconciler.service.clusters.queues import QueuesWatcher
 from reconciler.service.clusters.reporter import InboxReporter
 from reconciler.service.clusters.setup import ClusterSet, registration
-from reconciler.service.clusters.visibility import StatusReporter
+from reconciler.service.clusters.visibility import EventCounter, StatusReporter, uncounted
 from reconciler.service.leader import run_candidate
 from reconciler.service.loop import LeaderLoop, LoopSettings
 from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
@@ -126,6 +126,7 @@ def connect_clusters(
     leading: Callable[[], bool] = lambda: False,
     instance: str = "",
     watch_queues: bool = False,
+    on_event: EventCounter = uncounted,
 ) -> Clusters:
     reporter = InboxReporter(log_.inbox)
     actuator = Actuator(
@@ -143,7 +144,9 @@ def connect_clusters(
             resync_s=configured.resync_s,
             backfill_after_s=backfill_after_s,
         )
-        out.status = StatusReporter(log_.reader, configured.manager_api, instance=instance, leading=leading)
+        out.status = StatusReporter(
+            log_.reader, configured.manager_api, instance=instance, leading=leading, on_event=on_event
+        )
         if watch_queues:
             desired = actuator.desired
             out.queues = QueuesWatcher(
@@ -271,6 +274,7 @@ async def build(
             leading=loop.ready.is_set,  # set while this replica leads a term
             instance=settings.loop.leader_id,
             watch_queues=settings.watch_queues,
+            on_event=metrics.event_written,
         )
     webhook = None
     if settings.webhook_argv is not None:

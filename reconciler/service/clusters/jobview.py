@@ -100,6 +100,7 @@ class JobView:
     jobs: dict[str, JobStatus] = field(default_factory=dict)
     series: dict[str, dict[tuple[str, str], Series]] = field(default_factory=dict)  # uid -> (reason, note)
     suppressed: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # suppressed, by reason
     seq: int = 0
     at_ms: int = 0  # the latest entry's time
     _buckets: dict[tuple[str, str], _Bucket] = field(default_factory=dict)
@@ -239,6 +240,7 @@ class JobView:
             return True
         if not self._take_token(job.uid, occ.reason, at_ms):
             self.suppressed += 1
+            self.dropped[occ.reason] = self.dropped.get(occ.reason, 0) + 1
             return False
         # A new series replaces the finished one of the same key; other keys' series stay until
         # the job is deleted (their Events are the object's history until the API server's TTL).

@@ -23,7 +23,7 @@ import contextlib
 import datetime
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from eventlog import events as ev
 from eventlog.kube.kinds import lookup_api_version
@@ -40,6 +40,18 @@ log = get_logger("reconciler.clusters.visibility")
 REPORTING_CONTROLLER = "kdispatch.io/dispatcher"
 EVENTS = ("events.k8s.io", "v1", "events")
 SEQ_ANNOTATION = "kdispatch.io/seq"  # on an Event: the last log entry it counts
+
+
+class EventCounter(Protocol):
+    """Told of each Event occurrence: written (a create or a series patch), or ``suppressed``
+    (folded into a series between two writes, dropped by the rate limit, or already on the
+    object when this replica took over). ``ReconcilerMetrics.event_written`` is one."""
+
+    def __call__(self, reason: str, *, suppressed: bool = False) -> None: ...
+
+
+def uncounted(reason: str, *, suppressed: bool = False) -> None:
+    pass
 
 
 def _micro(at_ms: int) -> str:
@@ -119,6 +131,7 @@ class StatusReporter:
         refresh_s: float = 10.0,
         concurrency: int = 4,
         read_batch: int = 1000,
+        on_event: EventCounter = uncounted,
     ) -> None:
         self.reader = reader
         self.api = api
@@ -129,9 +142,15 @@ class StatusReporter:
         self.refresh_s = refresh_s
         self.concurrency = concurrency
         self.read_batch = read_batch
+        self.on_event = on_event
         self.caught_up = asyncio.Event()
         self._reported: dict[str, int] = {}  # uid -> observedSeq on the object (known while leading)
         self._written: dict[str, str] = {}  # uid -> the status JSON last written
+        # uid -> Event name -> the series count last written (known while leading)
+        self._counts: dict[str, dict[str, int]] = {}
+        # rate-limit drops already counted (or not ours to count)
+        self._dropped = dict(self.view.dropped)
+        self._suppressed = self.view.suppressed
         self._dirty: set[str] = set()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._inflight: set[str] = set()
@@ -194,7 +213,20 @@ class StatusReporter:
                     self._mark(uid)
                 if isinstance(entry.event, ev.JobDeleted):
                     self._forget(entry.event.job.uid)
+                if self.view.suppressed != self._suppressed:
+                    self._count_dropped()
         return got
+
+    def _count_dropped(self) -> None:
+        """Occurrences the rate limit dropped since the last look; only a leader's count, so
+        what a standby (or the catch-up) folds is not counted by every replica."""
+        for reason, total in self.view.dropped.items():
+            new = total - self._dropped.get(reason, 0)
+            if new > 0 and self._led:
+                for _ in range(new):
+                    self.on_event(reason, suppressed=True)
+            self._dropped[reason] = total
+        self._suppressed = self.view.suppressed
 
     def _check_leadership(self) -> None:
         leading = self.caught_up.is_set() and self.leading()
@@ -203,6 +235,7 @@ class StatusReporter:
             # looked at once (but those finished long ago), and only what is newer is written.
             self._reported.clear()
             self._written.clear()
+            self._counts.clear()
             self._dirty = {uid for uid in self.view.jobs if not self.view.settled_long_ago(uid)}
             for uid in self._dirty:
                 self._queue.put_nowait(uid)
@@ -222,6 +255,7 @@ class StatusReporter:
     def _forget(self, uid: str) -> None:
         self._reported.pop(uid, None)
         self._written.pop(uid, None)
+        self._counts.pop(uid, None)
 
     def _refresh_positions(self) -> None:
         if not self._led:
@@ -280,6 +314,9 @@ class StatusReporter:
             if obj is None or (obj.get("metadata") or {}).get("uid") != uid:
                 return  # gone (or replaced by a namesake): nothing of ours to write on
             reported = self._reported[uid] = observed_seq(obj)
+            for s in self.view.series_of(uid):
+                if s.last_seq <= reported:  # the object shows it already: the last leader wrote it
+                    self.on_event(s.occurrence.reason, suppressed=True)
         # What to report, taken at one instant: the log may move on during the writes below, and
         # observedSeq must not claim an Event that was folded after this list was made.
         series = [s for s in self.view.series_of(uid) if s.last_seq > reported]
@@ -308,18 +345,29 @@ class StatusReporter:
     async def _write_event(self, s: Series) -> None:
         body = event_body(s, instance=self.instance)
         group, version, plural = EVENTS
+        counts = self._counts.setdefault(s.job.uid, {})
+        count = s.count  # taken now: the series may grow while the write is in flight
         try:
             await self.api.create(group, version, plural, s.job.namespace, body)
+            before = 0
         except ApiError as err:
             if err.status != 409:
                 raise
             # Already there (an earlier write of ours, or the previous leader's): bring its count
             # up to the log's. The API server allows only the series (and metadata) to change.
-            patch: dict[str, Any] = {"metadata": {"annotations": {SEQ_ANNOTATION: str(s.last_seq)}}}
-            if s.count > 1:
-                patch["series"] = _series(s)
+            # The body's values, not the series' now: it may have grown during the create.
+            patch: dict[str, Any] = {"metadata": {"annotations": body["metadata"]["annotations"]}}
+            if "series" in body:
+                patch["series"] = body["series"]
             await self.api.patch(group, version, plural, s.job.namespace, s.name, patch)
+            # Not known after a takeover: the previous leader counted what it wrote.
+            before = counts.get(s.name, count - 1)
+        counts[s.name] = count
         self.events_written += 1
+        reason = s.occurrence.reason
+        self.on_event(reason)
+        for _ in range(count - before - 1):  # folded into the series between two writes
+            self.on_event(reason, suppressed=True)
 
 
 async def _sleep(stop: asyncio.Event, delay_s: float) -> None:

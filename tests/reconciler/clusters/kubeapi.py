@@ -21,7 +21,9 @@ What the real API does and kmock's own KubernetesEmulator does not (so the adapt
   ``kubectl get events`` shows what the real server shows.
 
 - ``/api/v1/namespaces`` (and ``/api/v1/namespaces/NAME``) are the Namespace objects themselves,
-  not a namespace's contents (kmock's path parser fails on them).
+  not a namespace's contents. kmock reads a path's ``namespaces/X`` as "in namespace X" and cannot
+  parse the bare list at all, so those two paths are renamed on the way in (``__call__``) to a
+  cluster-scoped resource kmock does parse; ``_key`` maps it back to ``("", "v1", "namespaces")``.
 
 It counts the lists it served (``lists``), so a test can tell that a watcher re-listed.
 
@@ -35,29 +37,25 @@ import asyncio
 import copy
 import datetime
 import itertools
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp.web
 import attrs
 import kmock
-from kmock._internal import parsing
 
 Key = tuple[str, str, str]  # (group, version, plural)
 EVENTS: Key = ("events.k8s.io", "v1", "events")
 CORE_EVENTS: Key = ("", "v1", "events")
+NAMESPACES: Key = ("", "v1", "namespaces")
+VERBS = ["create", "delete", "get", "list", "patch", "watch"]
 
-_parse_path = parsing.parse_path
-
-
-def _parse_path_with_namespaces(path: str) -> parsing.ParsedPath:
-    parts = path.strip("/").split("/")
-    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) <= 4:
-        return parsing.ParsedPath("", "v1", "namespaces", None, parts[3] if len(parts) == 4 else None, None)
-    return _parse_path(path)
-
-
-parsing.parse_path = _parse_path_with_namespaces  # rendering calls it through the module
+# The plural the Namespace paths are renamed to before kmock parses them (see __call__). Not a
+# valid Kubernetes resource name, so no declared resource can collide with it.
+_NAMESPACES_ALIAS = "namespaces.cluster-scoped"
+_NAMESPACES_PATH = re.compile(r"/api/v1/namespaces(/[^/]+)?/?")
 
 
 def _now() -> str:
@@ -199,6 +197,7 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
     _watchers: list[_Watcher] = attrs.field(factory=list, init=False)
     _lists: dict[Key, int] = attrs.field(factory=dict, init=False)
     _kinds: dict[Key, str] = attrs.field(factory=dict, init=False)
+    _namespaced: dict[Key, bool] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         # Before kmock's own discovery routes, so this one answers /api/v1: kmock names the core
@@ -207,7 +206,7 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
         self.fallback["get /api/v1"] << self._serve_core_version
         super().__attrs_post_init__()  # discovery, and a 404 for what nothing below answers
         # kubernetes-asyncio's VersionApi asks for "/version/"; the real server answers both.
-        self.fallback["get /version/"] << self._serve_version_info
+        self.fallback["get /version/"] << self._serve_kube_version
         self.fallback[kmock.action.LIST] << self._serve_list  # and watch=True (see there)
         self.fallback[kmock.action.WATCH] << self._serve_watch
         self.fallback[kmock.action.FETCH] << self._serve_fetch
@@ -215,10 +214,33 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
         self.fallback[kmock.action.UPDATE] << self._serve_update
         self.fallback[kmock.action.DELETE] << self._serve_delete
 
-    async def _serve_core_version(self, request: kmock.Request) -> Any:
-        listing = dict(await self._serve_version(request))
-        listing["groupVersion"] = "v1"
-        return listing
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        match = _NAMESPACES_PATH.fullmatch(raw_request.path)
+        if match:
+            path = f"/api/v1/{_NAMESPACES_ALIAS}{match.group(1) or ''}"
+            raw_request = raw_request.clone(rel_url=raw_request.rel_url.with_path(path, keep_query=True))
+        return await super().__call__(raw_request)
+
+    async def _serve_core_version(self, _request: kmock.Request) -> Any:
+        return {
+            "apiVersion": "v1",  # of the APIResourceList
+            "kind": "APIResourceList",
+            "groupVersion": "v1",
+            "resources": [
+                {
+                    "name": plural,
+                    "kind": self._kinds[key] or plural.capitalize(),
+                    "singularName": self._kinds[key].lower() or plural,
+                    "shortNames": [],
+                    "categories": [],
+                    "verbs": VERBS,
+                    "namespaced": self._namespaced[key],
+                }
+                for key in self._kinds
+                for group, version, plural in [key]
+                if (group, version) == ("", "v1")
+            ],
+        }
 
     # -- declaring resources, test-side access ---------------------------------------------------
 
@@ -227,11 +249,12 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
     ) -> None:
         self._store.setdefault((group, version, plural), {})
         self._kinds[(group, version, plural)] = kind
+        self._namespaced[(group, version, plural)] = namespaced
         self.resources[f"{group}/{version}/{plural}" if group else f"v1/{plural}"] = kmock.ResourceInfo(
             kind=kind or None,
             singular=kind.lower() or None,
             namespaced=namespaced,
-            verbs={"get", "list", "watch", "create", "patch", "delete"},
+            verbs=set(VERBS),
         )
 
     def serve_events(self) -> None:
@@ -299,7 +322,7 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
 
     # -- the API ----------------------------------------------------------------------------------
 
-    async def _serve_version_info(self, _request: kmock.Request) -> Any:
+    async def _serve_kube_version(self, _request: kmock.Request) -> Any:
         # every field: kubernetes-asyncio's VersionInfo rejects a missing one
         return {
             "major": "1",
@@ -317,6 +340,8 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
         res = request.resource
         assert res is not None
         key = (str(res.group or ""), str(res.version or ""), str(res.plural or ""))
+        if key == ("", "v1", _NAMESPACES_ALIAS):
+            key = NAMESPACES
         if key not in self._store:
             raise kmock.KubernetesResourceNotFoundError()
         return key
