@@ -56,6 +56,12 @@ class NatsConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel
     replicas: int = 1
 
 
+# What a nominated, not yet admitted copy holds when a profile does not say: the best-ranked
+# cluster only. The event's own default (absent: "all") is what logs from before the field mean,
+# so a configured profile always records the value it runs with.
+DEFAULT_NOMINATED_HOLD: ev.NominatedHold = "best"
+
+
 class ProfileConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     name: str
     filters: list[str | ev.FilterSpec] = field(default_factory=list)
@@ -63,6 +69,10 @@ class ProfileConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="ca
     strategy: ev.StrategySpec = field(default_factory=ev.StrategySpec)
     round_timeout_ms: Ms = field(default=60_000, name="roundTimeout")
     dispatch_mode: ev.DispatchMode = "MustBeAdmitted"
+
+    def __post_init__(self) -> None:
+        if self.strategy.nominated_hold is None:
+            self.strategy = msgspec.structs.replace(self.strategy, nominated_hold=DEFAULT_NOMINATED_HOLD)
 
 
 class PolicyConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
