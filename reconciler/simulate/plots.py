@@ -2,7 +2,9 @@
 
 - ``wait_cdf.png``: the wait-time CDF of every profile (log x axis, waits of 0 drawn at 0.1 s);
 - ``gpu_utilization.png``: GPU utilization over time per profile.
-PNG metadata carries no date, so identical runs give identical files.
+Each title says what was run (trace, jobs, capacity and time scale), so a plot read on its own
+is not mistaken for another run's. PNG metadata carries no date, so identical runs give
+identical files.
 """
 
 from __future__ import annotations
@@ -16,23 +18,38 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
+from reconciler.simulate.profiles import label
+from reconciler.simulate.report import TIMES
 from reconciler.simulate.session import ProfileRun
 
 _META = {"Software": "kdispatch simulate"}
 
 
-def wait_cdf(runs: list[ProfileRun], path: Path) -> Path:
+def run_caption(doc: dict[str, Any]) -> str:
+    """What was run, from results.json: trace file, jobs, capacity (and arrival) scale, GPUs."""
+    t, s = doc["trace"], doc.get("settings", {})
+    gpus = t["gpu_capacity"] / 1000 if t["gpu_resource"].endswith("-milli") else t["gpu_capacity"]
+    parts = [t["source"], f"{t['jobs']:,d} jobs", f"capacity {TIMES}{s.get('capacity_scale', 1.0):g} ({gpus:,g} GPUs)"]
+    if s.get("time_scale", 1.0) != 1.0:
+        parts.append(f"arrivals {TIMES}{s['time_scale']:g}")
+    return ", ".join(parts)
+
+
+def wait_cdf(runs: list[ProfileRun], path: Path, *, caption: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(8, 5))
     for run in runs:
         waits = sorted(max(0.1, w / 1000) for r in run.recorder.jobs.values() if (w := r.wait_ms) is not None)
         if not waits:
             continue
         n = len(waits)
-        ax.step(waits, [(i + 1) / n for i in range(n)], where="post", label=f"{run.name} (n={n})")
+        mean = sum(waits) / n
+        ax.step(
+            waits, [(i + 1) / n for i in range(n)], where="post", label=f"{label(run.name)} (n={n:,d}, mean {mean:,.0f} s)"
+        )
     ax.set_xscale("log")
     ax.set_xlabel("wait from submission to placement (s, log scale)")
     ax.set_ylabel("fraction of placed jobs")
-    ax.set_title("Wait-time CDF per profile")
+    ax.set_title("Wait-time CDF per profile" + (f"\n{caption}" if caption else ""), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="lower right")
@@ -42,17 +59,17 @@ def wait_cdf(runs: list[ProfileRun], path: Path) -> Path:
     return path
 
 
-def utilization(runs: list[ProfileRun], path: Path) -> Path:
+def utilization(runs: list[ProfileRun], path: Path, *, caption: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(10, 5))
     for run in runs:
         series: list[Any] = run.results.get("gpu_utilization_series") or []
         if not series:
             continue
         hours = [p[0] / 3600 for p in series]
-        ax.plot(hours, [p[1] * 100 for p in series], label=f"{run.name} (mean {run.results['gpu_utilization']:.1%})")
+        ax.plot(hours, [p[1] * 100 for p in series], label=f"{label(run.name)} (mean {run.results['gpu_utilization']:.1%})")
     ax.set_xlabel("time since first submission (h)")
     ax.set_ylabel("GPU utilization (%)")
-    ax.set_title("GPU utilization over time")
+    ax.set_title("GPU utilization over time" + (f"\n{caption}" if caption else ""), fontsize=10)
     ax.set_ylim(0, 100)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
@@ -63,6 +80,10 @@ def utilization(runs: list[ProfileRun], path: Path) -> Path:
     return path
 
 
-def write_plots(out: Path, runs: list[ProfileRun]) -> list[Path]:
+def write_plots(out: Path, runs: list[ProfileRun], *, doc: dict[str, Any] | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    return [wait_cdf(runs, out / "wait_cdf.png"), utilization(runs, out / "gpu_utilization.png")]
+    caption = run_caption(doc) if doc is not None else ""
+    return [
+        wait_cdf(runs, out / "wait_cdf.png", caption=caption),
+        utilization(runs, out / "gpu_utilization.png", caption=caption),
+    ]

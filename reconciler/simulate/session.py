@@ -15,8 +15,9 @@ from typing import Any
 from eventlog import events as ev
 from reconciler.simulate.logfile import JsonlWriter
 from reconciler.simulate.metrics import placement_rows, profile_results
-from reconciler.simulate.profiles import PolicyDefaults, policy_for
+from reconciler.simulate.profiles import BASELINE, PolicyDefaults, label, policy_for
 from reconciler.simulate.recorder import Recorder
+from reconciler.simulate.report import vs_baseline
 from reconciler.simulate.runner import (
     EPOCH_MS,
     CoreApi,
@@ -94,8 +95,26 @@ def trace_summary(trace: Trace) -> dict[str, Any]:
     }
 
 
-def results_document(trace: Trace, runs: list[ProfileRun]) -> dict[str, Any]:
-    return {"trace": trace_summary(trace), "profiles": {r.name: r.results for r in runs}}
+def baseline_of(names: list[str]) -> str | None:
+    """The profile the others are compared with: ``multikueue`` when it runs, else the first."""
+    if BASELINE in names:
+        return BASELINE
+    return names[0] if names else None
+
+
+def results_document(trace: Trace, runs: list[ProfileRun], *, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``settings``: how the trace was run (scales, limit), recorded so a table can be redone."""
+    profiles = {r.name: {"label": label(r.name), **r.results} for r in runs}
+    baseline = baseline_of(list(profiles))
+    if baseline is not None:
+        for name, ratios in vs_baseline(profiles, baseline).items():
+            profiles[name]["vs_baseline"] = ratios
+    doc: dict[str, Any] = {"trace": trace_summary(trace)}
+    if settings is not None:
+        doc["settings"] = settings
+    doc["baseline"] = baseline
+    doc["profiles"] = profiles
+    return doc
 
 
 def encode_results(doc: dict[str, Any]) -> bytes:
