@@ -56,10 +56,19 @@ class NatsConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel
     replicas: int = 1
 
 
-# What a nominated, not yet admitted copy holds when a profile does not say: the best-ranked
-# cluster only. The event's own default (absent: "all") is what logs from before the field mean,
-# so a configured profile always records the value it runs with.
-DEFAULT_NOMINATED_HOLD: ev.NominatedHold = "best"
+def default_nominated_hold(strategy: str) -> ev.NominatedHold:
+    """What a nominated, not yet admitted copy holds when a profile does not say.
+
+    AllAtOnce: nothing, as MultiKueue's copies wait in the workers' queues without holding quota.
+    Its round never times out, so a copy queued behind others costs nothing, while holding the
+    job's demand on every nominated cluster turns other jobs away from all of them at once (on the
+    Alibaba trace it multiplied the mean wait by 28, through needless preemptions: docs/simulate.md).
+    TopK and Incremental: the best-ranked cluster, so that a burst of jobs does not all go to the
+    one cluster with the most room and wait out a round timeout there.
+    The event's own default (absent: "all") is what logs from before the field mean, so a
+    configured profile always records the value it runs with.
+    """
+    return "none" if strategy == "AllAtOnce" else "best"
 
 
 class ProfileConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -72,7 +81,8 @@ class ProfileConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="ca
 
     def __post_init__(self) -> None:
         if self.strategy.nominated_hold is None:
-            self.strategy = msgspec.structs.replace(self.strategy, nominated_hold=DEFAULT_NOMINATED_HOLD)
+            hold = default_nominated_hold(self.strategy.type)
+            self.strategy = msgspec.structs.replace(self.strategy, nominated_hold=hold)
 
 
 class PolicyConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):

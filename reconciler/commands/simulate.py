@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from eventlog.kube.duration import DurationError, parse_duration_ms
 from reconciler.config import ConfigError
 from reconciler.edge.plugins import PluginDiscoveryError, installed
 from reconciler.edge.progress import Progress
@@ -25,8 +26,15 @@ from reconciler.simulate.report import (
     times,
 )
 from reconciler.simulate.runner import CoreApi
-from reconciler.simulate.scale import scale_capacity, scale_time
-from reconciler.simulate.session import ProfileRun, results_document, run_profile, write_outputs
+from reconciler.simulate.scale import scale_capacity, scale_time, with_admission_latency
+from reconciler.simulate.session import (
+    ProfileRun,
+    gpus_text,
+    results_document,
+    run_profile,
+    settings_text,
+    write_outputs,
+)
 from reconciler.simulate.trace import TraceError
 
 HELP = "Replay a job trace against simulated clusters in virtual time and compare dispatch profiles."
@@ -66,11 +74,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-scale", type=float, metavar="F", help="multiply submission times by F (0.1: ten times denser arrivals)"
     )
     parser.add_argument(
+        "--admission-latency",
+        type=_duration_ms,
+        metavar="DURATION",
+        help="every cluster admits this long after a copy is created (e.g. 10s; default: the trace's, 1s for the readers)",
+    )
+    parser.add_argument(
         "--save-logs",
         action="store_true",
         help="with --out: also write each profile's log as log-NAME.jsonl.gz (for replay/explain --file)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _duration_ms(text: str) -> int:
+    try:
+        return parse_duration_ms(text)
+    except DurationError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _goal_lines(profiles: dict[str, dict[str, Any]], baseline: str | None) -> list[str]:
@@ -93,13 +114,12 @@ def _goal_lines(profiles: dict[str, dict[str, Any]], baseline: str | None) -> li
 
 
 def _header(doc: dict[str, Any], *, defaulted: bool) -> str:
-    t, s = doc["trace"], doc["settings"]
-    gpus = f", {t['gpu_capacity'] / 1000 if t['gpu_resource'].endswith('-milli') else t['gpu_capacity']:,g} GPUs"
-    scale = f", capacity scale {s['capacity_scale']:g}" + (" (this trace's default)" if defaulted else "")
-    more = (f", time scale {s['time_scale']:g}" if s["time_scale"] != 1.0 else "") + (
-        f", first {s['limit']:,d} jobs" if s["limit"] is not None else ""
+    t = doc["trace"]
+    default = " (the capacity scale is this trace's default; --capacity-scale 1: as recorded)" if defaulted else ""
+    return (
+        f"trace {t['source']}: {t['jobs']:,d} jobs on {len(t['clusters'])} clusters, {gpus_text(t)}; "
+        f"{settings_text(doc['settings'])}{default}"
     )
-    return f"trace {t['source']}: {t['jobs']:,d} jobs on {len(t['clusters'])} clusters{gpus}{scale}{more}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
             trace = scale_capacity(trace, capacity_scale)
         if args.time_scale is not None:
             trace = scale_time(trace, args.time_scale)
+        if args.admission_latency is not None:
+            trace = with_admission_latency(trace, args.admission_latency)
     except ValueError as err:
         print(f"kdispatch simulate: {err}", file=sys.stderr)
         return 2
@@ -159,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         "capacity_scale": capacity_scale,
         "time_scale": args.time_scale if args.time_scale is not None else 1.0,
         "limit": args.limit,
+        "admission_latency_ms": sorted({c.admission_latency_ms for c in trace.clusters}),
     }
     doc = results_document(trace, runs, settings=run_settings)
     print(_header(doc, defaulted=args.capacity_scale is None and capacity_scale != 1.0))

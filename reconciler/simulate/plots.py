@@ -19,20 +19,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from reconciler.simulate.profiles import label
-from reconciler.simulate.report import TIMES
-from reconciler.simulate.session import ProfileRun
+from reconciler.simulate.session import ProfileRun, gpus_text, settings_text
 
 _META = {"Software": "kdispatch simulate"}
 
 
 def run_caption(doc: dict[str, Any]) -> str:
     """What was run, from results.json: trace file, jobs, capacity (and arrival) scale, GPUs."""
-    t, s = doc["trace"], doc.get("settings", {})
-    gpus = t["gpu_capacity"] / 1000 if t["gpu_resource"].endswith("-milli") else t["gpu_capacity"]
-    parts = [t["source"], f"{t['jobs']:,d} jobs", f"capacity {TIMES}{s.get('capacity_scale', 1.0):g} ({gpus:,g} GPUs)"]
-    if s.get("time_scale", 1.0) != 1.0:
-        parts.append(f"arrivals {TIMES}{s['time_scale']:g}")
-    return ", ".join(parts)
+    t = doc["trace"]
+    run = f"{t['source']}, {t['jobs']:,d} jobs, {gpus_text(t)}"
+    return run + (f"; {settings_text(doc['settings'])}" if "settings" in doc else "")
 
 
 def wait_cdf(runs: list[ProfileRun], path: Path, *, caption: str = "") -> Path:

@@ -9,8 +9,9 @@ comparison isolates the strategy:
   (``nominated_hold: none``): MultiKueue's copies wait in every worker's queue without holding
   quota there, and the first admitted wins;
 - kdispatch's ``AllAtOnce`` (every cluster that passes the filters), ``Incremental`` (3 more per
-  round), ``TopK`` with k = 1 and 2, all with the default ``nominated_hold: best`` (a waiting
-  job holds its demand on its best-ranked cluster only).
+  round), ``TopK`` with k = 1 and 2, each holding what a configured profile holds by default
+  (``reconciler.config.default_nominated_hold``: nothing for AllAtOnce, which makes it the
+  baseline's twin, the best-ranked cluster for the others).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import msgspec
 import yaml
 
 from eventlog import events as ev
-from reconciler.config import DEFAULT_NOMINATED_HOLD
+from reconciler.config import default_nominated_hold
 from reconciler.core.framework.profile import DEFAULT_PROFILE
 from reconciler.policy import load_policy_file
 
@@ -36,17 +37,19 @@ def label(name: str) -> str:
 
 
 def _profile(name: str, strategy: ev.StrategySpec) -> ev.Profile:
+    """The built-in profile with this strategy, holding what a configured profile would hold."""
+    if strategy.nominated_hold is None:
+        strategy = msgspec.structs.replace(strategy, nominated_hold=default_nominated_hold(strategy.type))
     return msgspec.structs.replace(DEFAULT_PROFILE, name=name, strategy=strategy)
 
 
 def default_profiles() -> list[ev.Profile]:
-    best = DEFAULT_NOMINATED_HOLD
     return [
         _profile(BASELINE, ev.StrategySpec(type="AllAtOnce", nominated_hold="none")),
-        _profile("all-at-once", ev.StrategySpec(type="AllAtOnce", nominated_hold=best)),
-        _profile("incremental-3", ev.StrategySpec(type="Incremental", step_size=3, nominated_hold=best)),
-        _profile("topk-1", ev.StrategySpec(type="TopK", k=1, nominated_hold=best)),
-        _profile("topk-2", ev.StrategySpec(type="TopK", k=2, nominated_hold=best)),
+        _profile("all-at-once", ev.StrategySpec(type="AllAtOnce")),
+        _profile("incremental-3", ev.StrategySpec(type="Incremental", step_size=3)),
+        _profile("topk-1", ev.StrategySpec(type="TopK", k=1)),
+        _profile("topk-2", ev.StrategySpec(type="TopK", k=2)),
     ]
 
 

@@ -74,7 +74,13 @@ def run_profile(
         gpu_capacity=trace.total_capacity(trace.gpu_resource),
         clusters=len(trace.clusters),
     )
-    results["strategy"] = {"type": profile.strategy.type, "k": profile.strategy.k, "step_size": profile.strategy.step_size}
+    strategy = profile.strategy
+    results["strategy"] = {
+        "type": strategy.type,
+        "k": strategy.k,
+        "step_size": strategy.step_size,
+        "nominated_hold": strategy.nominated_hold or "all",
+    }
     results["batches"] = run.batches
     return ProfileRun(
         name=profile.name,
@@ -82,6 +88,26 @@ def run_profile(
         placements=placement_rows(recorder, profile=profile.name, origin_ms=EPOCH_MS),
         recorder=recorder,
     )
+
+
+def gpus_text(trace: dict[str, Any]) -> str:
+    """The trace's GPU capacity (``trace_summary``) in GPUs: ``52.8 GPUs``, ``128 GPUs``."""
+    if trace["gpu_resource"].endswith("-milli"):
+        return f"{trace['gpu_capacity'] / 1000:,.1f} GPUs"
+    return f"{trace['gpu_capacity']:,d} GPUs"
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """How the trace was run, as a phrase: scales, admission latency, limit."""
+    parts = [f"capacity scale {settings['capacity_scale']:g}"]
+    if settings.get("time_scale", 1.0) != 1.0:
+        parts.append(f"time scale {settings['time_scale']:g}")
+    latencies = settings.get("admission_latency_ms") or []
+    if latencies:
+        parts.append("admission latency " + "/".join(f"{ms / 1000:g} s" for ms in latencies))
+    if settings.get("limit") is not None:
+        parts.append(f"first {settings['limit']:,d} jobs")
+    return ", ".join(parts)
 
 
 def trace_summary(trace: Trace) -> dict[str, Any]:
