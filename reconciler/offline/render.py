@@ -87,7 +87,7 @@ def _value(name: str, value: Any) -> str:
     if isinstance(value, ev.Placement):
         return placement(value)
     if name == "pod_sets":
-        return "[" + " ".join(f"{p.name}:{p.count}\N{MULTIPLICATION SIGN}{resources(p.requests)}" for p in value) + "]"
+        return "[" + " ".join(f"{p.name}:{p.count}x{resources(p.requests)}" for p in value) + "]"
     if name in {"capacity", "usage", "claim"} and isinstance(value, dict):
         return resources(value)
     if name == "victims":
