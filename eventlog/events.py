@@ -128,7 +128,8 @@ class StrategySpec(Struct, frozen=True, omit_defaults=True, gc=False):
     # nominated cluster ("all"), on the best-ranked one only ("best"), or nowhere ("none", as
     # MultiKueue's copies wait in the workers' queues). Absent (None) means "all": that is what
     # every log written before the field existed did, so old logs replay as they were decided.
-    # The config decoder and the built-in profiles write "best" explicitly.
+    # The config decoder and the built-in profiles write the value explicitly
+    # (``reconciler.config.default_nominated_hold``: "none" for AllAtOnce, else "all").
     nominated_hold: NominatedHold | None = None
 
 

@@ -62,13 +62,14 @@ def default_nominated_hold(strategy: str) -> ev.NominatedHold:
     AllAtOnce: nothing, as MultiKueue's copies wait in the workers' queues without holding quota.
     Its round never times out, so a copy queued behind others costs nothing, while holding the
     job's demand on every nominated cluster turns other jobs away from all of them at once (on the
-    Alibaba trace it multiplied the mean wait by 28, through needless preemptions: docs/simulate.md).
-    TopK and Incremental: the best-ranked cluster, so that a burst of jobs does not all go to the
-    one cluster with the most room and wait out a round timeout there.
+    Alibaba trace it made the mean wait many times MultiKueue's, through needless preemptions).
+    TopK and Incremental: every nominated cluster, as before, so that a burst of jobs does not
+    all go to the one cluster with the most room and wait out a round timeout there; holding on
+    the best-ranked one only did worse on that trace (docs/simulate.md, "What holds capacity").
     The event's own default (absent: "all") is what logs from before the field mean, so a
     configured profile always records the value it runs with.
     """
-    return "none" if strategy == "AllAtOnce" else "best"
+    return "none" if strategy == "AllAtOnce" else "all"
 
 
 class ProfileConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):

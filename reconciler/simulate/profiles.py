@@ -11,7 +11,7 @@ comparison isolates the strategy:
 - kdispatch's ``AllAtOnce`` (every cluster that passes the filters), ``Incremental`` (3 more per
   round), ``TopK`` with k = 1 and 2, each holding what a configured profile holds by default
   (``reconciler.config.default_nominated_hold``: nothing for AllAtOnce, which makes it the
-  baseline's twin, the best-ranked cluster for the others).
+  baseline's twin; every nominated cluster for the others).
 """
 
 from __future__ import annotations

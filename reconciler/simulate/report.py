@@ -9,8 +9,8 @@ from reconciler.simulate.profiles import label
 
 _COLUMNS: list[tuple[str, str, str]] = [
     # (header, key, format)
-    ("jobs", "jobs", "d"),
-    ("placed", "placed", "d"),
+    ("jobs", "jobs", ",d"),
+    ("placed", "placed", ",d"),
     ("wait mean s", "wait_mean_s", ",.1f"),
     ("p50 s", "wait_p50_s", ",.1f"),
     ("p90 s", "wait_p90_s", ",.1f"),

@@ -58,12 +58,12 @@ def test_an_admitted_copy_holds_whatever_the_strategy_says() -> None:
 
 def test_a_configured_profile_records_its_hold() -> None:
     """The config decoder writes the hold into PolicyLoaded: nothing for AllAtOnce (MultiKueue's
-    copies hold no quota), the best-ranked cluster for the others; an explicit value is kept."""
+    copies hold no quota), every nominated cluster for the others; an explicit value is kept."""
     config = decode_config({"policy": {"profiles": [
         {"name": "a", "strategy": {"type": "AllAtOnce"}},
         {"name": "t", "strategy": {"type": "TopK", "k": 2}},
-        {"name": "x", "strategy": {"type": "AllAtOnce", "nominated_hold": "all"}},
+        {"name": "x", "strategy": {"type": "AllAtOnce", "nominated_hold": "best"}},
     ]}})
     holds = {p.name: p.strategy.nominated_hold for p in policy_event(config.policy).profiles}
-    assert holds == {"a": "none", "t": "best", "x": "all"}
-    assert DEFAULT_PROFILE.strategy.nominated_hold == "best"
+    assert holds == {"a": "none", "t": "all", "x": "best"}
+    assert DEFAULT_PROFILE.strategy.nominated_hold == "all"
