@@ -124,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         figures = [f for f in wanted if f.name in have]
         if not figures:
             continue
-        text = doc.read_text()
+        fresh_by_name = {f.name: output_of(f, cache) for f in figures}
+        text = doc.read_text()  # read after the runs (minutes): edits made meanwhile are kept
         for figure in figures:
-            fresh = output_of(figure, cache)
+            fresh = fresh_by_name[figure.name]
             if args.check:
                 if have[figure.name] != fresh:
                     problems.append(f"{doc.name}: figure {figure.name!r} differs from what `{figure.command}` prints")
