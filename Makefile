@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint unit venv clean bench browser
+.PHONY: demo test lint unit venv clean bench browser docs-figures docs-figures-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,7 +34,15 @@ unit: $(STAMP) browser
 test: lint unit
 
 bench: $(STAMP)
-	for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	for f in bench/*.py; do case $$f in bench/docs_figures.py) continue;; esac; echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# Every `kdispatch simulate` table in README.md and docs/simulate.md, re-run and rewritten in place
+# (stamped with the commit); -check compares without writing. Several minutes: whole-trace runs.
+docs-figures: $(STAMP)
+	$(BIN)/python bench/docs_figures.py
+
+docs-figures-check: $(STAMP)
+	$(BIN)/python bench/docs_figures.py --check
 
 clean:
 	rm -rf $(VENV) .kdispatch .kdispatch.prev-* .mypy_cache .pytest_cache

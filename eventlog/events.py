@@ -117,10 +117,20 @@ class ScoreSpec(Struct, frozen=True, omit_defaults=True, gc=False):
     args: dict[str, Any] = field(default_factory=dict)
 
 
+NominatedHold = Literal["all", "none", "best"]
+
+
 class StrategySpec(Struct, frozen=True, omit_defaults=True, gc=False):
     type: Literal["AllAtOnce", "Incremental", "TopK"] = "TopK"
     step_size: int = 1  # Incremental
     k: int = 1  # TopK
+    # What a copy holds while nominated and not yet admitted: its job's whole demand on every
+    # nominated cluster ("all"), on the best-ranked one only ("best"), or nowhere ("none", as
+    # MultiKueue's copies wait in the workers' queues). Absent (None) means "all": that is what
+    # every log written before the field existed did, so old logs replay as they were decided.
+    # The config decoder and the built-in profiles write the value explicitly
+    # (``reconciler.config.default_nominated_hold``: "none" for AllAtOnce, else "all").
+    nominated_hold: NominatedHold | None = None
 
 
 class Profile(Struct, frozen=True, omit_defaults=True, gc=False):

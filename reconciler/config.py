@@ -62,6 +62,22 @@ class NatsConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel
     replicas: int = 1
 
 
+def default_nominated_hold(strategy: str) -> ev.NominatedHold:
+    """What a nominated, not yet admitted copy holds when a profile does not say.
+
+    AllAtOnce: nothing, as MultiKueue's copies wait in the workers' queues without holding quota.
+    Its round never times out, so a copy queued behind others costs nothing, while holding the
+    job's demand on every nominated cluster turns other jobs away from all of them at once (on the
+    Alibaba trace it made the mean wait many times MultiKueue's, through needless preemptions).
+    TopK and Incremental: every nominated cluster, as before, so that a burst of jobs does not
+    all go to the one cluster with the most room and wait out a round timeout there; holding on
+    the best-ranked one only did worse on that trace (docs/simulate.md, "What holds capacity").
+    The event's own default (absent: "all") is what logs from before the field mean, so a
+    configured profile always records the value it runs with.
+    """
+    return "none" if strategy == "AllAtOnce" else "all"
+
+
 class ProfileConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     name: str
     filters: list[str | ev.FilterSpec] = field(default_factory=list)
@@ -69,6 +85,11 @@ class ProfileConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="ca
     strategy: ev.StrategySpec = field(default_factory=ev.StrategySpec)
     round_timeout_ms: Ms = field(default=60_000, name="roundTimeout")
     dispatch_mode: ev.DispatchMode = "MustBeAdmitted"
+
+    def __post_init__(self) -> None:
+        if self.strategy.nominated_hold is None:
+            hold = default_nominated_hold(self.strategy.type)
+            self.strategy = msgspec.structs.replace(self.strategy, nominated_hold=hold)
 
 
 class PolicyConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):

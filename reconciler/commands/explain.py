@@ -238,7 +238,7 @@ def render_explanation(x: core.JobExplanation, *, chosen: list[str] | None = Non
     for c in x.clusters:
         if c.feasible:
             parts = " + ".join(
-                f"{p.plugin} {p.score}" + (f"x{p.weight}" if p.weight != 1 else "") for p in c.scores
+                f"{p.plugin} {p.score}" + (f" (weight {p.weight})" if p.weight != 1 else "") for p in c.scores
             )
             mark = "  <- chosen" if c.cluster in (chosen or x.nominated) else ""
             rows.append(f"  {c.cluster:<{width}}  #{c.rank}  score {c.total}" + (f" = {parts}" if parts else "") + mark)

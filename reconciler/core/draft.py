@@ -121,6 +121,9 @@ class _Books:
     def health(self, cluster: str) -> str:
         return self.s.health(cluster)
 
+    def nominated_hold(self, job: Draft) -> str:
+        return self.s.state.nominated_hold(job.job)
+
     def count(self, job: Draft, copy: Copy) -> None:
         if not copy.counted and copy.cluster in self.s.state.clusters.index:
             self.s.assume(copy.cluster, job.job.demand)

@@ -138,6 +138,12 @@ class State:
         if not any(c.cluster == copy.cluster for c in job.copies):
             self.by_cluster.get(copy.cluster, {}).pop(job.key, None)
 
+    def nominated_hold(self, job: JobRecord) -> str:
+        """What the job's nominated, not yet admitted copies hold (``StrategySpec.nominated_hold``;
+        absent: "all", as before the field existed)."""
+        profile = self.profiles.get(job.placement.profile)
+        return (profile.spec.strategy.nominated_hold if profile is not None else None) or "all"
+
     def health(self, cluster: str) -> str:
         slot = self.clusters.index.get(cluster)
         return self.clusters.records[slot].health if slot is not None else REMOVED

@@ -57,6 +57,10 @@ class Books(Protocol[J_contra]):
         """READY, LOST or REMOVED, as of this event (a cluster never registered: REMOVED)."""
         ...
 
+    def nominated_hold(self, job: J_contra) -> str:
+        """What the job's profile says a nominated copy holds: "all", "best" or "none"."""
+        ...
+
     def count(self, job: J_contra, copy: Copy) -> None:
         """The copy's demand now holds capacity on its cluster (no-op if it already does)."""
         ...
@@ -156,8 +160,15 @@ def _nominated(job: J, e: ev.Nominated, books: Books[J]) -> bool:
     job.nominated = list(e.clusters)
     job.winner = None
     job.not_before_ms = None
-    for cluster in e.clusters:
-        books.count(job, books.add_copy(job, cluster=cluster, attempt=e.attempt, state=phases.COPY_NOMINATED))
+    # Until one admits, a copy holds its job's demand on its cluster as assumed usage (so the
+    # headroom filter turns other jobs away there) on every nominated cluster ("all"), on the
+    # first one only, ranked best by the decision ("best"), or nowhere ("none"). An admitted
+    # copy always holds (``_placed``).
+    hold = books.nominated_hold(job)
+    for i, cluster in enumerate(e.clusters):
+        copy = books.add_copy(job, cluster=cluster, attempt=e.attempt, state=phases.COPY_NOMINATED)
+        if hold == "all" or (hold == "best" and i == 0):
+            books.count(job, copy)
     books.claim_used(job)
     books.set_phase(job, phases.NOMINATED)
     books.wake(job, e.deadline_ms)  # the round times out

@@ -26,7 +26,10 @@ class JobOutcome:
 class Outcomes:
     def __init__(self) -> None:
         self.jobs: dict[str, JobOutcome] = {}
+        # One word, one meaning (as in the demo and simulate): a preemption is a victim evicted
+        # for a preemptor; the claims that asked for the evictions are counted apart.
         self.preemptions = 0
+        self.preemption_claims = 0
 
     def _job(self, ref: ev.JobRef) -> JobOutcome:
         job = self.jobs.get(ref.key)
@@ -52,10 +55,12 @@ class Outcomes:
                 job.unschedulable = False
             case ev.Unschedulable(job=ref):
                 self._job(ref).unschedulable = True
-            case ev.Evict(job=ref):
+            case ev.Evict(job=ref, preemptor=preemptor, reason=reason):
                 self._job(ref).evictions += 1
+                if preemptor is not None or reason == "Preempted":
+                    self.preemptions += 1
             case ev.PreemptionClaimed():
-                self.preemptions += 1
+                self.preemption_claims += 1
             case ev.Finished(job=ref):
                 self._job(ref).finished_ms = at
             case _:
@@ -74,6 +79,7 @@ class Outcomes:
             "wait_max_s": _pct_s(waits, 100),
             "remote_copies_per_job": round(sum(j.copies for j in jobs) / len(jobs), 3) if jobs else 0.0,
             "preemptions": self.preemptions,
+            "preemption_claims": self.preemption_claims,
             "evictions": sum(j.evictions for j in jobs),
             "replaced": sum(1 for j in jobs if len(j.placements) > 1),
         }

@@ -35,6 +35,9 @@ def _profile(p: ev.Profile) -> dict[str, Any]:
         doc["strategy"]["k"] = strategy.k
     elif strategy.type == "Incremental":
         doc["strategy"]["step_size"] = strategy.step_size
+    # Spelt out: absent in a log means "all" (what logs from before the field did), while a
+    # profile file without it would get the config's default for the strategy.
+    doc["strategy"]["nominated_hold"] = strategy.nominated_hold or "all"
     doc["roundTimeout"] = _duration(p.round_timeout_ms)
     doc["dispatchMode"] = p.dispatch_mode
     return doc
@@ -67,3 +70,15 @@ def on_recorded(single: ev.PolicyLoaded, recorded: ev.PolicyLoaded) -> ev.Policy
     mine = {p.name for p in single.profiles}
     kept = [p for p in recorded.profiles if p.name not in mine]
     return msgspec.structs.replace(recorded, profiles=[*single.profiles, *kept], plugins=None)
+
+
+def effective(policy: ev.PolicyLoaded) -> ev.PolicyLoaded:
+    """``policy`` with what an absent field means written out (``nominated_hold``: "all"), so a
+    recorded policy and its document read back compare equal."""
+    profiles = [
+        msgspec.structs.replace(
+            p, strategy=msgspec.structs.replace(p.strategy, nominated_hold=p.strategy.nominated_hold or "all")
+        )
+        for p in policy.profiles
+    ]
+    return msgspec.structs.replace(policy, profiles=profiles)

@@ -19,16 +19,59 @@ def seconds(ms: int | None) -> float | None:
     return None if ms is None else round(ms / 1000, 3)
 
 
+def _share(count: int, total: int) -> float | None:
+    return round(100 * count / total, 2) if total else None
+
+
 def wait_stats(records: list[JobRecord]) -> dict[str, Any]:
+    """Waits of the placed jobs: the mean beside the tail, and how many waited at all.
+
+    On a trace where most jobs are admitted at once, a percentile jumps from the admission
+    latency to hours as the share of waiting jobs crosses it; the shares over 1 s (the simulated
+    admission latency) and over 60 s say how many jobs that tail is made of."""
     waits = sorted(w for r in records if (w := r.wait_ms) is not None)
     return {
         "jobs": len(records),
         "placed": len(waits),
+        "wait_mean_s": seconds(round(sum(waits) / len(waits))) if waits else None,
         "wait_p50_s": seconds(percentile(waits, 50)),
+        "wait_p90_s": seconds(percentile(waits, 90)),
         "wait_p95_s": seconds(percentile(waits, 95)),
         "wait_p99_s": seconds(percentile(waits, 99)),
-        "wait_mean_s": seconds(round(sum(waits) / len(waits))) if waits else None,
+        "waited_over_1s_pct": _share(sum(1 for w in waits if w > 1_000), len(waits)),
+        "waited_over_60s_pct": _share(sum(1 for w in waits if w > 60_000), len(waits)),
     }
+
+
+OUTCOMES = (
+    "finished",
+    "deleted_before_placement",
+    "deleted_after_placement",
+    "running_at_end",
+    "waiting_at_end_after_placement",
+    "never_placed",
+)
+
+
+def outcome(record: JobRecord, *, running: bool) -> str:
+    """The one final bucket a job ends in (``OUTCOMES``). A job that finished is finished, even
+    if its user deleted it while its copy was finishing."""
+    if record.finished_ms is not None:
+        return "finished"
+    if record.deleted_ms is not None:
+        return "deleted_before_placement" if record.placed_ms is None else "deleted_after_placement"
+    if record.placed_ms is None:
+        return "never_placed"
+    # Placed once; now running, or requeued (preempted, its cluster lost) and not placed again.
+    return "running_at_end" if running else "waiting_at_end_after_placement"
+
+
+def outcomes(recorder: Recorder) -> dict[str, int]:
+    """Every job in exactly one bucket; the buckets add up to the job count."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for r in recorder.jobs.values():
+        counts[outcome(r, running=recorder.is_running(r.uid))] += 1
+    return counts
 
 
 def utilization(
@@ -76,18 +119,21 @@ def profile_results(
     for r in records:
         by_class.setdefault(r.priority_class, []).append(r)
     out: dict[str, Any] = wait_stats(records)
+    final = outcomes(recorder)
     out.update(
         {
-            "finished": len(ends),
-            "deleted": sum(1 for r in records if r.deleted_ms is not None),
-            "deleted_before_placement": sum(1 for r in records if r.deleted_ms is not None and r.placed_ms is None),
-            "unfinished": sum(1 for r in records if r.finished_ms is None and r.deleted_ms is None),
+            "outcomes": final,
+            "finished": final["finished"],
+            "deleted": final["deleted_before_placement"] + final["deleted_after_placement"],
+            "deleted_before_placement": final["deleted_before_placement"],
+            "unfinished": final["running_at_end"] + final["waiting_at_end_after_placement"] + final["never_placed"],
             "remote_copies": copies,
             "remote_copies_per_job": round(copies / len(nominated), 3) if nominated else None,
             # Per dispatch attempt: the strategy's own write amplification, without the extra
             # attempts that preemptions and worker losses cause.
             "remote_copies_per_attempt": round(copies / attempts, 3) if attempts else None,
             "clusters": clusters,
+            # Victims evicted for a preemptor (one per Evict), not the claims that asked for them.
             "preemptions": recorder.preemptions,
             "preemption_claims": recorder.claims,
             "claims_expired": recorder.claims_expired,

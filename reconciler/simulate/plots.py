@@ -2,11 +2,15 @@
 
 - ``wait_cdf.png``: the wait-time CDF of every profile (log x axis, waits of 0 drawn at 0.1 s);
 - ``gpu_utilization.png``: GPU utilization over time per profile.
-PNG metadata carries no date, so identical runs give identical files.
+Each title says what was run (trace, jobs, capacity and time scale), so a plot read on its own
+is not mistaken for another run's. PNG metadata carries no date, so identical runs give
+identical files.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +20,62 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from reconciler.simulate.session import ProfileRun
+from reconciler.simulate.profiles import BASELINE, label
+from reconciler.simulate.session import ProfileRun, gpus_text, settings_text
 
 _META = {"Software": "kdispatch simulate"}
 
 
-def wait_cdf(runs: list[ProfileRun], path: Path) -> Path:
+def run_caption(doc: dict[str, Any]) -> str:
+    """What was run, from results.json: trace file, jobs, capacity (and arrival) scale, GPUs."""
+    t = doc["trace"]
+    run = f"{t['source']}, {t['jobs']:,d} jobs, {gpus_text(t)}"
+    return run + (f"; {settings_text(doc['settings'])}" if "settings" in doc else "")
+
+
+def _title(what: str, caption: str, width: int = 95) -> str:
+    """The title, then the caption broken between its comma-separated parts, never inside one
+    (``1 s`` stays on one line)."""
+    lines: list[str] = []
+    for part in caption.split(", ") if caption else []:
+        if lines and len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += ", " + part
+        else:
+            lines.append(part)
+    return "\n".join([what, *lines])
+
+
+def _style(name: str) -> dict[str, Any]:
+    """The baseline dashed, black and on top: a profile that decides as it does (kdispatch's
+    AllAtOnce) would otherwise hide it."""
+    return {"color": "black", "linestyle": "--", "linewidth": 1.2, "zorder": 5} if name == BASELINE else {}
+
+
+def wait_cdf(runs: list[ProfileRun], path: Path, *, caption: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(8, 5))
+    floor = 1.0  # the smallest share of jobs placed at a profile's shortest wait
     for run in runs:
         waits = sorted(max(0.1, w / 1000) for r in run.recorder.jobs.values() if (w := r.wait_ms) is not None)
         if not waits:
             continue
         n = len(waits)
-        ax.step(waits, [(i + 1) / n for i in range(n)], where="post", label=f"{run.name} (n={n})")
+        mean = sum(waits) / n
+        floor = min(floor, bisect.bisect_right(waits, waits[0]) / n)
+        ax.step(
+            waits,
+            [(i + 1) / n for i in range(n)],
+            where="post",
+            label=f"{label(run.name)} (n={n:,d}, mean {mean:,.0f} s)",
+            **_style(run.name),
+        )
     ax.set_xscale("log")
     ax.set_xlabel("wait from submission to placement (s, log scale)")
-    ax.set_ylabel("fraction of placed jobs")
-    ax.set_title("Wait-time CDF per profile")
+    # Most jobs are often placed at once: start the axis just below that step, where the
+    # profiles differ, instead of a vertical line from 0 and a crowded top.
+    bottom = max(0.0, math.floor((floor - 0.01) * 100) / 100)
+    ax.set_ylim(bottom, 1.002)
+    ax.set_ylabel("fraction of placed jobs" + (f" (axis from {bottom:.2f})" if bottom > 0 else ""))
+    ax.set_title(_title("Wait-time CDF per profile", caption), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="lower right")
@@ -42,17 +85,22 @@ def wait_cdf(runs: list[ProfileRun], path: Path) -> Path:
     return path
 
 
-def utilization(runs: list[ProfileRun], path: Path) -> Path:
+def utilization(runs: list[ProfileRun], path: Path, *, caption: str = "") -> Path:
     fig, ax = plt.subplots(figsize=(10, 5))
     for run in runs:
         series: list[Any] = run.results.get("gpu_utilization_series") or []
         if not series:
             continue
         hours = [p[0] / 3600 for p in series]
-        ax.plot(hours, [p[1] * 100 for p in series], label=f"{run.name} (mean {run.results['gpu_utilization']:.1%})")
+        ax.plot(
+            hours,
+            [p[1] * 100 for p in series],
+            label=f"{label(run.name)} (mean {run.results['gpu_utilization']:.1%})",
+            **_style(run.name),
+        )
     ax.set_xlabel("time since first submission (h)")
     ax.set_ylabel("GPU utilization (%)")
-    ax.set_title("GPU utilization over time")
+    ax.set_title(_title("GPU utilization over time", caption), fontsize=10)
     ax.set_ylim(0, 100)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
@@ -63,6 +111,10 @@ def utilization(runs: list[ProfileRun], path: Path) -> Path:
     return path
 
 
-def write_plots(out: Path, runs: list[ProfileRun]) -> list[Path]:
+def write_plots(out: Path, runs: list[ProfileRun], *, doc: dict[str, Any] | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    return [wait_cdf(runs, out / "wait_cdf.png"), utilization(runs, out / "gpu_utilization.png")]
+    caption = run_caption(doc) if doc is not None else ""
+    return [
+        wait_cdf(runs, out / "wait_cdf.png", caption=caption),
+        utilization(runs, out / "gpu_utilization.png", caption=caption),
+    ]

@@ -1,10 +1,17 @@
-"""The profiles a simulation compares: the four defaults, or the ones from ``--profile`` files.
+"""The profiles a simulation compares: a MultiKueue baseline and kdispatch's four strategies, or
+the ones from ``--profile`` files.
 
-The defaults are the core's built-in ``default`` profile (its filters, including
-``ClusterHeadroom``, and its weighted scores, including ``CapacityScore``) with only the strategy
-changed, so the comparison isolates the strategy: ``AllAtOnce`` (every cluster that passes the
-filters), ``Incremental`` (3 more per round), ``TopK`` with k = 1 and 2. A MultiKueue-like
-variant without the headroom filter is in docs/simulate.md, to pass with ``--profile``.
+All five are the core's built-in ``default`` profile (its filters, including ``ClusterHeadroom``,
+and its weighted scores, including ``CapacityScore``) with only the strategy changed, so the
+comparison isolates the strategy:
+
+- ``multikueue``, the baseline: ``AllAtOnce`` whose copies hold nothing until one is admitted
+  (``nominated_hold: none``): MultiKueue's copies wait in every worker's queue without holding
+  quota there, and the first admitted wins;
+- kdispatch's ``AllAtOnce`` (every cluster that passes the filters), ``Incremental`` (3 more per
+  round), ``TopK`` with k = 1 and 2, each holding what a configured profile holds by default
+  (``reconciler.config.default_nominated_hold``: nothing for AllAtOnce, which makes it the
+  baseline's twin; every nominated cluster for the others).
 """
 
 from __future__ import annotations
@@ -14,17 +21,30 @@ from pathlib import Path
 import msgspec
 
 from eventlog import events as ev
-from reconciler.config import read_yaml
+from reconciler.config import default_nominated_hold, read_yaml
 from reconciler.core.framework.profile import DEFAULT_PROFILE
 from reconciler.policy import POLICY_FILE, load_policy_file
 
+BASELINE = "multikueue"
+
+# How tables and plots name a profile, where the name alone would not say what it stands for.
+LABELS = {BASELINE: "MultiKueue (baseline)"}
+
+
+def label(name: str) -> str:
+    return LABELS.get(name, name)
+
 
 def _profile(name: str, strategy: ev.StrategySpec) -> ev.Profile:
+    """The built-in profile with this strategy, holding what a configured profile would hold."""
+    if strategy.nominated_hold is None:
+        strategy = msgspec.structs.replace(strategy, nominated_hold=default_nominated_hold(strategy.type))
     return msgspec.structs.replace(DEFAULT_PROFILE, name=name, strategy=strategy)
 
 
 def default_profiles() -> list[ev.Profile]:
     return [
+        _profile(BASELINE, ev.StrategySpec(type="AllAtOnce", nominated_hold="none")),
         _profile("all-at-once", ev.StrategySpec(type="AllAtOnce")),
         _profile("incremental-3", ev.StrategySpec(type="Incremental", step_size=3)),
         _profile("topk-1", ev.StrategySpec(type="TopK", k=1)),

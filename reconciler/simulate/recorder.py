@@ -133,6 +133,10 @@ class Recorder:
             case _:
                 pass
 
+    def is_running(self, uid: str) -> bool:
+        """Whether the job holds a placement now (placed, not finished, requeued nor deleted)."""
+        return uid in self._running
+
     def _submitted(self, event: ev.JobSubmitted, at_ms: int) -> None:
         if self.first_ms is None:
             self.first_ms = at_ms

@@ -25,6 +25,14 @@ def scale_capacity(trace: Trace, factor: float) -> Trace:
     return msgspec.structs.replace(trace, clusters=clusters)
 
 
+def with_admission_latency(trace: Trace, latency_ms: int) -> Trace:
+    """Every cluster admits ``latency_ms`` after a copy is created (the readers' default: 1 s)."""
+    if latency_ms < 0:
+        raise ValueError(f"--admission-latency must not be negative, got {latency_ms} ms")
+    clusters = [msgspec.structs.replace(c, admission_latency_ms=latency_ms) for c in trace.clusters]
+    return msgspec.structs.replace(trace, clusters=clusters)
+
+
 def scale_time(trace: Trace, factor: float) -> Trace:
     if factor <= 0:
         raise ValueError(f"--time-scale must be positive, got {factor}")

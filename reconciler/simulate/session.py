@@ -15,8 +15,9 @@ from typing import Any
 from eventlog import events as ev
 from reconciler.simulate.logfile import JsonlWriter
 from reconciler.simulate.metrics import placement_rows, profile_results
-from reconciler.simulate.profiles import PolicyDefaults, policy_for
+from reconciler.simulate.profiles import BASELINE, PolicyDefaults, label, policy_for
 from reconciler.simulate.recorder import Recorder
+from reconciler.simulate.report import vs_baseline
 from reconciler.simulate.runner import (
     EPOCH_MS,
     CoreApi,
@@ -75,7 +76,13 @@ def run_profile(
         gpu_capacity=trace.total_capacity(trace.gpu_resource),
         clusters=len(trace.clusters),
     )
-    results["strategy"] = {"type": profile.strategy.type, "k": profile.strategy.k, "step_size": profile.strategy.step_size}
+    strategy = profile.strategy
+    results["strategy"] = {
+        "type": strategy.type,
+        "k": strategy.k,
+        "step_size": strategy.step_size,
+        "nominated_hold": strategy.nominated_hold or "all",
+    }
     results["batches"] = run.batches
     return ProfileRun(
         name=profile.name,
@@ -83,6 +90,26 @@ def run_profile(
         placements=placement_rows(recorder, profile=profile.name, origin_ms=EPOCH_MS),
         recorder=recorder,
     )
+
+
+def gpus_text(trace: dict[str, Any]) -> str:
+    """The trace's GPU capacity (``trace_summary``) in GPUs: ``52.8 GPUs``, ``128 GPUs``."""
+    if trace["gpu_resource"].endswith("-milli"):
+        return f"{trace['gpu_capacity'] / 1000:,.1f} GPUs"
+    return f"{trace['gpu_capacity']:,d} GPUs"
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """How the trace was run, as a phrase: scales, admission latency, limit."""
+    parts = [f"capacity scale {settings['capacity_scale']:g}"]
+    if settings.get("time_scale", 1.0) != 1.0:
+        parts.append(f"time scale {settings['time_scale']:g}")
+    latencies = settings.get("admission_latency_ms") or []
+    if latencies:
+        parts.append("admission latency " + "/".join(f"{ms / 1000:g} s" for ms in latencies))
+    if settings.get("limit") is not None:
+        parts.append(f"first {settings['limit']:,d} jobs")
+    return ", ".join(parts)
 
 
 def trace_summary(trace: Trace) -> dict[str, Any]:
@@ -96,8 +123,26 @@ def trace_summary(trace: Trace) -> dict[str, Any]:
     }
 
 
-def results_document(trace: Trace, runs: list[ProfileRun]) -> dict[str, Any]:
-    return {"trace": trace_summary(trace), "profiles": {r.name: r.results for r in runs}}
+def baseline_of(names: list[str]) -> str | None:
+    """The profile the others are compared with: ``multikueue`` when it runs, else the first."""
+    if BASELINE in names:
+        return BASELINE
+    return names[0] if names else None
+
+
+def results_document(trace: Trace, runs: list[ProfileRun], *, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``settings``: how the trace was run (scales, limit), recorded so a table can be redone."""
+    profiles = {r.name: {"label": label(r.name), **r.results} for r in runs}
+    baseline = baseline_of(list(profiles))
+    if baseline is not None:
+        for name, ratios in vs_baseline(profiles, baseline).items():
+            profiles[name]["vs_baseline"] = ratios
+    doc: dict[str, Any] = {"trace": trace_summary(trace)}
+    if settings is not None:
+        doc["settings"] = settings
+    doc["baseline"] = baseline
+    doc["profiles"] = profiles
+    return doc
 
 
 def encode_results(doc: dict[str, Any]) -> bytes:

@@ -68,7 +68,7 @@ def test_default_profiles_outputs_and_determinism(tmp_path: Path, capsys: pytest
     assert (outs[0] / "results.json").read_bytes() == (outs[1] / "results.json").read_bytes()
     assert (outs[0] / "placements.jsonl").read_bytes() == (outs[1] / "placements.jsonl").read_bytes()
     doc = json.loads((outs[0] / "results.json").read_text())
-    assert list(doc["profiles"]) == ["all-at-once", "incremental-3", "topk-1", "topk-2"]
+    assert list(doc["profiles"]) == ["multikueue", "all-at-once", "incremental-3", "topk-1", "topk-2"]
     for res in doc["profiles"].values():
         for key in ("jobs", "wait_p50_s", "wait_p95_s", "wait_p99_s", "remote_copies_per_job", "preemptions",
                     "replaced", "gpu_utilization", "makespan_s"):
@@ -76,7 +76,7 @@ def test_default_profiles_outputs_and_determinism(tmp_path: Path, capsys: pytest
         assert res["jobs"] == 60 and res["finished"] == 60
         assert 0 < res["gpu_utilization"] <= 1
     lines = (outs[0] / "placements.jsonl").read_text().splitlines()
-    assert len(lines) == 4 * 60
+    assert len(lines) == 5 * 60
     row = json.loads(lines[0])
     assert set(row) >= {"job", "profile", "cluster", "submitted", "placed", "finished"}
     for png in ("wait_cdf.png", "gpu_utilization.png"):
@@ -102,7 +102,7 @@ def test_csv_trace_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["simulate", "--trace", str(trace), "--clusters", str(clusters), "--out", str(out), "--quiet"]) == 0
     rows = [json.loads(line) for line in (out / "placements.jsonl").read_text().splitlines()]
     pinned = [r for r in rows if r["job"] == "trace/pinned"]
-    assert len(pinned) == 4 and {r["cluster"] for r in pinned} == {"cb"}
+    assert len(pinned) == 5 and {r["cluster"] for r in pinned} == {"cb"}
     doc = json.loads((out / "results.json").read_text())
     assert set(doc["profiles"]["topk-1"]["by_priority_class"]) == {"batch", "urgent"}
 
@@ -135,7 +135,7 @@ def test_a_resource_no_cluster_declares_is_warned_about(tmp_path: Path, capsys: 
                  "--profile", str(_write(tmp_path / "p.yaml", TOPK1))]) == 0
     captured = capsys.readouterr()
     assert "warning: 3 jobs request cpu, which no cluster declares" in captured.err
-    assert "unfinished" in captured.out
+    assert "never placed" in captured.out
 
 
 def _write(path: Path, text: str) -> Path:

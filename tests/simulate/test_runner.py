@@ -105,7 +105,8 @@ def test_results_are_byte_identical_across_runs() -> None:
     first = once()
     assert first == once()
     doc = json.loads(first)
-    assert list(doc["profiles"]) == ["all-at-once", "incremental-3", "topk-1", "topk-2"]
+    assert list(doc["profiles"]) == ["multikueue", "all-at-once", "incremental-3", "topk-1", "topk-2"]
+    assert doc["baseline"] == "multikueue"
 
 
 def test_entries_are_stamped_with_virtual_time_and_batches() -> None:

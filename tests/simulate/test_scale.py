@@ -31,12 +31,14 @@ def test_time_scale_moves_arrivals_and_deletions_not_run_times() -> None:
     assert (a.submit_ms, a.runtime_ms) == (300, 7000)
 
 
-def test_goal_lines_compare_topk_with_all_at_once() -> None:
+def test_goal_lines_compare_topk_with_the_baseline() -> None:
     profiles = {
-        "all-at-once": {"strategy": {"type": "AllAtOnce"}, "wait_p95_s": 10.0, "remote_copies_per_job": 4.0},
+        "multikueue": {"strategy": {"type": "AllAtOnce"}, "wait_p95_s": 10.0, "remote_copies_per_job": 4.0},
         "topk-1": {"strategy": {"type": "TopK"}, "wait_p95_s": 10.5, "remote_copies_per_job": 1.2},
         "topk-2": {"strategy": {"type": "TopK"}, "wait_p95_s": 12.0, "remote_copies_per_job": 1.9},
     }
-    lines = _goal_lines(profiles)
+    lines = _goal_lines(profiles, "multikueue")
     assert lines[0].startswith("goal topk-1: 1.20 copies/job") and lines[0].endswith("MET")
+    # A ratio reads as a ratio, not as hexadecimal (``1.05x`` next to a ``0x2`` weight).
+    assert "= 1.05\N{MULTIPLICATION SIGN} MultiKueue (baseline)'s 10.0 s" in lines[0]
     assert lines[1].endswith("NOT MET")

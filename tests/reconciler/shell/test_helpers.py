@@ -173,3 +173,17 @@ def test_placement_is_shown_as_a_person_writes_it() -> None:
         " tolerates=[spot:Exists:NoSchedule] dispatch_mode=BestEffort"
     )
     assert "placement" not in line(ev.LogEntry(seq=1, at_ms=0, event=ev.JobSubmitted(job=JOB, pod_sets=[])))
+
+
+def test_a_weighted_score_does_not_read_as_hexadecimal() -> None:
+    """``CapacityScore 0x2`` read as the number 2 in hexadecimal; the weight is spelt out."""
+    from reconciler.commands.explain import render_explanation
+    from reconciler.core.explain import ClusterVerdict, JobExplanation, PluginScore
+
+    x = JobExplanation(
+        job="a/j", seq=1, phase="Nominated", profile="default", priority=0, attempt=0, nominated=["c"],
+        clusters=[ClusterVerdict(cluster="c", feasible=True, total=0, rank=1,
+                                 scores=[PluginScore(plugin="CapacityScore", weight=2, score=0)])],
+    )
+    [row] = [r for r in render_explanation(x) if "score" in r]
+    assert "CapacityScore 0 (weight 2)" in row and "0x2" not in row

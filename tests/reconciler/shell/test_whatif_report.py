@@ -15,7 +15,7 @@ import structlog
 from eventlog import events as ev
 from eventlog.jsonl import JsonlLog
 from reconciler.cli import main
-from reconciler.offline.policydoc import policy_document
+from reconciler.offline.policydoc import effective, policy_document
 from reconciler.offline.whatif import WhatIf, observe
 from reconciler.policy import load_policy_file
 from tests.reconciler.shell.test_whatif import nominated_past_deadline
@@ -53,7 +53,7 @@ def test_show_policy_writes_the_recorded_policy_back_as_a_profile_file(
     seen = asyncio.run(observe(JsonlLog(FIXTURE), until_seq=None, until_ms=None))
     assert seen.policy is not None
     # Read back by --profile's own loader: the same policy (plugin provenance aside).
-    assert load_policy_file(path) == msgspec.structs.replace(seen.policy, plugins=None)
+    assert load_policy_file(path) == effective(msgspec.structs.replace(seen.policy, plugins=None))
 
 
 def test_a_policy_document_round_trips_with_every_kind_of_field(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_a_policy_document_round_trips_with_every_kind_of_field(tmp_path: Path) 
     )
     path = tmp_path / "p.yaml"
     path.write_text(policy_document(policy, header="two lines\nof header"))
-    assert load_policy_file(path) == policy
+    assert load_policy_file(path) == effective(policy)
 
 
 def test_the_recorded_policy_as_profile_has_exactly_zero_policy_effect(
@@ -96,7 +96,8 @@ def test_the_recorded_policy_as_profile_has_exactly_zero_policy_effect(
     # The model's own error is reported apart: the log's real figures beside the model's run.
     error = doc["model_error"]
     assert error["recorded"]["jobs"] == 200 and error["recorded"]["finished"] == 200
-    assert error["recorded"]["preemptions"] == 24  # what the log records, not what the model did
+    # What the log records, not what the model did: 30 victims evicted, asked for by 24 claims.
+    assert (error["recorded"]["preemptions"], error["recorded"]["preemption_claims"]) == (30, 24)
     placed = Counter(e.event.cluster for e in _entries() if isinstance(e.event, ev.Placed))
     assert error["recorded"]["placements_per_cluster"] == dict(placed)
 
@@ -112,7 +113,9 @@ def test_another_policy_shows_its_effect_against_the_same_model(
 ) -> None:
     recorded = _recorded_policy_file(capsys, tmp_path)
     everywhere = tmp_path / "everywhere.yaml"
-    everywhere.write_text(recorded.read_text().replace("strategy: {type: TopK, k: 1}", "strategy: {type: AllAtOnce}"))
+    text = recorded.read_text()
+    assert "strategy: {type: TopK, k: 1, nominated_hold: all}" in text
+    everywhere.write_text(text.replace("strategy: {type: TopK, k: 1, nominated_hold: all}", "strategy: {type: AllAtOnce}"))
     code, out = kd(capsys, "replay", "--profile", str(everywhere), "--json")
     assert code == 0, out
     doc = json.loads(out)
