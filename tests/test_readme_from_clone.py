@@ -69,7 +69,7 @@ def test_the_readme_commands_run_in_a_fresh_clone(tmp_path: Path) -> None:
     launcher.chmod(0o755)
     env = {**os.environ, "PYTHONPATH": str(clone), "TERM": "dumb"}
     demo = subprocess.run(
-        [str(launcher), "demo", "--fast", "--quiet", "--data-dir", ".kdispatch"],
+        [str(launcher), "demo", "--fast", "--quiet", "--jobs", "20", "--data-dir", ".kdispatch"],
         cwd=clone, env=env, capture_output=True, text=True, timeout=240,
     )
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
