@@ -67,6 +67,7 @@ async def open_client(
     tls: TlsFiles | ssl.SSLContext | None = None,
     name: str = "kdispatch",
     timeout_s: float = 10.0,
+    nkey: str | Path | None = None,
 ) -> Client:
     """Connect to ``url`` (or several, comma-separated), retrying for ``timeout_s``; once connected, reconnect forever (the server may be
     restarting or failing over). Raises ``ConnectionError`` naming the URL and the last error."""
@@ -85,12 +86,15 @@ async def open_client(
 
     if creds is not None and not Path(creds).is_file():
         raise FileNotFoundError(f"NATS credentials file {creds} does not exist")
+    if nkey is not None and not Path(nkey).is_file():
+        raise FileNotFoundError(f"NATS nkey seed file {nkey} does not exist (nats.nkey)")
     client = KdClient()
     servers = [u.strip() for u in url.split(",") if u.strip()]  # a cluster: "nats://a:4222,nats://b:4222"
     connecting = client.connect(
         servers,
         name=name,
         user_credentials=str(creds) if creds is not None else None,
+        nkeys_seed=str(nkey) if nkey is not None else None,
         tls=ssl_context(tls) if tls is not None else None,
         error_cb=_on_error,
         disconnected_cb=_on_disconnect,

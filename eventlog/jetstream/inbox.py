@@ -19,18 +19,22 @@ log = structlog.get_logger("eventlog.inbox")
 
 
 class JetStreamInbox:
-    def __init__(self, js: JetStreamContext, names: LogNames, *, nc: Client | None = None) -> None:
+    def __init__(
+        self, js: JetStreamContext, names: LogNames, *, nc: Client | None = None, source: str | None = None
+    ) -> None:
         self._js = js
         self._names = names
+        # ``<root>.in.<source>``: the subjects a producer's NATS user may publish to (natsauth)
+        self._prefix = f"{names.inbox_prefix}.{source}" if source else names.inbox_prefix
         self._nc = nc
         self._publisher: Publisher | None = None
 
     @property
     def prefix(self) -> str:
-        return self._names.inbox_prefix
+        return self._prefix
 
     def subject(self, event: InputEvent) -> str:
-        return subjects.subject_for(event, prefix=self._names.inbox_prefix)
+        return subjects.subject_for(event, prefix=self._prefix)
 
     async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
         """Publish a fact; returns its inbox sequence (the original one for a duplicate msg_id)."""
