@@ -110,6 +110,21 @@ class JetStreamLog:
                 budget_s=budget_s,
             )
 
+    async def check_inbox(self, *, budget_s: float = 60.0) -> None:
+        """For a producer that may not create streams (the webhook, a worker adapter): the inbox
+        stream must exist already (the reconciler creates it); ``ProvisionError`` if it does not."""
+        stream = self.names.inbox_stream
+
+        async def look(js: JetStreamContext) -> None:
+            try:
+                await require_leader(js, stream)
+            except NotFoundError:
+                raise ProvisionError(
+                    f"stream {stream} does not exist yet; the reconciler (`kdispatch serve`) creates it"
+                ) from None
+
+        await with_retries(look, nc=self.nc, what=f"stream {stream}", budget_s=budget_s)
+
     def _stream_configs(self) -> list[StreamConfig]:
         return [
             StreamConfig(

@@ -41,6 +41,24 @@ class KdClient(Client):
     _parse_header_lines = staticmethod(_parse_header_lines)
 
 
+def permission_denied(nc: Client, subject: str) -> str | None:
+    """The server's "permissions violation" for ``subject`` if it sent one on this connection:
+    the server drops such a message and says so only asynchronously, so a publish that got no
+    ack asks here why before reporting a timeout."""
+    err = nc.last_error
+    text = str(err) if err is not None else ""
+    if "permissions violation" in text and f'"{subject.lower()}"' in text.lower():
+        return text
+    return None
+
+
+def denied_message(subject: str, violation: str) -> str:
+    return (
+        f"NATS refused {subject}: {violation.removeprefix('nats: ')}; this connection's user "
+        "(nats.nkey / nats.creds) may not publish there (docs/security.md lists what each may)"
+    )
+
+
 class TlsFiles(Struct, frozen=True, kw_only=True):
     """PEM files: ``ca`` to verify the server, ``cert``/``key`` for a client certificate."""
 

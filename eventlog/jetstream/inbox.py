@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 
 from eventlog import codec, subjects
 from eventlog.events import InputEvent
+from eventlog.jetstream.connection import denied_message, permission_denied
 from eventlog.jetstream.names import LogNames
 from eventlog.jetstream.publish import Outgoing, Publisher
 from eventlog.store import LogError, PublishTimeout
@@ -70,6 +71,9 @@ class JetStreamInbox:
         seqs: list[int] = []
         for (subject, _, _), ack in zip(batch, acks, strict=True):
             if ack is None:
+                violation = permission_denied(self._nc, subject)
+                if violation is not None:
+                    raise LogError(denied_message(subject, violation))
                 raise PublishTimeout(
                     f"inbox {stream} did not acknowledge {subject} within {timeout_s}s; "
                     "is the NATS server (and its JetStream quorum) up?"
@@ -98,6 +102,9 @@ class JetStreamInbox:
                 headers=headers,
             )
         except (TimeoutError, nats.errors.TimeoutError) as err:
+            violation = permission_denied(self._nc, subject) if self._nc is not None else None
+            if violation is not None:
+                raise LogError(denied_message(subject, violation)) from err
             raise PublishTimeout(
                 f"inbox {self._names.inbox_stream} did not acknowledge {subject} within {timeout_s}s; "
                 "is the NATS server (and its JetStream quorum) up?"
