@@ -32,6 +32,7 @@ from typing import Any
 
 import nkeys
 
+from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream.names import LogNames
 
 COMPONENTS = ("reconciler", "webhook", "worker", "reader")
@@ -53,7 +54,7 @@ def new_seed() -> tuple[str, str]:
 
 def public_key(seed: str) -> str:
     kp = nkeys.from_seed(bytearray(seed.strip().encode()))
-    public = kp.public_key.decode()
+    public: str = kp.public_key.decode()
     kp.wipe()
     return public
 
@@ -195,3 +196,11 @@ class Credentials:
                 _write_private(path, seed + "\n")
         _write_private(self.server_conf, authorization_conf(users, root=root))
         return self
+
+
+async def secured_embedded(data_dir: str | Path, *, root: str = "kd") -> tuple[EmbeddedNats, Credentials]:
+    """The embedded nats-server of ``kdispatch serve``: on loopback, with authorization (the
+    seeds under ``<data dir>/nats-auth``, made on first use), started."""
+    creds = Credentials(data_dir).ensure(root=root)
+    server = EmbeddedNats(data_dir=data_dir, config_file=creds.server_conf)
+    return await server.start_async(), creds
