@@ -133,17 +133,17 @@ def permissions(component: str, root: str = "kd") -> dict[str, Any]:
     raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
 
 
-def _conf_list(items: list[str]) -> str:
-    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
-
-
-def _conf_permissions(perms: dict[str, Any]) -> str:
-    parts = []
+def _conf_permissions(perms: dict[str, Any], indent: str) -> list[str]:
+    lines = [f"{indent}permissions: {{"]
     for direction in ("publish", "subscribe"):
-        block = perms.get(direction, {})
-        inner = ", ".join(f"{k}: {_conf_list(v)}" for k, v in block.items())
-        parts.append(f"{direction}: {{ {inner} }}")
-    return "{ " + ", ".join(parts) + " }"
+        lines.append(f"{indent}  {direction}: {{")
+        for kind, subjects in perms.get(direction, {}).items():
+            lines.append(f"{indent}    {kind}: [")
+            lines += [f'{indent}      "{subject}"' for subject in subjects]
+            lines.append(f"{indent}    ]")
+        lines.append(f"{indent}  }}")
+    lines.append(f"{indent}}}")
+    return lines
 
 
 def authorization_conf(users: dict[str, str], *, root: str = "kd") -> str:
@@ -152,8 +152,9 @@ def authorization_conf(users: dict[str, str], *, root: str = "kd") -> str:
     lines = ["authorization {", "  users = ["]
     for component, key in users.items():
         ref = key if key.startswith("$") else f'"{key}"'
-        lines.append(f"    # {component}")
-        lines.append(f"    {{ nkey: {ref}, permissions: {_conf_permissions(permissions(component, root))} }}")
+        lines += [f"    # {component}", "    {", f"      nkey: {ref}"]
+        lines += _conf_permissions(permissions(component, root), "      ")
+        lines.append("    }")
     lines += ["  ]", "}", ""]
     return "\n".join(lines)
 
@@ -204,3 +205,45 @@ async def secured_embedded(data_dir: str | Path, *, root: str = "kd") -> tuple[E
     creds = Credentials(data_dir).ensure(root=root)
     server = EmbeddedNats(data_dir=data_dir, config_file=creds.server_conf)
     return await server.start_async(), creds
+
+
+def kubernetes_secrets(namespace: str = "kdispatch-system") -> str:
+    """Fresh users for deploy/ as Secret manifests (``kubectl apply -f -``): each component's
+    seed in ``kdispatch-nats-<component>`` (key ``nkey.seed``) and the public keys the NATS
+    servers read in ``kdispatch-nats-users``."""
+    import json
+
+    seeds = {c: new_seed() for c in COMPONENTS}
+
+    def secret(name: str, data: dict[str, str]) -> str:
+        meta = {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "kdispatch"}}
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque", "stringData": data}
+        return json.dumps(body, indent=2)  # JSON is YAML: no YAML library needed here
+
+    docs = [secret("kdispatch-nats-users", {c: public for c, (_, public) in seeds.items()})]
+    docs += [secret(f"kdispatch-nats-{c}", {"nkey.seed": seed + "\n"}) for c, (seed, _) in seeds.items()]
+    return "---\n".join(doc + "\n" for doc in docs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m eventlog.natsauth", description="NATS users of kdispatch (docs/security.md)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    secrets_cmd = sub.add_parser("secrets", help="print new users as Kubernetes Secrets (for kubectl apply -f -)")
+    secrets_cmd.add_argument("--namespace", default="kdispatch-system")
+    conf_cmd = sub.add_parser("conf", help="print the nats-server authorization block for seeds in a data dir")
+    conf_cmd.add_argument("--data-dir", default=".kdispatch")
+    conf_cmd.add_argument("--root", default="kd")
+    args = parser.parse_args(argv)
+    if args.command == "secrets":
+        print(kubernetes_secrets(args.namespace), end="")
+    else:
+        print(Credentials(args.data_dir).ensure(root=args.root).server_conf.read_text(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
