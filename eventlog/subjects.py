@@ -6,6 +6,7 @@ Layout (``<stream prefix>.<category>.<type>.<key…>``)::
     kd.in.cluster.heartbeat.<cluster>             kd.log.cluster.lost.<cluster>
     kd.in.remote.admitted.<namespace>.<name>      kd.log.decision.nominated.<namespace>.<name>
     kd.in.system.tick                             kd.log.decision.claimexpired.<namespace>.<name>
+    kd.in.webhook.job.submitted.<namespace>.<name>   (a producer with its own NATS user: SOURCE_TYPES)
 
 Kubernetes names may contain dots, which NATS tokens may not; ``escape`` maps every character a
 token forbids to ``~XX`` (hex of its UTF-8 bytes), ``~`` itself included, and the empty string to a
