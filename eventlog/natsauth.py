@@ -13,7 +13,10 @@ Components (``COMPONENTS``) and what their permissions allow, for one log root `
   ephemeral consumers, direct gets, core subscriptions on ``<root>.>``; no publish to any data
   subject, no stream or KV write.
 
-Every user subscribes to ``_INBOX.>`` (JetStream acks and API answers come there).
+Every user subscribes to its own reply inbox, ``_INBOX_<component>.>`` (``inbox_prefix``):
+JetStream acks, API answers and consumer deliveries come there, and no user can listen to the
+replies of another (with a shared ``_INBOX.>`` the webhook could read the log as it is delivered
+to the reconciler).
 
 Why nkeys (and not passwords or JWT accounts): the server's configuration holds only public
 keys, which are not secrets (a ConfigMap may carry them), and the server never sees a seed
@@ -39,8 +42,11 @@ COMPONENTS = ("reconciler", "webhook", "worker", "reader")
 AUTH_DIR = "nats-auth"
 SERVER_CONF = "auth.conf"
 
-# Every JetStream answer and publish ack is addressed to the client's reply inbox.
-_REPLIES = "_INBOX.>"
+
+
+def inbox_prefix(component: str) -> str:
+    """The reply-subject prefix ``component``'s connection uses (``connect(inbox_prefix=…)``)."""
+    return f"_INBOX_{component}"
 
 
 def new_seed() -> tuple[str, str]:
@@ -109,14 +115,14 @@ def permissions(component: str, root: str = "kd") -> dict[str, Any]:
                     f"$JS.API.STREAM.MSG.DELETE.{names.inbox_stream}",
                 ],
             },
-            "subscribe": {"allow": [_REPLIES]},
+            "subscribe": {"allow": [f"{inbox_prefix(component)}.>"]},
         }
     if component in ("webhook", "worker"):
         return {
             "publish": {
                 "allow": [f"{names.inbox_prefix}.{component}.>", f"$JS.API.STREAM.INFO.{names.inbox_stream}"]
             },
-            "subscribe": {"allow": [_REPLIES]},
+            "subscribe": {"allow": [f"{inbox_prefix(component)}.>"]},
         }
     if component == "reader":
         return {
@@ -128,7 +134,7 @@ def permissions(component: str, root: str = "kd") -> dict[str, Any]:
                     *(s for stream in streams for s in _read_api(stream)),
                 ]
             },
-            "subscribe": {"allow": [_REPLIES, f"{root}.>"]},
+            "subscribe": {"allow": [f"{inbox_prefix(component)}.>", f"{root}.>"]},
         }
     raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
 

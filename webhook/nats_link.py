@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 
 from eventlog.jetstream import JetStreamLog, TlsFiles, connect
+from eventlog.natsauth import inbox_prefix
 from webhook.batcher import BatchingInbox
 from webhook.server import Inbox
 
@@ -64,6 +65,7 @@ class NatsLink:
                     tls=self.tls,
                     replicas=self.replicas,
                     name="kdispatch-webhook",
+                    inbox_prefix=inbox_prefix("webhook"),
                     # With a NATS identity of its own the webhook may publish only its facts to
                     # <root>.in.webhook.> and create nothing: the reconciler makes the streams.
                     **self._producer_options(),

@@ -228,6 +228,7 @@ async def connect(
     create_streams: bool = True,
     source: str | None = None,
     embedded: EmbeddedNats | None = None,
+    inbox_prefix: str | None = None,
 ) -> JetStreamLog:
     """Open the log at ``url`` (or start the embedded server if ``None``) and create its streams.
 
@@ -243,6 +244,7 @@ async def connect(
     (``webhook``, ``worker``): its facts go to ``<root>.in.<source>.>``, the subjects its
     permissions allow, and the sequencer checks the types against that source. ``embedded``: a
     server the caller started (with an authorization file), stopped by ``close()``.
+    ``inbox_prefix``: the reply subjects the user may subscribe to (``_INBOX_<component>``).
     """
     names = LogNames(root)
     if url is None and embedded is None:
@@ -251,7 +253,9 @@ async def connect(
         assert embedded is not None
         url = embedded.url
     try:
-        nc = await open_client(url, creds=creds, tls=tls, name=name, timeout_s=connect_timeout_s, nkey=nkey)
+        nc = await open_client(
+            url, creds=creds, tls=tls, name=name, timeout_s=connect_timeout_s, nkey=nkey, inbox_prefix=inbox_prefix
+        )
     except BaseException:
         if embedded is not None:
             await embedded.stop_async()

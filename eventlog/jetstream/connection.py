@@ -86,6 +86,7 @@ async def open_client(
     name: str = "kdispatch",
     timeout_s: float = 10.0,
     nkey: str | Path | None = None,
+    inbox_prefix: str | None = None,
 ) -> Client:
     """Connect to ``url`` (or several, comma-separated), retrying for ``timeout_s``; once connected, reconnect forever (the server may be
     restarting or failing over). Raises ``ConnectionError`` naming the URL and the last error."""
@@ -121,6 +122,8 @@ async def open_client(
         reconnect_time_wait=0.25,  # type: ignore[arg-type]  # typed int, takes seconds as float
         connect_timeout=max(1, min(5, int(timeout_s))),
         pending_size=64 * 1024 * 1024,
+        # A user may subscribe only to its own replies (eventlog.natsauth.inbox_prefix).
+        inbox_prefix=inbox_prefix or "_INBOX",
     )
     try:
         await asyncio.wait_for(connecting, timeout_s)

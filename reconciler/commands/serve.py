@@ -101,6 +101,7 @@ async def run_async(args: argparse.Namespace) -> int:
         if loaded.skipped:
             log.info("queues_objects_skipped", reason="not queue configuration", objects=loaded.skipped)
     from eventlog.jetstream import connect
+    from eventlog.natsauth import inbox_prefix
 
     url = args.nats or config.nats.url
     data_dir = args.data_dir or config.data_dir
@@ -120,6 +121,7 @@ async def run_async(args: argparse.Namespace) -> int:
             data_dir=data_dir,
             root=args.root,
             name=f"kdispatch-serve-{leader_id}",
+            inbox_prefix=inbox_prefix("reconciler"),
             **options,
         )
     except Exception as err:

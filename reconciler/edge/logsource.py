@@ -64,7 +64,7 @@ async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
         return
     from eventlog.embedded import EmbeddedNats
     from eventlog.jetstream import connect
-    from eventlog.natsauth import Credentials
+    from eventlog.natsauth import Credentials, inbox_prefix
     from reconciler.config import load_config
     from reconciler.edge.natsopts import connect_options
 
@@ -89,7 +89,14 @@ async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
         url = embedded.url
     try:
         await _check_log_exists(url, root=args.root, where=where, options=options)
-        jlog = await connect(url, root=args.root, name="kdispatch-cli", create_streams=False, **options)
+        jlog = await connect(
+            url,
+            root=args.root,
+            name="kdispatch-cli",
+            create_streams=False,
+            inbox_prefix=inbox_prefix("reader"),
+            **options,
+        )
         try:
             yield Source(reader=jlog.reader, snapshots=jlog.snapshots, description=where)
         finally:
@@ -138,6 +145,7 @@ async def _check_log_exists(url: str, *, root: str, where: str, options: dict[st
 
     from eventlog.jetstream.connection import open_client
     from eventlog.jetstream.names import LogNames
+    from eventlog.natsauth import inbox_prefix
 
     names = LogNames(root)
     nc = await open_client(
@@ -147,6 +155,7 @@ async def _check_log_exists(url: str, *, root: str, where: str, options: dict[st
         tls=options.get("tls"),
         name="kdispatch-cli",
         timeout_s=10.0,
+        inbox_prefix=inbox_prefix("reader"),
     )
     try:
         js = nc.jetstream(timeout=10.0)

@@ -18,7 +18,7 @@ import yaml
 
 from eventlog.embedded import find_binary, free_port
 from eventlog.jetstream import TlsFiles
-from eventlog.natsauth import COMPONENTS, Credentials, public_key
+from eventlog.natsauth import COMPONENTS, Credentials, inbox_prefix, public_key
 from tests.deploy.conftest import find, one, rendered
 from tests.eventlog.pki import make_pki
 from tests.waiting import eventually_blocking
@@ -108,7 +108,11 @@ class NatsCluster:
 
     def options(self, component: str) -> dict[str, Any]:
         """``connect()`` options for ``component``'s user (and, for producers, what it may do)."""
-        options: dict[str, Any] = {"nkey": self.users.seed_file(component), "tls": self.tls()}
+        options: dict[str, Any] = {
+            "nkey": self.users.seed_file(component),
+            "tls": self.tls(),
+            "inbox_prefix": inbox_prefix(component),
+        }
         if component in ("webhook", "worker"):
             options |= {"create_streams": False, "source": component}
         return options

@@ -18,7 +18,7 @@ import pytest
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats, free_port
 from eventlog.jetstream import connect
-from eventlog.natsauth import Credentials, public_key
+from eventlog.natsauth import Credentials, inbox_prefix, public_key
 from tests.waiting import Unmet, eventually
 from tests.webhook.conftest import start_webhook
 from tests.webhook.test_server import _admit, _job
@@ -91,7 +91,9 @@ async def test_serve_runs_nats_with_one_user_per_process(tmp_path: Path) -> None
 async def test_the_webhook_admits_with_only_its_own_rights(tmp_path: Path) -> None:
     creds = Credentials(tmp_path).ensure(root="kd")
     async with EmbeddedNats(data_dir=tmp_path / "nats", config_file=creds.server_conf) as server:
-        reconciler = await connect(server.url, nkey=creds.seed_file("reconciler"))
+        reconciler = await connect(
+            server.url, nkey=creds.seed_file("reconciler"), inbox_prefix=inbox_prefix("reconciler")
+        )
         hook = await asyncio.to_thread(
             start_webhook,
             nats_url=server.url,

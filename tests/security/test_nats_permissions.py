@@ -18,7 +18,7 @@ from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.jetstream.provision import ProvisionError
 from eventlog.jetstream.sequencer import WRONG_LAST_SEQUENCE
-from eventlog.natsauth import Credentials
+from eventlog.natsauth import Credentials, inbox_prefix
 from eventlog.store import Fenced, LogError, NotLeader
 from tests.eventlog.samples import JOB
 
@@ -39,6 +39,7 @@ class Secured:
             root=ROOT,
             nkey=self.creds.seed_file(component),
             name=f"test-{component}",
+            inbox_prefix=inbox_prefix(component),
             setup_timeout_s=10.0,
             **options,  # type: ignore[arg-type]
         )
@@ -101,6 +102,22 @@ async def test_the_webhook_publishes_its_facts_and_nothing_else(secured: Secured
     assert await reconciler.reader.last_seq() == 0  # nothing reached the log
     info = await reconciler.js.stream_info(reconciler.names.inbox_stream)
     assert info.state.messages == 1  # only its own fact reached the inbox
+
+
+async def test_no_user_can_listen_to_another_users_replies(secured: Secured) -> None:
+    """Log entries reach the reconciler as deliveries to its reply inbox: the webhook and the
+    reader may not subscribe there (nor to the log's subjects, for the webhook)."""
+    await secured.log_as("reconciler")
+    for component, subject in (
+        ("webhook", "_INBOX_reconciler.>"),
+        ("webhook", "_INBOX.>"),
+        ("webhook", f"{ROOT}.log.>"),
+        ("reader", "_INBOX_reconciler.>"),
+    ):
+        jlog = await secured.log_as(component, **({"create_streams": False} if component == "reader" else {}))
+        await jlog.nc.subscribe(subject)
+        await jlog.nc.flush()  # the server answers the SUB (-ERR) before the PONG
+        assert f'permissions violation for subscription to "{subject.lower()}"' in str(jlog.nc.last_error).lower()
 
 
 async def test_the_webhook_cannot_take_or_renew_the_lease(secured: Secured) -> None:
