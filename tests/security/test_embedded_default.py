@@ -72,14 +72,13 @@ async def test_serve_runs_nats_with_one_user_per_process(tmp_path: Path) -> None
         url = (data_dir / "nats.url").read_text().strip()
         with pytest.raises(ConnectionError):  # no identity, no entry, even on loopback
             await connect(url, connect_timeout_s=2.0)
-        log = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "reconciler", "log", "--data-dir", str(data_dir)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        def kd(verb: str) -> subprocess.CompletedProcess[str]:
+            argv = [sys.executable, "-m", "reconciler", verb, "--data-dir", str(data_dir)]
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+        log, status = await asyncio.gather(asyncio.to_thread(kd, "log"), asyncio.to_thread(kd, "status"))
         assert log.returncode == 0 and "PolicyLoaded" in log.stdout, log.stderr  # as the reader
+        assert status.returncode == 0 and "log seq" in status.stdout, status.stderr
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 30) == 0
     finally:
