@@ -35,16 +35,34 @@ def _parse_header_lines(raw: bytes) -> dict[str, str]:
     return out
 
 
+_DENIED = re.compile(r'permissions violation for \w+ to "([^"]+)"', re.I)
+_DENIED_KEPT = 256
+
+
 class KdClient(Client):
-    """nats-py's client with a faster header parser (see ``_parse_header_lines``)."""
+    """nats-py's client with a faster header parser (see ``_parse_header_lines``), and a memory
+    of the subjects the server refused (``permission_denied``)."""
 
     _parse_header_lines = staticmethod(_parse_header_lines)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.denied: dict[str, str] = {}  # subject (lower case, as the server says it) -> error
+
+    def note_error(self, err: Exception) -> None:
+        found = _DENIED.search(str(err))
+        if found:
+            if len(self.denied) >= _DENIED_KEPT:
+                self.denied.pop(next(iter(self.denied)))
+            self.denied[found.group(1).lower()] = str(err)
 
 
 def permission_denied(nc: Client, subject: str) -> str | None:
     """The server's "permissions violation" for ``subject`` if it sent one on this connection:
     the server drops such a message and says so only asynchronously, so a publish that got no
     ack asks here why before reporting a timeout."""
+    if isinstance(nc, KdClient):
+        return nc.denied.get(subject.lower())
     err = nc.last_error
     text = str(err) if err is not None else ""
     if "permissions violation" in text and f'"{subject.lower()}"' in text.lower():
@@ -94,6 +112,7 @@ async def open_client(
 
     async def _on_error(err: Exception) -> None:
         last_error[:] = [err]
+        client.note_error(err)
         log.warning("nats_error", url=url, error=str(err) or type(err).__name__)
 
     async def _on_disconnect() -> None:
