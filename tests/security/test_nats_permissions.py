@@ -5,6 +5,7 @@ rejected into the log with the reason."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -120,7 +121,8 @@ async def test_no_user_can_listen_to_another_users_replies(secured: Secured) -> 
         await jlog.nc.subscribe(subject)
         # The server refuses the SUB with an -ERR of its own, whenever it gets to it.
         refusal = await eventually(
-            lambda: permission_denied(jlog.nc, subject), what=f"the server refusing {component} {subject}"
+            functools.partial(permission_denied, jlog.nc, subject),
+            what=f"the server refusing {component} {subject}",
         )
         assert "subscription" in refusal
 
