@@ -122,6 +122,7 @@ class EmbeddedNats:
         routes: list[str] | None = None,
         extra_args: list[str] | None = None,
         ready_timeout_s: float = 30.0,
+        config_file: str | Path | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.host = host
@@ -134,6 +135,9 @@ class EmbeddedNats:
         self.routes = list(routes or [])
         self.extra_args = list(extra_args or [])  # e.g. TLS: --tlscert F --tlskey F --tlsverify
         self.ready_timeout_s = ready_timeout_s
+        # A nats-server configuration (e.g. ``authorization``, eventlog.natsauth); the command
+        # line's options (ports, store) win over the file's.
+        self.config_file = Path(config_file).absolute() if config_file is not None else None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: int | None = None
         self._lock_fd: int | None = None
@@ -171,6 +175,8 @@ class EmbeddedNats:
             argv += ["--cluster", f"nats://{self.host}:{self.cluster_port}"]
         if self.routes:
             argv += ["--routes", ",".join(self.routes)]
+        if self.config_file is not None:
+            argv += ["--config", str(self.config_file)]
         return argv + self.extra_args
 
     # ---- sync API ----------------------------------------------------------------------------

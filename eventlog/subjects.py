@@ -6,6 +6,7 @@ Layout (``<stream prefix>.<category>.<type>.<key…>``)::
     kd.in.cluster.heartbeat.<cluster>             kd.log.cluster.lost.<cluster>
     kd.in.remote.admitted.<namespace>.<name>      kd.log.decision.nominated.<namespace>.<name>
     kd.in.system.tick                             kd.log.decision.claimexpired.<namespace>.<name>
+    kd.in.webhook.job.submitted.<namespace>.<name>   (a producer with its own NATS user: SOURCE_TYPES)
 
 Kubernetes names may contain dots, which NATS tokens may not; ``escape`` maps every character a
 token forbids to ``~XX`` (hex of its UTF-8 bytes), ``~`` itself included, and the empty string to a
@@ -129,3 +130,36 @@ def names_by_category() -> dict[str, set[str]]:
     for category, verb in _NAMES.values():
         out.setdefault(category, set()).add(verb)
     return out
+
+
+# Producers with an inbox prefix of their own, ``<root>.in.<source>.<category>.<type>…``, and
+# the input types each may send. Their NATS users may publish only under that prefix
+# (``eventlog.natsauth``), so the subject proves the sender, and the sequencer turns any other
+# type from them into ``Rejected`` (``eventlog.wire``): a webhook cannot claim a worker's facts or
+# a leader's decision. Subjects without a source token (``<root>.in.<category>…``) come from the
+# reconciler's own user (or a server without authorization) and take every input type.
+SOURCE_TYPES: dict[str, frozenset[str]] = {
+    # admission: a new job, a change to its spec or priority, its deletion
+    "webhook": frozenset({"JobSubmitted", "JobUpdated", "JobDeleted"}),
+    # a worker cluster's adapter: what happens to the remote copies, liveness, usage, labels
+    "worker": frozenset(
+        {
+            "ClusterHeartbeat",
+            "ClusterUpdated",
+            "RemoteCreated",
+            "RemoteAdmitted",
+            "RemoteRejected",
+            "RemoteEvicted",
+            "RemoteFinished",
+            "RemoteGone",
+        }
+    ),
+}
+
+
+def inbox_source(subject: str) -> str | None:
+    """The producer an inbox subject names (``<root>.in.<source>.…``), None for the plain layout."""
+    tokens = subject.split(".", 3)
+    if len(tokens) >= 3 and tokens[1] == "in" and tokens[2] in SOURCE_TYPES:
+        return tokens[2]
+    return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from eventlog import codec
+from eventlog import codec, subjects
 from eventlog.events import DECISION_TYPES, InputEvent, Rejected
 from eventlog.store import InboxItem
 
@@ -28,5 +28,13 @@ def inbox_item(*, seq: int, subject: str, data: bytes) -> InboxItem:
         return rejected_item(seq=seq, subject=subject, data=data, reason=f"{err.message} (at {err.path})")
     if isinstance(event, (*DECISION_TYPES, Rejected)):
         reason = f"{type(event).__name__} is written by the leader only, not published to the inbox"
+        return rejected_item(seq=seq, subject=subject, data=data, reason=reason)
+    source = subjects.inbox_source(subject)
+    if source is not None and type(event).__name__ not in subjects.SOURCE_TYPES[source]:
+        allowed = ", ".join(sorted(subjects.SOURCE_TYPES[source]))
+        reason = (
+            f"{type(event).__name__} may not come from the {source} (subject {subject}); "
+            f"the {source} sends only {allowed}"
+        )
         return rejected_item(seq=seq, subject=subject, data=data, reason=reason)
     return InboxItem(seq, cast(InputEvent, event), subject)

@@ -58,6 +58,7 @@ class TlsConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"
 class NatsConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     url: str | None = None  # None: start the embedded nats-server
     creds: str | None = None
+    nkey: str | None = None  # a user nkey seed file (eventlog.natsauth; docs/security.md)
     tls: TlsConfig | None = None
     replicas: int = 1
 

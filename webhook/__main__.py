@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
     p.add_argument("--nats", default=None, help="NATS URL; default: the config's nats.url, else the embedded server")
     p.add_argument("--nats-creds", default=None, help="NATS credentials file")
+    p.add_argument(
+        "--nats-nkey",
+        default=None,
+        help="NATS user nkey seed file (the webhook's own user; default: the config's nats.nkey)",
+    )
     p.add_argument("--root", default="kd", help="which log on the NATS server (subject root, default kd)")
     p.add_argument("--data-dir", default=None, help="data directory (default: the config's dataDir, else .kdispatch)")
     p.add_argument("--tls-cert", default=None, help="serving certificate (PEM); reloaded when it changes")
@@ -56,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="extra DNS name or IP for the self-signed certificate, e.g. kdispatch-webhook.kdispatch-system.svc",
     )
-    p.add_argument("--config", default=None, help="kdispatch config file (reads nats.url/creds/tls/replicas, dataDir, policy.priorityClasses)")
+    p.add_argument("--config", default=None, help="kdispatch config file (reads nats.url/creds/nkey/tls/replicas, dataDir, policy.priorityClasses)")
     p.add_argument("--priority-classes", default="", help="NAME=VALUE,... priority class values (added to the config's)")
     p.add_argument("--queues", default=None, help="queue configuration: Kueue objects, a YAML file or a directory")
     p.add_argument("--publish-timeout", type=float, default=1.0, help="seconds to wait for the inbox ack (default 1)")
@@ -122,6 +127,8 @@ def read_config(path: str | None) -> dict[str, Any]:
         out["nats"] = nats["url"]
     if isinstance(nats.get("creds"), str):
         out["creds"] = nats["creds"]
+    if isinstance(nats.get("nkey"), str):
+        out["nkey"] = nats["nkey"]
     replicas = nats.get("replicas", 1)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise SystemExit(f"{path}: nats.replicas must be a positive integer")
@@ -188,6 +195,7 @@ async def run(args: argparse.Namespace) -> int:
         data_dir=data_dir,
         root=args.root,
         creds=args.nats_creds or config.get("creds"),
+        nkey=args.nats_nkey or config.get("nkey"),
         replicas=config.get("replicas", 1),
         tls=config.get("nats_tls"),
     )

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from eventlog.jetstream import JetStreamLog, TlsFiles, connect
+from eventlog.natsauth import inbox_prefix
 from webhook.batcher import BatchingInbox
 from webhook.server import Inbox
 
@@ -24,6 +26,7 @@ class NatsLink:
         data_dir: str | Path,
         root: str = "kd",
         creds: str | None = None,
+        nkey: str | None = None,
         replicas: int = 1,
         tls: TlsFiles | None = None,
         retry_s: float = 1.0,
@@ -33,6 +36,7 @@ class NatsLink:
         self.data_dir = data_dir
         self.root = root
         self.creds = creds
+        self.nkey = nkey
         self.replicas = replicas  # the streams are created (if missing) with the config's replication
         self.tls = tls
         self.retry_s = retry_s
@@ -57,9 +61,14 @@ class NatsLink:
                     data_dir=self.data_dir,
                     root=self.root,
                     creds=self.creds,
+                    nkey=self.nkey,
                     tls=self.tls,
                     replicas=self.replicas,
                     name="kdispatch-webhook",
+                    inbox_prefix=inbox_prefix("webhook"),
+                    # With a NATS identity of its own the webhook may publish only its facts to
+                    # <root>.in.webhook.> and create nothing: the reconciler makes the streams.
+                    **self._producer_options(),
                 )
                 self._batching = BatchingInbox(self.log)
                 log.info("nats_connected", url=self.log.url, root=self.root)
@@ -71,6 +80,11 @@ class NatsLink:
                 if attempt == 1 or attempt % 30 == 0:
                     log.warning("nats_unavailable", url=self.url, attempt=attempt, error=f"{type(err).__name__}: {err}")
                 await asyncio.sleep(self.retry_s)
+
+    def _producer_options(self) -> dict[str, Any]:
+        if self.creds is None and self.nkey is None:
+            return {}  # a server without authorization (development): as before
+        return {"create_streams": False, "source": "webhook"}
 
     def inbox(self) -> Inbox | None:
         if self.log is None or self._batching is None or not self.log.nc.is_connected:

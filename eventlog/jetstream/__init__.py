@@ -72,6 +72,7 @@ class JetStreamLog:
         replicas: int,
         embedded: EmbeddedNats | None = None,
         publish_timeout_s: float = 5.0,
+        source: str | None = None,
     ) -> None:
         self.nc = nc
         self.js = js
@@ -79,7 +80,7 @@ class JetStreamLog:
         self.replicas = replicas
         self.embedded = embedded
         self.publish_timeout_s = publish_timeout_s
-        self.inbox = JetStreamInbox(js, names, nc=nc)
+        self.inbox = JetStreamInbox(js, names, nc=nc, source=source)
         self.reader = JetStreamReader(self)
         self.snapshots = JetStreamSnapshots(self)
         self._sequencers: weakref.WeakSet[JetStreamSequencer] = weakref.WeakSet()  # closed with the log
@@ -109,6 +110,21 @@ class JetStreamLog:
                 what=f"stream {config.name}",
                 budget_s=budget_s,
             )
+
+    async def check_inbox(self, *, budget_s: float = 60.0) -> None:
+        """For a producer that may not create streams (the webhook, a worker adapter): the inbox
+        stream must exist already (the reconciler creates it); ``ProvisionError`` if it does not."""
+        stream = self.names.inbox_stream
+
+        async def look(js: JetStreamContext) -> None:
+            try:
+                await require_leader(js, stream)
+            except NotFoundError:
+                raise ProvisionError(
+                    f"stream {stream} does not exist yet; the reconciler (`kdispatch serve`) creates it"
+                ) from None
+
+        await with_retries(look, nc=self.nc, what=f"stream {stream}", budget_s=budget_s)
 
     def _stream_configs(self) -> list[StreamConfig]:
         return [
@@ -209,6 +225,11 @@ async def connect(
     publish_timeout_s: float = 5.0,
     connect_timeout_s: float = 10.0,
     setup_timeout_s: float = 60.0,
+    nkey: str | Path | None = None,
+    create_streams: bool = True,
+    source: str | None = None,
+    embedded: EmbeddedNats | None = None,
+    inbox_prefix: str | None = None,
 ) -> JetStreamLog:
     """Open the log at ``url`` (or start the embedded server if ``None``) and create its streams.
 
@@ -218,23 +239,36 @@ async def connect(
     ``root`` selects which log on that server (default ``kd``: subjects ``kd.in.>``/``kd.log.>``);
     tests pass a unique root for isolation. ``replicas`` is 1, or 3 on a clustered NATS.
     Creating the streams is retried (timeouts, JetStream not ready) for up to ``setup_timeout_s``.
+
+    ``nkey`` is a seed file (one user of ``eventlog.natsauth``). A producer whose user may not
+    create streams passes ``create_streams=False`` (the inbox must exist) and its ``source``
+    (``webhook``, ``worker``): its facts go to ``<root>.in.<source>.>``, the subjects its
+    permissions allow, and the sequencer checks the types against that source. ``embedded``: a
+    server the caller started (with an authorization file), stopped by ``close()``.
+    ``inbox_prefix``: the reply subjects the user may subscribe to (``_INBOX_<component>``).
     """
     names = LogNames(root)
-    embedded: EmbeddedNats | None = None
-    if url is None:
+    if url is None and embedded is None:
         embedded = await EmbeddedNats(data_dir=data_dir).start_async()
+    if url is None:
+        assert embedded is not None
         url = embedded.url
     try:
-        nc = await open_client(url, creds=creds, tls=tls, name=name, timeout_s=connect_timeout_s)
+        nc = await open_client(
+            url, creds=creds, tls=tls, name=name, timeout_s=connect_timeout_s, nkey=nkey, inbox_prefix=inbox_prefix
+        )
     except BaseException:
         if embedded is not None:
             await embedded.stop_async()
         raise
     jlog = JetStreamLog(
-        nc=nc, js=nc.jetstream(timeout=10.0), names=names, replicas=replicas, embedded=embedded
+        nc=nc, js=nc.jetstream(timeout=10.0), names=names, replicas=replicas, embedded=embedded, source=source
     )
     try:
-        await jlog.ensure_streams(budget_s=setup_timeout_s)
+        if create_streams:
+            await jlog.ensure_streams(budget_s=setup_timeout_s)
+        else:
+            await jlog.check_inbox(budget_s=setup_timeout_s)
     except BaseException:
         await jlog.close()
         raise

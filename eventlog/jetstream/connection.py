@@ -35,10 +35,46 @@ def _parse_header_lines(raw: bytes) -> dict[str, str]:
     return out
 
 
+_DENIED = re.compile(r'permissions violation for \w+ to "([^"]+)"', re.I)
+_DENIED_KEPT = 256
+
+
 class KdClient(Client):
-    """nats-py's client with a faster header parser (see ``_parse_header_lines``)."""
+    """nats-py's client with a faster header parser (see ``_parse_header_lines``), and a memory
+    of the subjects the server refused (``permission_denied``)."""
 
     _parse_header_lines = staticmethod(_parse_header_lines)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.denied: dict[str, str] = {}  # subject (lower case, as the server says it) -> error
+
+    def note_error(self, err: Exception) -> None:
+        found = _DENIED.search(str(err))
+        if found:
+            if len(self.denied) >= _DENIED_KEPT:
+                self.denied.pop(next(iter(self.denied)))
+            self.denied[found.group(1).lower()] = str(err)
+
+
+def permission_denied(nc: Client, subject: str) -> str | None:
+    """The server's "permissions violation" for ``subject`` if it sent one on this connection:
+    the server drops such a message and says so only asynchronously, so a publish that got no
+    ack asks here why before reporting a timeout."""
+    if isinstance(nc, KdClient):
+        return nc.denied.get(subject.lower())
+    err = nc.last_error
+    text = str(err) if err is not None else ""
+    if "permissions violation" in text and f'"{subject.lower()}"' in text.lower():
+        return text
+    return None
+
+
+def denied_message(subject: str, violation: str) -> str:
+    return (
+        f"NATS refused {subject}: {violation.removeprefix('nats: ')}; this connection's user "
+        "(nats.nkey / nats.creds) may not publish there (docs/security.md lists what each may)"
+    )
 
 
 class TlsFiles(Struct, frozen=True, kw_only=True):
@@ -67,6 +103,8 @@ async def open_client(
     tls: TlsFiles | ssl.SSLContext | None = None,
     name: str = "kdispatch",
     timeout_s: float = 10.0,
+    nkey: str | Path | None = None,
+    inbox_prefix: str | None = None,
 ) -> Client:
     """Connect to ``url`` (or several, comma-separated), retrying for ``timeout_s``; once connected, reconnect forever (the server may be
     restarting or failing over). Raises ``ConnectionError`` naming the URL and the last error."""
@@ -74,6 +112,7 @@ async def open_client(
 
     async def _on_error(err: Exception) -> None:
         last_error[:] = [err]
+        client.note_error(err)
         log.warning("nats_error", url=url, error=str(err) or type(err).__name__)
 
     async def _on_disconnect() -> None:
@@ -85,12 +124,15 @@ async def open_client(
 
     if creds is not None and not Path(creds).is_file():
         raise FileNotFoundError(f"NATS credentials file {creds} does not exist")
+    if nkey is not None and not Path(nkey).is_file():
+        raise FileNotFoundError(f"NATS nkey seed file {nkey} does not exist (nats.nkey)")
     client = KdClient()
     servers = [u.strip() for u in url.split(",") if u.strip()]  # a cluster: "nats://a:4222,nats://b:4222"
     connecting = client.connect(
         servers,
         name=name,
         user_credentials=str(creds) if creds is not None else None,
+        nkeys_seed=str(nkey) if nkey is not None else None,
         tls=ssl_context(tls) if tls is not None else None,
         error_cb=_on_error,
         disconnected_cb=_on_disconnect,
@@ -99,6 +141,8 @@ async def open_client(
         reconnect_time_wait=0.25,  # type: ignore[arg-type]  # typed int, takes seconds as float
         connect_timeout=max(1, min(5, int(timeout_s))),
         pending_size=64 * 1024 * 1024,
+        # A user may subscribe only to its own replies (eventlog.natsauth.inbox_prefix).
+        inbox_prefix=inbox_prefix or "_INBOX",
     )
     try:
         await asyncio.wait_for(connecting, timeout_s)

@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 
 from eventlog import codec, subjects
 from eventlog.events import InputEvent
+from eventlog.jetstream.connection import denied_message, permission_denied
 from eventlog.jetstream.names import LogNames
 from eventlog.jetstream.publish import Outgoing, Publisher
 from eventlog.store import LogError, PublishTimeout
@@ -19,18 +20,22 @@ log = structlog.get_logger("eventlog.inbox")
 
 
 class JetStreamInbox:
-    def __init__(self, js: JetStreamContext, names: LogNames, *, nc: Client | None = None) -> None:
+    def __init__(
+        self, js: JetStreamContext, names: LogNames, *, nc: Client | None = None, source: str | None = None
+    ) -> None:
         self._js = js
         self._names = names
+        # ``<root>.in.<source>``: the subjects a producer's NATS user may publish to (natsauth)
+        self._prefix = f"{names.inbox_prefix}.{source}" if source else names.inbox_prefix
         self._nc = nc
         self._publisher: Publisher | None = None
 
     @property
     def prefix(self) -> str:
-        return self._names.inbox_prefix
+        return self._prefix
 
     def subject(self, event: InputEvent) -> str:
-        return subjects.subject_for(event, prefix=self._names.inbox_prefix)
+        return subjects.subject_for(event, prefix=self._prefix)
 
     async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
         """Publish a fact; returns its inbox sequence (the original one for a duplicate msg_id)."""
@@ -66,6 +71,9 @@ class JetStreamInbox:
         seqs: list[int] = []
         for (subject, _, _), ack in zip(batch, acks, strict=True):
             if ack is None:
+                violation = permission_denied(self._nc, subject)
+                if violation is not None:
+                    raise LogError(denied_message(subject, violation))
                 raise PublishTimeout(
                     f"inbox {stream} did not acknowledge {subject} within {timeout_s}s; "
                     "is the NATS server (and its JetStream quorum) up?"
@@ -94,6 +102,9 @@ class JetStreamInbox:
                 headers=headers,
             )
         except (TimeoutError, nats.errors.TimeoutError) as err:
+            violation = permission_denied(self._nc, subject) if self._nc is not None else None
+            if violation is not None:
+                raise LogError(denied_message(subject, violation)) from err
             raise PublishTimeout(
                 f"inbox {self._names.inbox_stream} did not acknowledge {subject} within {timeout_s}s; "
                 "is the NATS server (and its JetStream quorum) up?"

@@ -85,10 +85,18 @@ async def with_retries(
     while True:
         attempt += 1
         left = deadline - loop.time()
+        before = nc.last_error
         try:
             return await create(nc.jetstream(timeout=max(0.5, min(timeout_s, left))))
         except RETRYABLE as err:
             reason = str(err) or type(err).__name__
+            denied = nc.last_error
+            if denied is not before and "permissions violation" in str(denied):
+                # The server dropped the request and said why: asking again cannot help.
+                raise ProvisionError(
+                    f"could not create or open {what}: {str(denied).removeprefix('nats: ')}; this "
+                    "connection's user (nats.nkey / nats.creds) may not (docs/security.md)"
+                ) from err
             left = deadline - loop.time()
             if left <= 0:
                 raise ProvisionError(

@@ -101,16 +101,28 @@ async def run_async(args: argparse.Namespace) -> int:
         if loaded.skipped:
             log.info("queues_objects_skipped", reason="not queue configuration", objects=loaded.skipped)
     from eventlog.jetstream import connect
+    from eventlog.natsauth import inbox_prefix
 
     url = args.nats or config.nats.url
     data_dir = args.data_dir or config.data_dir
+    options = connect_options(config.nats)
+    webhook_nkey: str | None = None
     try:
+        if url is None:
+            # The embedded server: authorization on, one nkey user per component (docs/security.md).
+            from eventlog.natsauth import secured_embedded
+
+            embedded, creds = await secured_embedded(data_dir, root=args.root)
+            options.update(embedded=embedded, nkey=creds.seed_file("reconciler"))
+            options.pop("creds", None)
+            webhook_nkey = str(creds.seed_file("webhook"))
         jlog = await connect(
             url,
             data_dir=data_dir,
             root=args.root,
             name=f"kdispatch-serve-{leader_id}",
-            **connect_options(config.nats),
+            inbox_prefix=inbox_prefix("reconciler"),
+            **options,
         )
     except Exception as err:
         print(f"kdispatch serve: cannot open the log at {url or data_dir}: {err}", file=sys.stderr)
@@ -136,7 +148,7 @@ async def run_async(args: argparse.Namespace) -> int:
             watch_queues=queues is None,
             lease_ttl_s=args.lease_ttl,
             metrics_port=args.metrics_port,
-            webhook_argv=_webhook_argv(args, nats_url=jlog.url, data_dir=data_dir, queues=queues_path)
+            webhook_argv=_webhook_argv(args, nats_url=jlog.url, data_dir=data_dir, queues=queues_path, nkey=webhook_nkey)
             if args.webhook
             else None,
         )
@@ -170,9 +182,13 @@ def _install_signal_handlers(stop: asyncio.Event, log: Any) -> None:
             loop.add_signal_handler(sig, on_signal, sig.name)
 
 
-def _webhook_argv(args: argparse.Namespace, *, nats_url: str, data_dir: str, queues: str | None) -> list[str]:
+def _webhook_argv(
+    args: argparse.Namespace, *, nats_url: str, data_dir: str, queues: str | None, nkey: str | None = None
+) -> list[str]:
     argv = [sys.executable, "-m", "webhook", "--port", str(args.webhook_port), "--nats", nats_url]
     argv += ["--data-dir", data_dir]
+    if nkey is not None:  # the embedded server's webhook user: its own identity, not ours
+        argv += ["--nats-nkey", nkey]
     if args.config:
         argv += ["--config", args.config]
     if queues is not None:

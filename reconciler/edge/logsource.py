@@ -64,6 +64,7 @@ async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
         return
     from eventlog.embedded import EmbeddedNats
     from eventlog.jetstream import connect
+    from eventlog.natsauth import Credentials, inbox_prefix
     from reconciler.config import load_config
     from reconciler.edge.natsopts import connect_options
 
@@ -74,16 +75,28 @@ async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
     embedded: EmbeddedNats | None = None
     if url is None:
         url = running_server(data_dir)
+        options.update(_reader_identity(Path(data_dir), options))
     where = url or f"embedded nats-server on {data_dir}"
     if url is None:
         _check_data_dir(Path(data_dir))
-        embedded = await EmbeddedNats(data_dir=data_dir).start_async()
+        auth = Credentials(data_dir)
+        # The store of `serve`'s embedded server: started again with its authorization, read as
+        # the reader user; a store without credentials (the demo's) as before.
+        conf = auth.server_conf if auth.server_conf.is_file() else None
+        embedded = await EmbeddedNats(data_dir=data_dir, config_file=conf).start_async()
         if embedded.recovered:
             print(f"kdispatch: {embedded.recovered}", file=sys.stderr)
         url = embedded.url
     try:
         await _check_log_exists(url, root=args.root, where=where, options=options)
-        jlog = await connect(url, root=args.root, name="kdispatch-cli", **options)
+        jlog = await connect(
+            url,
+            root=args.root,
+            name="kdispatch-cli",
+            create_streams=False,
+            inbox_prefix=inbox_prefix("reader"),
+            **options,
+        )
         try:
             yield Source(reader=jlog.reader, snapshots=jlog.snapshots, description=where)
         finally:
@@ -91,6 +104,17 @@ async def open_source(args: argparse.Namespace) -> AsyncIterator[Source]:
     finally:
         if embedded is not None:
             await embedded.stop_async()
+
+
+def _reader_identity(data_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """The read-only user of `serve`'s embedded server (``<data dir>/nats-auth/reader.nk``),
+    unless the config names an identity."""
+    from eventlog.natsauth import Credentials
+
+    seed = Credentials(data_dir).seed_file("reader")
+    if "creds" in options or "nkey" in options or not seed.is_file():
+        return {}
+    return {"nkey": seed}
 
 
 def _check_file(path: Path) -> None:
@@ -121,10 +145,17 @@ async def _check_log_exists(url: str, *, root: str, where: str, options: dict[st
 
     from eventlog.jetstream.connection import open_client
     from eventlog.jetstream.names import LogNames
+    from eventlog.natsauth import inbox_prefix
 
     names = LogNames(root)
     nc = await open_client(
-        url, creds=options.get("creds"), tls=options.get("tls"), name="kdispatch-cli", timeout_s=10.0
+        url,
+        creds=options.get("creds"),
+        nkey=options.get("nkey"),
+        tls=options.get("tls"),
+        name="kdispatch-cli",
+        timeout_s=10.0,
+        inbox_prefix=inbox_prefix("reader"),
     )
     try:
         js = nc.jetstream(timeout=10.0)

@@ -1,4 +1,4 @@
-"""The ``connect()`` options a config file's ``nats:`` section gives (credentials, TLS, replicas),
+"""The ``connect()`` options a config file's ``nats:`` section gives (credentials, nkey, TLS, replicas),
 in one place for every command that opens the log (serve, log, replay, explain), so none of them
 can forget one: the webhook reads the same fields from the same file."""
 
@@ -16,6 +16,8 @@ def connect_options(nats: NatsConfig) -> dict[str, Any]:
     options: dict[str, Any] = {"replicas": nats.replicas}
     if nats.creds:
         options["creds"] = nats.creds
+    if nats.nkey:
+        options["nkey"] = nats.nkey
     if nats.tls is not None:
         options["tls"] = TlsFiles(ca=nats.tls.ca, cert=nats.tls.cert, key=nats.tls.key)
     return options

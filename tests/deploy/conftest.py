@@ -5,12 +5,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from tests.deploy import kustomize
+
+if TYPE_CHECKING:
+    from tests.deploy.natscluster import NatsCluster
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -54,13 +57,13 @@ def manifest_files() -> tuple[Path, ...]:
 
 
 @pytest.fixture(scope="session")
-def shipped_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """deploy/nats as it would run, on loopback: three nats-servers from the shipped nats.conf.
-    Client URLs; stopped at the end of the session."""
+def shipped_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """deploy/nats as it would run, on loopback: three nats-servers from the shipped nats.conf,
+    with TLS and the components' users; stopped at the end of the session."""
     from tests.deploy.natscluster import shipped_nats_cluster
 
     with shipped_nats_cluster(tmp_path_factory.mktemp("shipped-nats")) as cluster:
-        yield cluster.urls
+        yield cluster
 
 
 @pytest.fixture(params=KUSTOMIZATIONS)

@@ -1,6 +1,7 @@
 """The NATS overlay as it would run on this machine: three nats-servers started from the shipped
-nats.conf, with only addresses and paths moved (loopback ports, a temp dir), each waited for on
-the StatefulSet's own probe paths."""
+nats.conf and auth.conf, with only addresses and paths moved (loopback ports, a temp dir, a
+throwaway PKI in place of the TLS Secret, fresh users' public keys in the environment as the
+StatefulSet passes them), each waited for on the StatefulSet's own probe paths."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from eventlog.embedded import find_binary, free_port
+from eventlog.jetstream import TlsFiles
+from eventlog.natsauth import COMPONENTS, Credentials, inbox_prefix, public_key
 from tests.deploy.conftest import find, one, rendered
+from tests.eventlog.pki import make_pki
 from tests.waiting import eventually_blocking
 
 OVERLAY = "overlays/cert-manager"
@@ -24,11 +30,11 @@ def statefulset() -> dict[str, Any]:
     return one(rendered(OVERLAY), "StatefulSet", "nats")
 
 
-def nats_conf() -> str:
+def nats_conf(name: str = "nats.conf") -> str:
     (configmap,) = [
         o for o in find(rendered(OVERLAY), "ConfigMap") if o["metadata"]["name"].startswith("nats-config-")
     ]
-    text: str = configmap["data"]["nats.conf"]
+    text: str = configmap["data"][name]
     return text
 
 
@@ -45,8 +51,10 @@ def container_mounts() -> dict[str, str]:
     return {m["name"]: m["mountPath"] for m in container()["volumeMounts"]}
 
 
-def local_conf(conf: str, *, node: int, client: int, monitor: int, clusters: list[int], root: Path) -> str:
-    """The shipped conf with addresses and paths moved: loopback ports, temp dirs."""
+def local_conf(
+    conf: str, *, node: int, client: int, monitor: int, clusters: list[int], root: Path, pki: Path
+) -> str:
+    """The shipped conf with addresses and paths moved: loopback ports, temp dirs, local PEMs."""
     ports, mounts = container_ports(), container_mounts()
     service = statefulset()["spec"]["serviceName"]
     swaps = {
@@ -58,6 +66,9 @@ def local_conf(conf: str, *, node: int, client: int, monitor: int, clusters: lis
     }
     for i, port in enumerate(clusters):
         swaps[f"nats://nats-{i}.{service}:{ports['cluster']}"] = f"nats://127.0.0.1:{port}"
+    tls = mounts["tls"]
+    swaps |= {f"{tls}/tls.crt": str(pki / "server.pem"), f"{tls}/tls.key": str(pki / "server.key")}
+    swaps[f"{tls}/ca.crt"] = str(pki / "ca.pem")
     for old, new in swaps.items():
         assert old in conf, old
         conf = conf.replace(old, new)
@@ -77,10 +88,43 @@ def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | Non
 
 
 class NatsCluster:
-    def __init__(self, *, urls: list[str], monitors: list[str], procs: list[subprocess.Popen[bytes]]) -> None:
+    def __init__(
+        self,
+        *,
+        urls: list[str],
+        monitors: list[str],
+        procs: list[subprocess.Popen[bytes]],
+        pki: Path,
+        users: Credentials,
+    ) -> None:
         self.urls = urls
         self.monitors = monitors  # http://127.0.0.1:<monitor port> of each server
         self.procs = procs
+        self.pki = pki  # ca.pem, server.pem/.key, client.pem/.key
+        self.users = users  # a seed per component
+
+    def tls(self) -> TlsFiles:
+        return TlsFiles(ca=str(self.pki / "ca.pem"), cert=str(self.pki / "client.pem"), key=str(self.pki / "client.key"))
+
+    def options(self, component: str) -> dict[str, Any]:
+        """``connect()`` options for ``component``'s user (and, for producers, what it may do)."""
+        options: dict[str, Any] = {
+            "nkey": self.users.seed_file(component),
+            "tls": self.tls(),
+            "inbox_prefix": inbox_prefix(component),
+        }
+        if component in ("webhook", "worker"):
+            options |= {"create_streams": False, "source": component}
+        return options
+
+    def config_for(self, shipped: str, component: str) -> str:
+        """The shipped config as ``component``'s pod sees it: its own seed and client certificate
+        (the Deployment's Secrets) where the config says they are mounted."""
+        config = yaml.safe_load(shipped)
+        tls = self.tls()
+        config["nats"]["nkey"] = str(self.users.seed_file(component))
+        config["nats"]["tls"] = {"ca": tls.ca, "cert": tls.cert, "key": tls.key}
+        return yaml.safe_dump(config, sort_keys=False)
 
 
 @contextlib.contextmanager
@@ -91,6 +135,11 @@ def shipped_nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
     monitors = [free_port() for _ in range(replicas)]
     clusters = [free_port() for _ in range(replicas)]
     procs: list[subprocess.Popen[bytes]] = []
+    (tmp_path / "pki").mkdir(parents=True)
+    pki = make_pki(tmp_path / "pki")
+    users = Credentials(tmp_path / "users").ensure()
+    # What the StatefulSet's env gives the servers from the Secret kdispatch-nats-users.
+    keys = {f"KD_NKEY_{c.upper()}": public_key(users.seed_file(c).read_text()) for c in COMPONENTS}
     try:
         for node in range(replicas):
             root = tmp_path / f"nats-{node}"
@@ -104,9 +153,11 @@ def shipped_nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
                     monitor=monitors[node],
                     clusters=clusters,
                     root=root,
+                    pki=pki,
                 )
             )
-            env = {**os.environ, "SERVER_NAME": f"nats-{node}"}
+            (root / "auth.conf").write_text(nats_conf("auth.conf"))  # the ConfigMap's other file
+            env = {**os.environ, "SERVER_NAME": f"nats-{node}", **keys}
             log = (root / "server.log").open("wb")
             procs.append(
                 subprocess.Popen([str(find_binary()), "--config", str(conf)], env=env, stdout=log, stderr=log)
@@ -123,9 +174,11 @@ def shipped_nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
         for node, proc in enumerate(procs):
             wait_http(f"http://127.0.0.1:{monitors[node]}/healthz", timeout_s=60, proc=proc)
         yield NatsCluster(
-            urls=[f"nats://127.0.0.1:{port}" for port in clients],
+            urls=[f"tls://127.0.0.1:{port}" for port in clients],
             monitors=[f"http://127.0.0.1:{port}" for port in monitors],
             procs=procs,
+            pki=pki,
+            users=users,
         )
     finally:
         for proc in procs:

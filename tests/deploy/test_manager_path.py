@@ -27,6 +27,7 @@ from eventlog.jetstream import connect
 from tests.deploy import kustomize
 from tests.deploy.admission import entry_calls_webhook
 from tests.deploy.conftest import find, one, rendered
+from tests.deploy.natscluster import NatsCluster
 from tests.deploy.processes import (
     OVERLAY,
     SERVICE_HOST,
@@ -115,11 +116,11 @@ def entry_path(kind: str, obj: dict[str, Any]) -> str:
     return paths.pop()
 
 
-async def register_worker(url: str, root: str) -> None:
-    """What the worker adapter reports for worker-a of the shipped config."""
+async def register_worker(nats: NatsCluster, url: str, root: str) -> None:
+    """What the reconciler's cluster adapter reports for worker-a of the shipped config."""
     config = yaml.safe_load(shipped_config_text())
     (worker,) = config["clusters"]
-    jlog = await connect(url, replicas=3, root=root)
+    jlog = await connect(url, replicas=3, root=root, **nats.options("reconciler"))
     try:
         await jlog.inbox.publish(
             ev.ClusterRegistered(
@@ -144,9 +145,12 @@ def shipped_config_text() -> str:
     return text
 
 
-async def recorded_policy(url: str, root: str, *, timeout_s: float) -> tuple[ev.PolicyLoaded, int, int]:
-    """The leader's PolicyLoaded, and the replicas of the log and inbox streams."""
-    jlog = await connect(url, replicas=3, root=root)
+async def recorded_policy(
+    nats: NatsCluster, url: str, root: str, *, timeout_s: float
+) -> tuple[ev.PolicyLoaded, int, int]:
+    """The leader's PolicyLoaded, and the replicas of the log and inbox streams (read as the
+    read-only user)."""
+    jlog = await connect(url, replicas=3, root=root, **nats.options("reader"), create_streams=False)
     try:
 
         async def policy() -> ev.PolicyLoaded | None:
@@ -164,9 +168,11 @@ async def recorded_policy(url: str, root: str, *, timeout_s: float) -> tuple[ev.
         await jlog.close()
 
 
-async def decisions_about(url: str, root: str, name: str, *, timeout_s: float) -> list[ev.LogEntry]:
+async def decisions_about(
+    nats: NatsCluster, url: str, root: str, name: str, *, timeout_s: float
+) -> list[ev.LogEntry]:
     """The log entries about team-a/<name>, once a decision about it was appended."""
-    jlog = await connect(url, replicas=3, root=root)
+    jlog = await connect(url, replicas=3, root=root, **nats.options("reader"), create_streams=False)
     try:
 
         async def decided() -> list[ev.LogEntry] | Unmet:
@@ -184,14 +190,20 @@ async def decisions_about(url: str, root: str, name: str, *, timeout_s: float) -
         await jlog.close()
 
 
-def test_a_job_goes_from_the_webhook_to_a_decision(
-    tmp_path: Path, shipped_nats: list[str], log_root: str
-) -> None:
+def test_a_job_goes_from_the_webhook_to_a_decision(tmp_path: Path, shipped_nats: NatsCluster) -> None:
+    # The users' permissions are for the production root (deploy/nats/auth.conf); this NATS
+    # cluster is the session's own, and this is the only test on it.
+    log_root = "kd"
+    urls = shipped_nats.urls
     certs = make_certs(tmp_path / "certs")
-    config = shipped_config(tmp_path / "config.yaml")
+    shipped = shipped_config(tmp_path / "shipped.yaml").read_text()
+    config = tmp_path / "config.yaml"  # as the reconciler pod sees it (its own user and cert)
+    config.write_text(shipped_nats.config_for(shipped, "reconciler"))
+    webhook_config = tmp_path / "webhook-config.yaml"  # as the webhook pod sees it
+    webhook_config.write_text(shipped_nats.config_for(shipped, "webhook"))
     metrics_port, webhook_port = free_port(), free_port()
     serve = Running(
-        serve_argv(config=config, nats_url=shipped_nats[0], metrics_port=metrics_port, root=log_root),
+        serve_argv(config=config, nats_url=urls[0], metrics_port=metrics_port, root=log_root),
         tmp_path / "serve.log",
     )
     webhook: Running | None = None
@@ -201,7 +213,7 @@ def test_a_job_goes_from_the_webhook_to_a_decision(
         # The reconciler Deployment's probe path, on its metrics port argument.
         wait_status(f"http://127.0.0.1:{metrics_port}/healthz", context=None, proc=serve.proc, timeout_s=60)
         policy, log_replicas, inbox_replicas = asyncio.run(
-            recorded_policy(shipped_nats[2], log_root, timeout_s=60)
+            recorded_policy(shipped_nats, urls[2], log_root, timeout_s=60)
         )
         raw = yaml.safe_load(config.read_text())
         assert (log_replicas, inbox_replicas) == (3, 3), "streams replicated on the three servers"
@@ -210,10 +222,10 @@ def test_a_job_goes_from_the_webhook_to_a_decision(
         webhook = Running(
             webhook_argv(
                 port=webhook_port,
-                nats_url=shipped_nats[1],
+                nats_url=urls[1],
                 data_dir=tmp_path / "data",
                 certs=certs,
-                config=config,
+                config=webhook_config,
                 root=log_root,
             ),
             tmp_path / "webhook.log",
@@ -231,7 +243,7 @@ def test_a_job_goes_from_the_webhook_to_a_decision(
                 urllib.request.urlopen(
                     f"https://localhost.invalid.kdispatch:{webhook_port}/healthz", context=context, timeout=5
                 )
-            asyncio.run(register_worker(shipped_nats[2], log_root))
+            asyncio.run(register_worker(shipped_nats, urls[2], log_root))
 
             job = submitted_job()
             mutated = post(
@@ -251,7 +263,7 @@ def test_a_job_goes_from_the_webhook_to_a_decision(
             )
             assert validated["allowed"] is True, validated
 
-        about = asyncio.run(decisions_about(shipped_nats[2], log_root, "hello", timeout_s=60))
+        about = asyncio.run(decisions_about(shipped_nats, urls[2], log_root, "hello", timeout_s=60))
         submitted = [e.event for e in about if isinstance(e.event, ev.JobSubmitted)]
         assert len(submitted) == 1 and submitted[0].job.uid == job["metadata"]["uid"]
         assert submitted[0].placement.cluster_selector == {"kdispatch.io/gpu": "a100"}

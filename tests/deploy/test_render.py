@@ -16,9 +16,18 @@ from tests.deploy import kustomize
 from tests.deploy.conftest import DEPLOY, KUSTOMIZATIONS, OVERLAYS, find, rendered
 
 # Secrets an administrator creates by hand (docs/deploy.md says when and how).
+# The NATS users' seeds (python -m eventlog.natsauth secrets) are made by hand everywhere; without
+# cert-manager, so are the TLS Secrets (docs/security.md).
+NATS_USERS = {"kdispatch-nats-reconciler", "kdispatch-nats-webhook"}
 CREATED_BY_HAND = {
-    "overlays/self-signed": {"kdispatch-webhook-tls"},
-    "overlays/cert-manager": set(),
+    "overlays/self-signed": {
+        "kdispatch-webhook-tls",
+        "nats-server-tls",
+        "kdispatch-reconciler-nats-tls",
+        "kdispatch-webhook-nats-tls",
+        *NATS_USERS,
+    },
+    "overlays/cert-manager": NATS_USERS,
 }
 
 

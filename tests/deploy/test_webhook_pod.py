@@ -18,6 +18,6 @@ def test_args_are_the_webhooks_own() -> None:
     # kubernetes.io/tls Secrets (cert-manager's included) hold tls.crt and tls.key.
     assert (args.tls_cert, args.tls_key) == (f"{mounts['tls']}/tls.crt", f"{mounts['tls']}/tls.key")
     assert args.data_dir == mounts["data"]
-    assert args.nats == "nats://nats:4222", "the Service of deploy/nats"
+    assert args.nats == "tls://nats:4222", "the Service of deploy/nats, over TLS"
     service = one(rendered("overlays/self-signed"), "Service", "nats")
     assert service["spec"]["ports"][0]["port"] == 4222

@@ -14,7 +14,9 @@ ROOT = Path(__file__).parents[2]
 
 def test_the_deployed_config_file_is_read() -> None:
     config = read_config(str(ROOT / "deploy" / "base" / "config.yaml"))
-    assert config["nats"] == "nats://nats:4222"
+    assert config["nats"] == "tls://nats:4222"
+    assert config["nkey"] == "/etc/kdispatch/nats-user/nkey.seed"  # its own user (docs/security.md)
+    assert config["nats_tls"].cert == "/etc/kdispatch/nats-tls/tls.crt"
     assert config["replicas"] == 3  # streams created by the webhook first are replicated like the reconciler's
     assert config["priority_classes"]["high"] > config["priority_classes"]["low"]
 
