@@ -135,3 +135,17 @@ def test_network_policies_deny_by_default_and_allow_only_the_paths_used(overlay:
     ]
     reconciler_egress = {p["port"] for r in policies["kdispatch-reconciler"]["egress"] for p in r["ports"]}
     assert reconciler_egress == {4222, 443, 6443}
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_reconciler_probes_are_the_health_endpoints(kustomization: str) -> None:
+    """Readiness is /readyz (connected to NATS), liveness /healthz (the process answers), on the
+    port that serves both, in every kustomization that has the reconciler."""
+    found = find(rendered(kustomization), "Deployment", "kdispatch-reconciler")
+    if not found:
+        pytest.skip(f"{kustomization} has no reconciler")
+    (container,) = [c for c in found[0]["spec"]["template"]["spec"]["containers"] if c["name"] == "reconciler"]
+    ports = {p["name"] for p in container.get("ports", [])}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert container[probe]["httpGet"]["path"] == path, f"{kustomization}: {probe}"
+        assert container[probe]["httpGet"]["port"] in ports, f"{kustomization}: {probe} port"
