@@ -31,8 +31,6 @@ from eventlog import events as ev
 from eventlog.jetstream import TlsFiles
 from eventlog.kube.kueue import QueueConfigError, load_queues
 from webhook import admit
-from webhook.nats_link import NatsLink
-from webhook.priority import PriorityError, parse_mapping
 from webhook.limits import (
     DEFAULT_MAX_BYTES_IN_FLIGHT,
     DEFAULT_MAX_CONNECTIONS,
@@ -40,6 +38,8 @@ from webhook.limits import (
     KEEPALIVE_TIMEOUT_S,
     BoundedTCPSite,
 )
+from webhook.nats_link import NatsLink
+from webhook.priority import PriorityError, parse_mapping
 from webhook.server import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S, WebhookServer
 from webhook.tls import DEFAULT_SANS, CertFiles, self_signed
 
