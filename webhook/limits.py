@@ -28,7 +28,8 @@ RETRY_AFTER_S = 1
 
 class _Refused(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.abort()  # nothing read, nothing allocated: the client sees a reset
+        assert isinstance(transport, asyncio.Transport)
+        transport.abort()  # nothing read: the client sees a reset
 
 
 class BoundedTCPSite(web.TCPSite):
