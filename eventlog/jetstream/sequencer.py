@@ -58,8 +58,7 @@ class JetStreamSequencer:
         self._pulled_to = 0  # the last inbox sequence pulled
         self._fenced: str | None = None
         self._broken: str | None = None  # an append failed half-way: resume() before the next
-        # Replaceable: a test wraps it to cut a pipelined batch between two appends (a crash mid-write).
-        self.publisher = Publisher(jlog.nc)
+        self._publisher = Publisher(jlog.nc)
         self._log = log.bind(leader=leader_id, stream=jlog.names.log_stream)
 
     @property
@@ -204,7 +203,7 @@ class JetStreamSequencer:
             (subjects.subject_for(e.event, prefix=prefix), codec.encode(e), self._headers(e.seq, mark))
             for e, mark in zip(entries, marks, strict=True)
         ]
-        acks = await self.publisher.publish(batch, timeout_s=self._jlog.publish_timeout_s)
+        acks = await self._publisher.publish(batch, timeout_s=self._jlog.publish_timeout_s)
         recovering = False
         for entry, out, ack in zip(entries, batch, acks, strict=True):
             # No ack (timeout, fail-over), or no stream leader to take it (503, an election in
@@ -230,7 +229,7 @@ class JetStreamSequencer:
         delay = 0.1
         while loop.time() < deadline:
             self._log.warning("append_retry", seq=seq)
-            ack = (await self.publisher.publish([out], timeout_s=2.0))[0]
+            ack = (await self._publisher.publish([out], timeout_s=2.0))[0]
             if ack is not None and (ack.error is None or ack.error.code != 503):  # 503: no quorum yet
                 return ack
             await asyncio.sleep(delay)
