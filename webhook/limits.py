@@ -25,6 +25,16 @@ HANDSHAKE_TIMEOUT_S = 10.0  # the apiserver's default timeoutSeconds: it has giv
 KEEPALIVE_TIMEOUT_S = 30.0  # an idle connection's buffers are released after this
 RETRY_AFTER_S = 1
 
+# Sizing (measured: tests/webhook/test_faults.py, docs/webhook.md "Load limits").
+AT_REST_MIB = 60.0  # the process after start-up, NATS connected
+PER_CONNECTION_MIB = 0.4  # asyncio's 256 KiB TLS read buffer, OpenSSL's state, aiohttp's
+BODY_EXPANSION = 4  # a review in flight: its body, the decoded JSON, the recorded manifest
+
+
+def memory_ceiling_mib(*, max_connections: int, max_bytes_in_flight: int) -> float:
+    """What the webhook may hold at its limits; the container's memory limit must be above it."""
+    return AT_REST_MIB + max_connections * PER_CONNECTION_MIB + BODY_EXPANSION * max_bytes_in_flight / 2**20
+
 
 class _Refused(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
