@@ -104,24 +104,12 @@ class BatchingInbox:
                 continue
             timeout_s = max(t for _, _, t in batch)
             again: list[_Pending] = []
-            try:
-                acks = await self._publisher.publish([out for out, _, _ in batch], timeout_s=timeout_s)
-            except Exception as err:  # connection closed or draining: every waiter hears about it
-                for _, future, _ in batch:
-                    if not future.done():
-                        future.set_exception(LogError(f"publishing to the inbox failed: {type(err).__name__}: {err}"))
-                continue
-            for pending, ack in zip(batch, acks, strict=True):
-                out, future, _ = pending
-                if future.done():  # the review gave up waiting (its bound passed)
-                    continue
-                if transient(ack):
-                    self._last_refusal = "no ack" if ack is None or ack.error is None else ack.error.description
-                    again.append(pending)
-                elif ack is not None and ack.error is not None:
-                    future.set_exception(LogError(f"inbox {self._stream} refused {out[0]}: {ack.error.description}"))
-                elif ack is not None:
-                    future.set_result(ack.seq)
+            if self._nc.is_reconnecting:
+                # Not written while away: the client would buffer a copy per attempt.
+                self._last_refusal = "reconnecting to NATS"
+                again = batch
+            else:
+                await self._publish_batch(batch, timeout_s, again)
             if not again:
                 delay = RETRY_FIRST_S
                 continue
@@ -130,3 +118,24 @@ class BatchingInbox:
             await asyncio.sleep(delay)  # the waiters' own bounds end this, through _expire
             delay = min(delay * 2, RETRY_MAX_S)
             self._queue = again + self._queue
+
+    async def _publish_batch(self, batch: list[_Pending], timeout_s: float, again: list[_Pending]) -> None:
+        """Publish; answer every waiter whose ack came, and put those to retry in ``again``."""
+        try:
+            acks = await self._publisher.publish([out for out, _, _ in batch], timeout_s=timeout_s)
+        except Exception as err:  # connection closed or draining: every waiter hears about it
+            for _, future, _ in batch:
+                if not future.done():
+                    future.set_exception(LogError(f"publishing to the inbox failed: {type(err).__name__}: {err}"))
+            return
+        for pending, ack in zip(batch, acks, strict=True):
+            out, future, _ = pending
+            if future.done():  # the review gave up waiting (its bound passed)
+                continue
+            if transient(ack):
+                self._last_refusal = "no ack" if ack is None or ack.error is None else ack.error.description
+                again.append(pending)
+            elif ack is not None and ack.error is not None:
+                future.set_exception(LogError(f"inbox {self._stream} refused {out[0]}: {ack.error.description}"))
+            elif ack is not None:
+                future.set_result(ack.seq)

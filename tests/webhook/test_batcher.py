@@ -106,3 +106,29 @@ async def test_no_responders_past_the_bound_is_a_timeout_that_says_why(jslog: Je
     with pytest.raises(PublishTimeout, match="no responders"):
         await inbox.publish(_event(2), msg_id="nr2", timeout_s=0.5)
     await jslog.ensure_streams()  # for the fixture's clean-up
+
+
+async def test_a_publish_while_nats_restarts_is_recorded_within_the_bound(tmp_path: Path) -> None:
+    """The server the webhook is connected to stops and comes back (a rolling restart, a node
+    of a cluster): publishes wait for the reconnect within their bound and are then recorded."""
+    server = EmbeddedNats(data_dir=tmp_path / "nats")
+    await server.start_async()
+    port = server.port
+    jlog = await connect(server.url, root="restart")
+    again: EmbeddedNats | None = None
+    try:
+        inbox = BatchingInbox(jlog)
+        await server.stop_async()
+        await eventually(lambda: jlog.nc.is_reconnecting, what="the client to notice")
+        publishing = asyncio.gather(*(inbox.publish(_event(i), msg_id=f"r{i}", timeout_s=30) for i in range(5)))
+        await eventually(lambda: inbox.retries >= 1, what="the batcher to wait for the reconnect")
+        again = EmbeddedNats(data_dir=tmp_path / "nats", port=port)
+        await again.start_async()
+        seqs = await publishing
+        assert sorted(seqs) == [1, 2, 3, 4, 5]
+        info = await jlog.js.stream_info(jlog.names.inbox_stream)
+        assert info.state.messages == 5  # each once, though retried
+    finally:
+        await jlog.close()
+        if again is not None:
+            await again.stop_async()
