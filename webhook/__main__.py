@@ -31,6 +31,13 @@ from eventlog import events as ev
 from eventlog.jetstream import TlsFiles
 from eventlog.kube.kueue import QueueConfigError, load_queues
 from webhook import admit
+from webhook.limits import (
+    DEFAULT_MAX_BYTES_IN_FLIGHT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_IN_FLIGHT,
+    KEEPALIVE_TIMEOUT_S,
+    BoundedTCPSite,
+)
 from webhook.nats_link import NatsLink
 from webhook.priority import PriorityError, parse_mapping
 from webhook.server import DEFAULT_MAX_BODY, DEFAULT_READ_TIMEOUT_S, WebhookServer
@@ -68,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="largest review accepted")
     p.add_argument(
         "--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S, help="seconds for a request body to arrive (default 10)"
+    )
+    p.add_argument(
+        "--max-in-flight", type=int, default=DEFAULT_MAX_IN_FLIGHT,
+        help=f"reviews answered at once; more get 429 with Retry-After (default {DEFAULT_MAX_IN_FLIGHT})",
+    )
+    p.add_argument(
+        "--max-bytes-in-flight", type=int, default=DEFAULT_MAX_BYTES_IN_FLIGHT,
+        help=f"request bytes of the reviews in flight; more get 429 (default {DEFAULT_MAX_BYTES_IN_FLIGHT >> 20} MiB)",
+    )
+    p.add_argument(
+        "--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+        help=f"open connections; more are closed on accept (default {DEFAULT_MAX_CONNECTIONS})",
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument(
@@ -207,10 +226,20 @@ async def run(args: argparse.Namespace) -> int:
         publish_timeout_s=args.publish_timeout,
         max_body=args.max_body_bytes,
         read_timeout_s=args.read_timeout,
+        max_in_flight=args.max_in_flight,
+        max_bytes_in_flight=args.max_bytes_in_flight,
     )
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port, ssl_context=certs.context, backlog=1024)
+    site = BoundedTCPSite(
+        runner,
+        args.host,
+        args.port,
+        ssl_context=certs.context,
+        backlog=1024,
+        max_connections=args.max_connections,
+        on_refused=server.metrics.connections_refused.inc,
+    )
     await site.start()
     reloader = asyncio.create_task(_reload_tls(certs, 5.0), name="tls-reload")
     tune_gc()

@@ -4,6 +4,11 @@ Each review still waits for its own acknowledgement, but instead of one request/
 whatever has queued up while the previous batch was in flight is written in one burst and its
 acks are read in bulk (``eventlog.jetstream.publish.Publisher``). Under load that amortises the
 per-message cost of the NATS client; idle, a batch is a single event and costs one round trip.
+
+An event the inbox could not take for a moment (no ack, or "no responders" while the inbox
+stream elects a leader after losing its node) is published again, with back-off, until its
+waiter's bound: giving up at once let reviews be allowed unrecorded during every fail-over
+(issue 18). The same ``Nats-Msg-Id`` makes a repeat harmless.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ import structlog
 from eventlog import codec
 from eventlog.events import InputEvent
 from eventlog.jetstream import JetStreamLog
-from eventlog.jetstream.publish import Outgoing, Publisher
+from eventlog.jetstream.publish import Outgoing, Publisher, transient
 from eventlog.store import LogError, PublishTimeout
 
 log = structlog.get_logger("webhook.batcher")
 
 MAX_BATCH = 512
+RETRY_FIRST_S = 0.05  # a stream leader election takes ~1-5 s: start short, back off to
+RETRY_MAX_S = 0.5
 
 _Pending = tuple[Outgoing, "asyncio.Future[int]", float]
 
@@ -55,6 +62,8 @@ class BatchingInbox:
         self._deadlines: list[tuple[float, int, asyncio.Future[int], str]] = []
         self._arrivals = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
+        self.retries = 0  # events published again (transient refusals); tests and logs read it
+        self._last_refusal = ""  # what the inbox last said, for the timeout message
 
     async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
         loop = asyncio.get_running_loop()
@@ -81,26 +90,52 @@ class BatchingInbox:
         while self._deadlines and (self._deadlines[0][2].done() or self._deadlines[0][0] <= now):
             _, _, future, subject = heapq.heappop(self._deadlines)
             if not future.done():
-                future.set_exception(PublishTimeout(f"inbox {self._stream} did not acknowledge {subject} in time"))
+                why = f" (last answer: {self._last_refusal})" if self._last_refusal else ""
+                future.set_exception(PublishTimeout(f"inbox {self._stream} did not acknowledge {subject} in time{why}"))
         self._timer = loop.call_at(self._deadlines[0][0], self._expire) if self._deadlines else None
 
     async def _drain(self) -> None:
+        delay = RETRY_FIRST_S
         while self._queue:
-            batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
-            timeout_s = max(t for _, _, t in batch)
-            try:
-                acks = await self._publisher.publish([out for out, _, _ in batch], timeout_s=timeout_s)
-            except Exception as err:  # connection closed or draining: every waiter hears about it
-                for _, future, _ in batch:
-                    if not future.done():
-                        future.set_exception(LogError(f"publishing to the inbox failed: {type(err).__name__}: {err}"))
+            # Waiters whose bound passed (or that gave up) are not published again.
+            queue = [pending for pending in self._queue if not pending[1].done()]
+            batch, self._queue = queue[: self._max_batch], queue[self._max_batch :]
+            if not batch:
                 continue
-            for (out, future, t), ack in zip(batch, acks, strict=True):
-                if future.done():  # the review gave up waiting (its bound passed)
-                    continue
-                if ack is None:
-                    future.set_exception(PublishTimeout(f"inbox {self._stream} did not acknowledge {out[0]} within {t}s"))
-                elif ack.error is not None:
-                    future.set_exception(LogError(f"inbox {self._stream} refused {out[0]}: {ack.error.description}"))
-                else:
-                    future.set_result(ack.seq)
+            timeout_s = max(t for _, _, t in batch)
+            again: list[_Pending] = []
+            if self._nc.is_reconnecting:
+                # Not written while away: the client would buffer a copy per attempt.
+                self._last_refusal = "reconnecting to NATS"
+                again = batch
+            else:
+                await self._publish_batch(batch, timeout_s, again)
+            if not again:
+                delay = RETRY_FIRST_S
+                continue
+            self.retries += len(again)
+            log.info("inbox_publish_retry", events=len(again), reason=self._last_refusal, retry_in_s=delay)
+            await asyncio.sleep(delay)  # the waiters' own bounds end this, through _expire
+            delay = min(delay * 2, RETRY_MAX_S)
+            self._queue = again + self._queue
+
+    async def _publish_batch(self, batch: list[_Pending], timeout_s: float, again: list[_Pending]) -> None:
+        """Publish; answer every waiter whose ack came, and put those to retry in ``again``."""
+        try:
+            acks = await self._publisher.publish([out for out, _, _ in batch], timeout_s=timeout_s)
+        except Exception as err:  # connection closed or draining: every waiter hears about it
+            for _, future, _ in batch:
+                if not future.done():
+                    future.set_exception(LogError(f"publishing to the inbox failed: {type(err).__name__}: {err}"))
+            return
+        for pending, ack in zip(batch, acks, strict=True):
+            out, future, _ = pending
+            if future.done():  # the review gave up waiting (its bound passed)
+                continue
+            if transient(ack):
+                self._last_refusal = "no ack" if ack is None or ack.error is None else ack.error.description
+                again.append(pending)
+            elif ack is not None and ack.error is not None:
+                future.set_exception(LogError(f"inbox {self._stream} refused {out[0]}: {ack.error.description}"))
+            elif ack is not None:
+                future.set_result(ack.seq)

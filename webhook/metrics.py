@@ -45,7 +45,11 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
-
+        self.connections_refused = Counter(
+            "kdispatch_webhook_connections_refused",
+            "Connections closed on accept because --max-connections were open.",
+            registry=self.registry,
+        )
         self.in_flight = Gauge(
             "kdispatch_webhook_in_flight", "Reviews being answered right now.", registry=self.registry
         )

@@ -87,7 +87,9 @@ class NatsLink:
         return {"create_streams": False, "source": "webhook"}
 
     def inbox(self) -> Inbox | None:
-        if self.log is None or self._batching is None or not self.log.nc.is_connected:
+        # While reconnecting (the server we were on stopped) publishes are buffered by the client
+        # and retried by the batcher within their bound: only a closed connection means no inbox.
+        if self.log is None or self._batching is None or self.log.nc.is_closed:
             return None
         return self._batching
 

@@ -145,6 +145,18 @@ def decode_review(body: bytes) -> tuple[str, AdmissionRequest]:
         return _decode(body)
     except RecursionError:
         raise ReviewError("JSON nested too deeply") from None
+    except UnicodeDecodeError as err:
+        # msgspec checks UTF-8 only when it turns a JSON string into ``str``, and raises this
+        # (not a MsgspecError) with the offset inside that string, not the body: find it in the body.
+        raise ReviewError(f"not JSON: invalid UTF-8 at byte {_first_bad_utf8(body)} ({err.reason})") from None
+
+
+def _first_bad_utf8(body: bytes) -> int:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return err.start
+    return 0  # only a part msgspec decoded on its own was bad; the body as a whole is fine
 
 
 def _decode(body: bytes) -> tuple[str, AdmissionRequest]:

@@ -2,7 +2,9 @@
 
 Every answer to a well-formed review is HTTP 200 with an AdmissionReview echoing the request uid;
 a body that is not one gets 400 with the reason, an oversized body 413, a body that does not arrive
-in time 408. Publishing is bounded: if the inbox does not acknowledge within ``publish_timeout_s``
+in time 408, a review beyond the bound on work in flight 429 with ``Retry-After`` before its body
+is read (``webhook.limits``: memory stays flat under overload, the apiserver retries or applies the
+failurePolicy). Publishing is bounded: if the inbox does not acknowledge within ``publish_timeout_s``
 the review is answered anyway (the job stays held; the manager watcher backfills it) and
 ``kdispatch_webhook_publish_failures`` counts it.
 """
@@ -20,6 +22,7 @@ from aiohttp import web
 from eventlog import events as ev
 from eventlog.store import PublishTimeout
 from webhook import admit
+from webhook.limits import DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT, RETRY_AFTER_S
 from webhook.metrics import Metrics
 from webhook.review import AdmissionRequest, ReviewError, decode_review, encode_response
 
@@ -47,6 +50,8 @@ class WebhookServer:
         publish_timeout_s: float = 1.0,
         max_body: int = DEFAULT_MAX_BODY,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_bytes_in_flight: int = DEFAULT_MAX_BYTES_IN_FLIGHT,
     ) -> None:
         self.settings = settings
         self.inbox = inbox
@@ -54,6 +59,9 @@ class WebhookServer:
         self.publish_timeout_s = publish_timeout_s
         self.max_body = max_body
         self.read_timeout_s = read_timeout_s
+        self.max_in_flight = max_in_flight
+        self.max_bytes_in_flight = max(max_bytes_in_flight, max_body)  # one largest review always fits
+        self.bytes_in_flight = 0
         self.metrics = Metrics()
         self._published_by_type: dict[str, Any] = {}
         self.in_flight = 0
@@ -80,10 +88,17 @@ class WebhookServer:
         allowed = self.metrics.requests.labels(endpoint, "allowed")
         denied = self.metrics.requests.labels(endpoint, "denied")
         bad = self.metrics.requests.labels(endpoint, "bad_request")
+        shed = self.metrics.requests.labels(endpoint, "shed")
 
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
+            # What the body will take, known from its header before it is read (chunked: the most).
+            size = min(request.content_length if request.content_length is not None else self.max_body, self.max_body)
+            if self.in_flight >= self.max_in_flight or self.bytes_in_flight + size > self.max_bytes_in_flight:
+                shed.inc()
+                return self._overloaded(size)
             self.in_flight += 1
+            self.bytes_in_flight += size
             self._idle.clear()
             try:
                 try:
@@ -122,11 +137,22 @@ class WebhookServer:
                 return web.Response(body=body_out, content_type="application/json")
             finally:
                 self.in_flight -= 1
+                self.bytes_in_flight -= size
                 if self.in_flight == 0:
                     self._idle.set()
                 latency.observe(time.perf_counter() - started)
 
         return handle
+
+    def _overloaded(self, size: int) -> web.Response:
+        """429 at once: cheaper than queueing, and the apiserver (client-go) honours Retry-After
+        within the webhook's timeoutSeconds before its failurePolicy applies."""
+        message = (
+            f"overloaded: {self.in_flight} reviews ({self.bytes_in_flight} bytes) in flight, the bound is "
+            f"{self.max_in_flight} reviews / {self.max_bytes_in_flight} bytes and this one declares {size}; "
+            f"retry after {RETRY_AFTER_S}s"
+        )
+        return web.json_response({"error": message}, status=429, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     async def _publish(self, records: list[admit.Record]) -> None:
         inbox = self.inbox()

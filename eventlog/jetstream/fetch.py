@@ -17,8 +17,8 @@ Losing the server we are connected to: the client reconnects to another one at o
 request held by the dead server (or for a consumer that lived there) is never answered. So a
 reconnect writes off every outstanding request: the next ``ensure`` checks the consumer and
 requests again, instead of waiting for the old request to expire. While the cluster elects new
-leaders (a few seconds; the meta leader creates consumers), the JetStream API may not answer:
-the fetcher asks with short timeouts and, when ``patient``, keeps trying on later calls
+leaders (a few seconds; the meta leader creates consumers), the JetStream API may not answer, or
+answer "stream/consumer is offline" while a stream's new leader takes over: the fetcher asks with short timeouts and, when ``patient``, keeps trying on later calls
 (``ensure`` returns without a request outstanding) rather than failing its caller.
 """
 
@@ -36,7 +36,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError, ServiceUnavailableError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 log = structlog.get_logger("eventlog.fetch")
 
@@ -51,6 +51,18 @@ _GIVE_UP_S = 30.0  # an impatient fetcher raises once recovery has failed this l
 
 # What the JetStream API does while the cluster elects leaders: no answer, or "no responders".
 _UNAVAILABLE = (NatsTimeout, TimeoutError, NoRespondersError, ServiceUnavailableError)
+# ... or, while a stream's new leader takes over (a plain stop of the node that led it), 500 with
+# "stream is offline" / "consumer is offline": transient too (issue 18: a term ended on it).
+_OFFLINE = frozenset({10118, 10119})  # JSStreamOfflineErr, JSConsumerOfflineErr
+
+
+def transient(err: BaseException) -> bool:
+    """Whether the JetStream API may well answer the same request in a moment."""
+    if isinstance(err, _UNAVAILABLE):
+        return True
+    return isinstance(err, APIError) and (
+        err.err_code in _OFFLINE or (err.code == 500 and "offline" in (err.description or ""))
+    )
 
 
 class FetchUnavailable(Exception):
@@ -195,7 +207,9 @@ class StreamFetcher:
         loop = asyncio.get_running_loop()
         try:
             await self._recover()
-        except _UNAVAILABLE as err:
+        except Exception as err:
+            if not transient(err):
+                raise
             now = loop.time()
             if self._failing_since is None:
                 self._failing_since = now
@@ -230,9 +244,10 @@ class StreamFetcher:
                 return
             except NotFoundError:
                 pass
-            except _UNAVAILABLE:
+            except Exception as err:
+                if not transient(err):
+                    raise
                 # Its node may be the one that died: a consumer elsewhere serves as well.
-                pass
             log.warning("consumer_recreated", stream=self.stream, next_seq=self.next_seq)
         await self._create_consumer()
 

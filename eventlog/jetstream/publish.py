@@ -34,6 +34,13 @@ class PubAck(msgspec.Struct, frozen=True):
 _ack_decoder = msgspec.json.Decoder(PubAck)
 _NO_STREAM = PubAck(error=ApiError(code=503, description="no stream answers on this subject (no responders)"))
 
+def transient(ack: PubAck | None) -> bool:
+    """Whether publishing the same message again may well succeed: no ack came (the connection
+    failed over, or the stream leader did not answer in time), or no stream leader took it (503:
+    "no responders" while the stream elects one). With the same ``Nats-Msg-Id`` it is safe."""
+    return ack is None or (ack.error is not None and ack.error.code == 503)
+
+
 _POLL_S = 0.25  # how often a wait for acks looks at the connection
 _AFTER_RECONNECT_S = 0.5  # acks still awaited after a reconnect
 

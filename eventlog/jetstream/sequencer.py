@@ -27,7 +27,7 @@ from nats.js.errors import NotFoundError
 from eventlog import codec, subjects
 from eventlog.events import DecisionEvent, LogEntry
 from eventlog.framing import decision_entries, input_entries
-from eventlog.jetstream.fetch import StreamFetcher
+from eventlog.jetstream.fetch import StreamFetcher, transient
 from eventlog.jetstream.publish import Outgoing, PubAck, Publisher
 from eventlog.store import Fenced, InboxItem, LogError, NotLeader, PublishTimeout
 from eventlog.wire import inbox_item
@@ -258,12 +258,25 @@ class JetStreamSequencer:
             self._fence(seq, f"stored as {ack.seq}, expected {seq}")
 
     async def _stored_is(self, seq: int, payload: bytes) -> bool:
-        """Whether log entry ``seq`` is exactly this one (ours, appended before)."""
-        try:
-            stored = await self._jlog.js.get_msg(self._jlog.names.log_stream, seq)
-        except NotFoundError:
-            return False
-        return stored.data == payload
+        """Whether log entry ``seq`` is exactly this one (ours, appended before). Asked right
+        after a fail-over, so an answer the stream cannot give yet (no leader, "offline") is
+        asked again within the retry bound rather than ending the term."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_s
+        delay = 0.1
+        while True:
+            try:
+                stored = await self._jlog.js.get_msg(self._jlog.names.log_stream, seq)
+            except NotFoundError:
+                return False
+            except Exception as err:
+                if not transient(err) or loop.time() + delay > deadline:
+                    raise
+                self._log.warning("stored_entry_unavailable", seq=seq, error=str(err) or type(err).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            return stored.data == payload
 
     def _fence(self, seq: int, why: object) -> None:
         self._fenced = (

@@ -135,3 +135,40 @@ def test_network_policies_deny_by_default_and_allow_only_the_paths_used(overlay:
     ]
     reconciler_egress = {p["port"] for r in policies["kdispatch-reconciler"]["egress"] for p in r["ports"]}
     assert reconciler_egress == {4222, 443, 6443}
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_reconciler_probes_are_the_health_endpoints(kustomization: str) -> None:
+    """Readiness is /readyz (connected to NATS), liveness /healthz (the process answers), on the
+    port that serves both, in every kustomization that has the reconciler."""
+    found = find(rendered(kustomization), "Deployment", "kdispatch-reconciler")
+    if not found:
+        pytest.skip(f"{kustomization} has no reconciler")
+    (container,) = [c for c in found[0]["spec"]["template"]["spec"]["containers"] if c["name"] == "reconciler"]
+    ports = {p["name"] for p in container.get("ports", [])}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert container[probe]["httpGet"]["path"] == path, f"{kustomization}: {probe}"
+        assert container[probe]["httpGet"]["port"] in ports, f"{kustomization}: {probe} port"
+
+
+def _mib(quantity: str) -> float:
+    units = {"Ki": 2**-10, "Mi": 1, "Gi": 2**10}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * factor
+    return float(quantity) / 2**20
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_webhook_memory_limit_covers_its_load_limits(overlay: str) -> None:
+    """The webhook sheds load beyond its limits (docs/webhook.md, "Load limits"); what it may hold
+    at those limits, as its args set them, must fit in the container's memory limit."""
+    from webhook.__main__ import build_parser
+    from webhook.limits import memory_ceiling_mib
+
+    (webhook,) = find(rendered(overlay), "Deployment", "kdispatch-webhook")
+    (container,) = [c for c in webhook["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"]
+    args = build_parser().parse_args(container.get("args", []))
+    ceiling = memory_ceiling_mib(max_connections=args.max_connections, max_bytes_in_flight=args.max_bytes_in_flight)
+    limit = _mib(container["resources"]["limits"]["memory"])
+    assert ceiling < 0.85 * limit, f"{overlay}: the webhook may hold ~{ceiling:.0f} MiB, its limit is {limit:.0f} MiB"

@@ -15,6 +15,7 @@ from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.store import PublishTimeout
+from tests.waiting import eventually
 from webhook.batcher import BatchingInbox
 
 
@@ -76,3 +77,58 @@ async def test_each_waiter_gets_its_own_bound_when_nats_stalls(tmp_path: Path) -
     finally:
         await jlog.close()
         await server.stop_async()
+
+
+async def test_no_responders_while_the_inbox_has_no_leader_is_retried_within_the_bound(jslog: JetStreamLog) -> None:
+    """What a fail-over of the inbox stream looks like to the webhook: "no responders" (503)
+    until a leader is elected. Here the stream is gone and comes back; the publish waits for it
+    within its bound instead of failing at once (which let reviews be allowed unrecorded)."""
+    inbox = BatchingInbox(jslog)
+    await jslog.js.delete_stream(jslog.names.inbox_stream)
+    publishing = asyncio.create_task(inbox.publish(_event(1), msg_id="nr1", timeout_s=30))
+
+    def refused_and_waiting() -> bool:
+        if publishing.done():
+            publishing.result()  # the error it gave up with
+            raise AssertionError(f"gave up at once: {publishing.result()}")
+        return inbox.retries >= 1
+
+    await eventually(refused_and_waiting, what="the inbox to refuse the publish and the batcher to retry")
+    await jslog.ensure_streams()  # the stream has a leader again
+    seq = await publishing
+    msg = await jslog.js.get_msg(jslog.names.inbox_stream, seq)
+    assert msg.data is not None and codec.decode_event(msg.data) == _event(1)
+
+
+async def test_no_responders_past_the_bound_is_a_timeout_that_says_why(jslog: JetStreamLog) -> None:
+    inbox = BatchingInbox(jslog)
+    await jslog.js.delete_stream(jslog.names.inbox_stream)
+    with pytest.raises(PublishTimeout, match="no responders"):
+        await inbox.publish(_event(2), msg_id="nr2", timeout_s=0.5)
+    await jslog.ensure_streams()  # for the fixture's clean-up
+
+
+async def test_a_publish_while_nats_restarts_is_recorded_within_the_bound(tmp_path: Path) -> None:
+    """The server the webhook is connected to stops and comes back (a rolling restart, a node
+    of a cluster): publishes wait for the reconnect within their bound and are then recorded."""
+    server = EmbeddedNats(data_dir=tmp_path / "nats")
+    await server.start_async()
+    port = server.port
+    jlog = await connect(server.url, root="restart")
+    again: EmbeddedNats | None = None
+    try:
+        inbox = BatchingInbox(jlog)
+        await server.stop_async()
+        await eventually(lambda: jlog.nc.is_reconnecting, what="the client to notice")
+        publishing = asyncio.gather(*(inbox.publish(_event(i), msg_id=f"r{i}", timeout_s=30) for i in range(5)))
+        await eventually(lambda: inbox.retries >= 1, what="the batcher to wait for the reconnect")
+        again = EmbeddedNats(data_dir=tmp_path / "nats", port=port)
+        await again.start_async()
+        seqs = await publishing
+        assert sorted(seqs) == [1, 2, 3, 4, 5]
+        info = await jlog.js.stream_info(jlog.names.inbox_stream)
+        assert info.state.messages == 5  # each once, though retried
+    finally:
+        await jlog.close()
+        if again is not None:
+            await again.stop_async()

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -420,3 +421,70 @@ async def test_a_user_sees_queue_reason_and_cluster_with_kubectl(world: World, t
     rows = {line.split()[0]: line.split() for line in listed.splitlines()[1:]}
     assert listed.splitlines()[0].split()[-1] == "CLUSTER"  # the -L column
     assert rows["fits"][-1] == "w1" and rows["too-big"][-1] != "w1"
+
+
+UNRECORDED = 12
+
+
+async def test_jobs_allowed_while_the_inbox_is_unavailable_are_all_backfilled(world: World, tmp_path: Path) -> None:
+    """Accepted but unrecorded (issue 18): the real webhook cannot reach the inbox when it admits
+    (here NATS is not there at all: the end state of a fail-over the publish bound did not cover),
+    answers allowed, and the API server stores the held jobs. Afterwards every allowed job is in
+    the log, recorded by the manager watcher's backfill, and dispatched."""
+    port = free_port()
+    dead_nats = f"nats://127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(port), "--nats", dead_nats]
+    argv += ["--root", world.jlog.names.root, "--data-dir", str(tmp_path), "--log-level", "warning"]
+    argv += ["--publish-timeout", "0.2"]
+    webhook = Supervised("webhook", argv)
+    stop = asyncio.Event()
+    child = asyncio.create_task(webhook.run(stop))
+    allowed: dict[str, str] = {}  # name -> uid
+    stored_ms: dict[str, int] = {}  # name -> when the API server stored it (wall clock, as log entries)
+    try:
+        ca = tmp_path / "webhook-tls" / "ca.crt"
+        await eventually(ca.exists, timeout_s=30, what="webhook TLS material")
+        async with AdmissionClient(f"https://127.0.0.1:{port}", ca_file=str(ca)) as api:
+
+            async def answers() -> bool:
+                return not await api.ready()  # 503: up, and knows NATS is not answering
+
+            await eventually(answers, timeout_s=30, what="webhook answering (not ready: no NATS)")
+            for i in range(UNRECORDED):
+                user_job = batch_job(f"unrecorded-{i}")
+                del user_job["spec"]["managedBy"], user_job["spec"]["selector"]
+                user_job["spec"]["suspend"] = False
+                admitted = await api.create(user_job)  # allowed, though nothing was recorded
+                obj = admitted.obj
+                assert obj["spec"]["suspend"] is True  # held by /mutate: it waits for the dispatcher
+                world.manager.emulator.put(*JOBS, obj)  # what the API server stores after admission
+                allowed[obj["metadata"]["name"]] = obj["metadata"]["uid"]
+                stored_ms[obj["metadata"]["name"]] = time.time_ns() // 1_000_000
+
+        async def all_in_the_log() -> dict[str, str] | None:
+            entries = await log_entries(world.jlog)
+            subs = {
+                e.event.job.name: (e.event.job.uid, e.event.source)
+                for e in entries
+                if isinstance(e.event, ev.JobSubmitted) and e.event.job.name in allowed
+            }
+            missing = sorted(set(allowed) - set(subs))
+            return None if missing else {name: source for name, (_, source) in subs.items()}
+
+        sources = await eventually(all_in_the_log, timeout_s=30, what=f"all {UNRECORDED} allowed jobs in the log")
+        assert set(sources.values()) == {"watch"}  # not the webhook: it could not record them
+        entries = await log_entries(world.jlog)
+        took = sorted(
+            (e.at_ms - stored_ms[e.event.job.name]) / 1000
+            for e in entries
+            if isinstance(e.event, ev.JobSubmitted) and e.event.job.name in allowed
+        )
+        print(f"backfill: stored -> JobSubmitted in the log: min {took[0]:.1f}s, median {took[len(took) // 2]:.1f}s, max {took[-1]:.1f}s (backfill_after_s=1)")
+        uids = [e.event.job.uid for e in entries if isinstance(e.event, ev.JobSubmitted) and e.event.job.name in allowed]
+        assert sorted(uids) == sorted(allowed.values())  # each exactly once, with the stored uid
+        await eventually(
+            lambda: all(where(world.workers, name) for name in allowed), timeout_s=30, what="every backfilled job dispatched"
+        )
+    finally:
+        stop.set()
+        await asyncio.wait_for(child, 30)
