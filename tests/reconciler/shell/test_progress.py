@@ -118,7 +118,6 @@ def _stderr_on_a_terminal(argv: list[str]) -> tuple[str, str]:
     return stdout, b"".join(chunks).decode(errors="replace")
 
 
-@pytest.mark.skipif(not TIRESIAS.exists(), reason="the Tiresias sample trace is not here")
 def test_simulate_draws_a_bar_on_a_terminal_and_prints_the_same_stdout() -> None:
     argv = [sys.executable, "-m", "reconciler", "simulate", "--trace", str(TIRESIAS), "--limit", "20"]
     stdout, terminal = _stderr_on_a_terminal(argv)
