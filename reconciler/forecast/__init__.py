@@ -6,7 +6,14 @@ Shared by ``kdispatch queue``, the reconciler's API, page and status annotation,
 ``kdispatch simulate`` (which measures how far off the estimates were)."""
 
 from reconciler.forecast.durations import DEFAULT_RUNTIME_MS, Durations, DurationLearner, expected_runtime_ms
-from reconciler.forecast.estimate import DEFAULT_LIMIT, Estimate, estimate_starts, expected_line
+from reconciler.forecast.estimate import (
+    DEFAULT_LIMIT,
+    Estimate,
+    approx,
+    estimate_starts,
+    expected_cell,
+    expected_line,
+)
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -14,7 +21,9 @@ __all__ = [
     "DurationLearner",
     "Durations",
     "Estimate",
+    "approx",
     "estimate_starts",
+    "expected_cell",
     "expected_line",
     "expected_runtime_ms",
 ]

@@ -199,18 +199,26 @@ class _Forecast:
 
 
 def expected_line(estimate: Estimate | None, *, now_ms: int) -> str:
-    """"expected to start in ~12 min on west-h100" (or "now"), for a person."""
+    """"expected to start in ~12 min on west-h100", for a person ("" without an estimate)."""
     if estimate is None:
         return ""
-    return f"expected to start {in_words(estimate.start_ms - now_ms)} on {estimate.cluster}"
+    return f"expected to start in {approx(estimate.start_ms - now_ms)} on {estimate.cluster}"
 
 
-def in_words(delta_ms: int) -> str:
+def expected_cell(estimate: Estimate | None, *, now_ms: int) -> str:
+    """The same for a table cell: "~12 min on west-h100", "-" without an estimate."""
+    if estimate is None:
+        return "-"
+    return f"{approx(estimate.start_ms - now_ms)} on {estimate.cluster}"
+
+
+def approx(delta_ms: int) -> str:
+    """A wait as a person says it: "<1 min", "~12 min", "~2.5 h", "~3 d"."""
     s = max(delta_ms, 0) // 1000
     if s < 60:
-        return "in <1 min"
+        return "<1 min"
     if s < 3600:
-        return f"in ~{round(s / 60)} min"
+        return f"~{round(s / 60)} min"
     if s < 48 * 3600:
-        return f"in ~{s / 3600:.1f} h".replace(".0 h", " h")
-    return f"in ~{round(s / 86400)} d"
+        return f"~{s / 3600:.1f} h".replace(".0 h", " h")
+    return f"~{round(s / 86400)} d"
