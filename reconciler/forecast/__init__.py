@@ -5,10 +5,11 @@ workers (``reconciler.simworker``) admitting as the real ones would (``estimate`
 Shared by ``kdispatch queue``, the reconciler's API, page and status annotation, and
 ``kdispatch simulate`` (which measures how far off the estimates were)."""
 
-from reconciler.forecast.durations import DEFAULT_RUNTIME_MS, Durations, DurationLearner, expected_runtime_ms
+from reconciler.forecast.durations import DEFAULT_RUNTIME_MS, DurationLearner, Durations, expected_runtime_ms
 from reconciler.forecast.estimate import (
     DEFAULT_LIMIT,
     Estimate,
+    Forecast,
     approx,
     estimate_starts,
     expected_cell,
@@ -21,6 +22,7 @@ __all__ = [
     "DurationLearner",
     "Durations",
     "Estimate",
+    "Forecast",
     "approx",
     "estimate_starts",
     "expected_cell",

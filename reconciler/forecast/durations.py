@@ -88,7 +88,9 @@ class DurationLearner:
     runs: dict[str, deque[int]] = field(default_factory=dict)  # queue -> recent run times
     latencies: dict[str, deque[int]] = field(default_factory=dict)  # cluster -> recent latencies
     _placed: dict[str, int] = field(default_factory=dict)  # job key -> Placed at
-    _nominated: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)  # key -> (cluster, attempt) -> at
+    _nominated: dict[str, dict[tuple[str, int], int]] = field(
+        default_factory=dict
+    )  # key -> (cluster, attempt) -> at
 
     def observe(self, entry: ev.LogEntry) -> None:
         e, at = entry.event, entry.at_ms

@@ -19,8 +19,8 @@ batches. A target not started by then has no estimate.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 
 from eventlog import events as ev
 from reconciler import core
@@ -43,6 +43,22 @@ _LIVE_COPY = (phases.COPY_NOMINATED, phases.COPY_CREATED, phases.COPY_ADMITTED)
 class Estimate:
     start_ms: int
     cluster: str
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """One forecast: the estimates made from the state at log time ``at_ms``."""
+
+    at_ms: int
+    estimates: Mapping[str, Estimate] = field(default_factory=dict)
+
+    def get(self, key: str) -> Estimate | None:
+        return self.estimates.get(key)
+
+    def line(self, key: str) -> str:
+        """ "expected to start in ~12 min on west-h100", counted from when it was made (so the
+        words change only with the forecast); "" without an estimate."""
+        return expected_line(self.estimates.get(key), now_ms=self.at_ms)
 
 
 def dispatch_order(state: core.State, job: JobRecord) -> tuple[int, int, int, str]:
@@ -106,7 +122,9 @@ class _Forecast:
         self.started: dict[str, Estimate] = {}
         self.targets: set[str] = set()
 
-    def run(self, targets: set[str], *, dropped: list[str], horizon_ms: int, max_steps: int) -> dict[str, Estimate]:
+    def run(
+        self, targets: set[str], *, dropped: list[str], horizon_ms: int, max_steps: int
+    ) -> dict[str, Estimate]:
         self.targets = targets
         self._seed()
         first: list[ev.InputEvent] = [ev.JobDeleted(job=self.state.jobs[k].ref) for k in dropped]
@@ -150,7 +168,11 @@ class _Forecast:
                 worker.adopt(job.ref, job.attempt, job.pod_sets, job.priority, left, self.now_ms)
             elif job.phase == phases.NOMINATED:
                 for copy in job.copies:
-                    if copy.attempt == job.attempt and copy.state in _LIVE_COPY and copy.cluster in self.workers:
+                    if (
+                        copy.attempt == job.attempt
+                        and copy.state in _LIVE_COPY
+                        and copy.cluster in self.workers
+                    ):
                         worker = self.workers[copy.cluster]
                         worker.create(job.ref, copy.attempt, job.pod_sets, job.priority, runtime, self.now_ms)
 
@@ -188,8 +210,9 @@ class _Forecast:
                     if name in self.workers:
                         runtime = self.durations.runtime_ms(key)
                         self.workers[name].create(ref, attempt, job.pod_sets, job.priority, runtime, now)
-            case ev.Withdrawn(job=ref, cluster=name, attempt=attempt) | ev.CleanUp(
-                job=ref, cluster=name, attempt=attempt
+            case (
+                ev.Withdrawn(job=ref, cluster=name, attempt=attempt)
+                | ev.CleanUp(job=ref, cluster=name, attempt=attempt)
             ) if name in self.workers:
                 self.workers[name].delete(ref.uid, attempt, now)
             case ev.Evict(job=ref, cluster=name, attempt=attempt, reason=reason) if name in self.workers:
@@ -199,7 +222,7 @@ class _Forecast:
 
 
 def expected_line(estimate: Estimate | None, *, now_ms: int) -> str:
-    """"expected to start in ~12 min on west-h100", for a person ("" without an estimate)."""
+    """ "expected to start in ~12 min on west-h100", for a person ("" without an estimate)."""
     if estimate is None:
         return ""
     return f"expected to start in {approx(estimate.start_ms - now_ms)} on {estimate.cluster}"

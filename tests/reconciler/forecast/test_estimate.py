@@ -94,7 +94,10 @@ def _submitted(name: str, manifest: dict[str, object] | None, queue: str = "q1")
 
 def test_the_annotation_wins_over_active_deadline_seconds_and_bad_values_are_ignored() -> None:
     learner = DurationLearner()
-    both = {"metadata": {"annotations": {EXPECTED_DURATION_ANNOTATION: "45m"}}, "spec": {"activeDeadlineSeconds": 7200}}
+    both = {
+        "metadata": {"annotations": {EXPECTED_DURATION_ANNOTATION: "45m"}},
+        "spec": {"activeDeadlineSeconds": 7200},
+    }
     learner.observe(_entry(1, 0, _submitted("both", both)))
     learner.observe(_entry(2, 0, _submitted("deadline", {"spec": {"activeDeadlineSeconds": 7200}})))
     bad = {"metadata": {"annotations": {EXPECTED_DURATION_ANNOTATION: "soon"}}}
@@ -107,9 +110,7 @@ def test_the_annotation_wins_over_active_deadline_seconds_and_bad_values_are_ign
 
 def test_a_queue_learns_the_median_run_time_of_its_finished_jobs() -> None:
     learner = DurationLearner()
-    seq = 0
-    for name, run_ms in (("x", 60_000), ("y", 120_000), ("z", 600_000)):
-        seq += 1
+    for seq, (name, run_ms) in enumerate((("x", 60_000), ("y", 120_000), ("z", 600_000)), start=1):
         learner.observe(_entry(seq, 0, _submitted(name, None)))
         learner.observe(_entry(seq + 100, 1000, ev.Placed(job=ref(name), cluster="c1", attempt=1)))
         learner.observe(_entry(seq + 200, 1000 + run_ms, ev.Finished(job=ref(name), cluster="c1", attempt=1)))

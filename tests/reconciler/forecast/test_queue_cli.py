@@ -12,7 +12,18 @@ FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "demo-4e2c1d6.jsonl
 
 
 def queue(*argv: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "reconciler", "queue", "--until", "1500", *argv, "--file", str(FIXTURE), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reconciler",
+        "queue",
+        "--until",
+        "1500",
+        *argv,
+        "--file",
+        str(FIXTURE),
+        "--quiet",
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -27,7 +38,9 @@ def test_each_waiting_job_that_can_start_gets_a_time_and_a_ready_cluster() -> No
     assert {j["expected_cluster"] for j in estimated} <= {"west-h100", "north-spot", "central-cpu"}
     # Jobs only the Lost cluster could take (region=east) never start in the forecast.
     east_only = [j for j in items if "label region=east missing" in j["reason"]]
-    assert east_only and all(j["expected_start_ms"] is None and j["expected_cluster"] is None for j in east_only)
+    assert east_only and all(
+        j["expected_start_ms"] is None and j["expected_cluster"] is None for j in east_only
+    )
     # Within one priority and shape, a job later in dispatch order does not start earlier.
     fillers = [j["expected_start_ms"] for j in items if j["name"].startswith("filler-")]
     assert fillers == sorted(fillers)
