@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import events as ev
+from reconciler.simulate.estimates import StartEstimates
 from reconciler.simulate.logfile import JsonlWriter
 from reconciler.simulate.metrics import placement_rows, profile_results
 from reconciler.simulate.profiles import PolicyDefaults, policy_for
@@ -50,7 +51,8 @@ def run_profile(
     queues: ev.QueuesConfigured | None = None,
 ) -> ProfileRun:
     recorder = Recorder(gpu_resource=trace.gpu_resource)
-    observers: list[Observer] = [recorder]
+    estimates = StartEstimates()
+    observers: list[Observer] = [recorder, estimates]
     writer = JsonlWriter(log_path) if log_path is not None else None
     if writer is not None:
         observers.append(writer)
@@ -58,7 +60,7 @@ def run_profile(
         trace,
         policy=policy_for(profile, settings=settings, priority_classes=trace.priority_classes),
         profile_name=profile.name,
-        core=core,
+        core=estimates.wrap(core),
         make_worker=make_worker,
         observers=observers,
         settings=run_settings or RunSettings(),
@@ -77,6 +79,7 @@ def run_profile(
     )
     results["strategy"] = {"type": profile.strategy.type, "k": profile.strategy.k, "step_size": profile.strategy.step_size}
     results["batches"] = run.batches
+    results["start_estimate"] = estimates.results()
     return ProfileRun(
         name=profile.name,
         results=results,
