@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from eventlog.jsonl import JsonlLog
-from reconciler import forecast
+from reconciler import core, forecast
 from reconciler.history.replay import replay
 from reconciler.service.clusters.jobview import JobView
 from reconciler.service.clusters.visibility import status_json
@@ -76,3 +76,23 @@ async def test_the_status_annotation_of_a_waiting_job_says_when_and_where() -> N
     assert expected["message"] == forecast.expected_line(estimate, now_ms=made.at_ms)
     assert expected["message"].startswith("expected to start in ") and expected["message"].endswith(estimate.cluster)
     assert "expectedStart" not in json.loads(status_json(st, position=1, observed_seq=1))
+
+
+async def test_a_forecast_is_remade_only_after_the_interval_in_log_time() -> None:
+    reader = JsonlLog(str(FIXTURE))
+    early = (await replay(reader, until_seq=MIDWAY)).state
+    later = (await replay(reader, until_seq=MIDWAY + 50)).state
+    much_later = (await replay(reader, until_seq=MIDWAY + 400)).state
+    interval = much_later.now_ms - early.now_ms  # the demo runs fast: its log moves seconds, not minutes
+    assert 0 < later.now_ms - early.now_ms < interval
+    current: list[core.State | None] = [early]
+    forecasts = Forecasts(reader, lambda: current[0], interval_ms=interval)
+    assert await forecasts.refresh()
+    current[0] = later
+    assert not await forecasts.refresh()  # the log moved on, but by less than the interval
+    current[0] = much_later
+    assert await forecasts.refresh()
+    made = forecasts.current()
+    assert made is not None and made.at_ms == much_later.now_ms and forecasts.runs == 2
+    current[0] = None
+    assert not await forecasts.refresh() and forecasts.current() is None  # stepped down: nothing to show
