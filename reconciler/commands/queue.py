@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reconciler.commands.argtypes import did_you_mean
+from reconciler.commands.argtypes import did_you_mean, int_at_least
 from reconciler.commands.viewcli import add_view_arguments, folded_state, table, usage, write_document
 from reconciler.edge.logsource import format_ms, friendly_errors
 
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", nargs="?", metavar="QUEUE", help="only this queue (default: every queue)")
     parser.add_argument(
         "--estimate-limit",
-        type=int,
+        type=int_at_least(0),
         default=DEFAULT_ESTIMATE_LIMIT,
         metavar="N",
         help=f"estimate the start of the first N pending jobs in dispatch order (default {DEFAULT_ESTIMATE_LIMIT}; 0: none)",
