@@ -7,9 +7,14 @@ durations learned from the run's log so far (no expected-duration annotations in
 queue's median run time, or the 30 min default before any job finished). The trace's runtimes
 are never read: they are the truth being estimated.
 
+Each forecast copies the whole state, so on long traces the cost of one per submission would grow
+with the square of the trace: the jobs measured are every ``every``-th submission, ``every``
+chosen so that at most ``MAX_SAMPLES`` are (every job of a trace up to that size).
+
 ``results()`` is ``profiles[P].start_estimate`` in ``results.json``: the median and p90 absolute
-error in seconds over the jobs that had an estimate and started, and how many had none (behind
-the first ``limit`` in dispatch order, or not startable within the forecast's horizon).
+error in seconds over the jobs that had an estimate and started, how many had none (behind the
+first ``limit`` in dispatch order, or not startable within the forecast's horizon), and the
+sampling stride.
 """
 
 from __future__ import annotations
@@ -24,13 +29,21 @@ from reconciler.forecast import DurationLearner, estimate_starts
 from reconciler.simulate.runner import CoreApi
 
 LIMIT = 1000  # waiting jobs ahead of a new one that the forecast plays out
+MAX_SAMPLES = 200
+
+
+def sampling_stride(jobs: int) -> int:
+    """Every how many submissions one is measured, so that at most ``MAX_SAMPLES`` are."""
+    return max(1, -(-jobs // MAX_SAMPLES))
 
 
 class StartEstimates:
     """An observer of the run's log and a hook on ``decide`` (``wrap``)."""
 
-    def __init__(self, *, limit: int = LIMIT) -> None:
+    def __init__(self, *, limit: int = LIMIT, every: int = 1) -> None:
         self.limit = limit
+        self.every = every
+        self.submitted = 0
         self.learner = DurationLearner()
         self.new: list[str] = []  # submitted since the last decide
         self.estimated: dict[str, int | None] = {}  # job key -> estimated start (None: none)
@@ -40,7 +53,9 @@ class StartEstimates:
         self.learner.observe(entry)
         e = entry.event
         if isinstance(e, ev.JobSubmitted):
-            self.new.append(f"{e.job.namespace}/{e.job.name}")
+            if self.submitted % self.every == 0:
+                self.new.append(f"{e.job.namespace}/{e.job.name}")
+            self.submitted += 1
         elif isinstance(e, ev.Placed):
             self.started.setdefault(f"{e.job.namespace}/{e.job.name}", entry.at_ms)
 
@@ -78,6 +93,7 @@ class StartEstimates:
             "p90_abs_error_s": _round(percentile(errors, 90)),
             "jobs": len(errors),
             "without_estimate": sum(1 for at in self.estimated.values() if at is None),
+            "sampled_every": self.every,
         }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import events as ev
-from reconciler.simulate.estimates import StartEstimates
+from reconciler.simulate.estimates import StartEstimates, sampling_stride
 from reconciler.simulate.logfile import JsonlWriter
 from reconciler.simulate.metrics import placement_rows, profile_results
 from reconciler.simulate.profiles import PolicyDefaults, policy_for
@@ -51,7 +51,7 @@ def run_profile(
     queues: ev.QueuesConfigured | None = None,
 ) -> ProfileRun:
     recorder = Recorder(gpu_resource=trace.gpu_resource)
-    estimates = StartEstimates()
+    estimates = StartEstimates(every=sampling_stride(len(trace.jobs)))
     observers: list[Observer] = [recorder, estimates]
     writer = JsonlWriter(log_path) if log_path is not None else None
     if writer is not None:

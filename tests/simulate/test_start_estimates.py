@@ -47,6 +47,7 @@ def test_the_estimate_at_submission_uses_what_the_log_taught_so_far() -> None:
         "p90_abs_error_s": 1700.0,
         "jobs": 3,
         "without_estimate": 0,
+        "sampled_every": 1,
     }
 
 
@@ -56,6 +57,14 @@ def test_results_json_has_the_start_estimate_of_every_profile(tmp_path: Path, ca
     doc = json.loads((tmp_path / "results.json").read_text())
     for name, profile in doc["profiles"].items():
         figures = profile["start_estimate"]
-        assert set(figures) == {"median_abs_error_s", "p90_abs_error_s", "jobs", "without_estimate"}, name
+        assert set(figures) == {"median_abs_error_s", "p90_abs_error_s", "jobs", "without_estimate", "sampled_every"}, name
         assert 0 <= figures["median_abs_error_s"] <= figures["p90_abs_error_s"]
-        assert figures["jobs"] + figures["without_estimate"] == 60
+        assert figures["jobs"] + figures["without_estimate"] == 60 and figures["sampled_every"] == 1
+
+
+def test_long_traces_are_sampled_to_bound_the_work() -> None:
+    from reconciler.simulate.estimates import MAX_SAMPLES, sampling_stride
+
+    assert sampling_stride(MAX_SAMPLES) == 1
+    assert sampling_stride(MAX_SAMPLES + 1) == 2
+    assert -(-8152 // sampling_stride(8152)) <= MAX_SAMPLES
