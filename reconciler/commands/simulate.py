@@ -45,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-scale", type=positive_float, metavar="F", help="multiply submission times by F (0.1: 10x denser arrivals)"
     )
     parser.add_argument(
+        "--no-start-estimates",
+        action="store_true",
+        help="do not measure start-time estimates (they add up to ~30 s CPU per profile on long traces)",
+    )
+    parser.add_argument(
         "--save-logs",
         action="store_true",
         help="with --out: also write each profile's log as log-NAME.jsonl.gz (for replay/explain --file)",
@@ -145,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=progress.update,
                 log_path=log_path,
                 queues=queues,
+                start_estimates=not args.no_start_estimates,
             )
             elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             progress.close(

@@ -49,10 +49,11 @@ def run_profile(
     progress: Callable[[int], None] | None = None,
     log_path: Path | None = None,
     queues: ev.QueuesConfigured | None = None,
+    start_estimates: bool = True,
 ) -> ProfileRun:
     recorder = Recorder(gpu_resource=trace.gpu_resource)
-    estimates = StartEstimates(every=sampling_stride(len(trace.jobs)))
-    observers: list[Observer] = [recorder, estimates]
+    estimates = StartEstimates(every=sampling_stride(len(trace.jobs))) if start_estimates else None
+    observers: list[Observer] = [recorder] + ([estimates] if estimates is not None else [])
     writer = JsonlWriter(log_path) if log_path is not None else None
     if writer is not None:
         observers.append(writer)
@@ -60,7 +61,7 @@ def run_profile(
         trace,
         policy=policy_for(profile, settings=settings, priority_classes=trace.priority_classes),
         profile_name=profile.name,
-        core=estimates.wrap(core),
+        core=estimates.wrap(core) if estimates is not None else core,
         make_worker=make_worker,
         observers=observers,
         settings=run_settings or RunSettings(),
@@ -79,7 +80,8 @@ def run_profile(
     )
     results["strategy"] = {"type": profile.strategy.type, "k": profile.strategy.k, "step_size": profile.strategy.step_size}
     results["batches"] = run.batches
-    results["start_estimate"] = estimates.results()
+    if estimates is not None:
+        results["start_estimate"] = estimates.results()
     return ProfileRun(
         name=profile.name,
         results=results,

@@ -68,3 +68,10 @@ def test_long_traces_are_sampled_to_bound_the_work() -> None:
     assert sampling_stride(MAX_SAMPLES) == 1
     assert sampling_stride(MAX_SAMPLES + 1) == 2
     assert -(-8152 // sampling_stride(8152)) <= MAX_SAMPLES
+
+
+def test_no_start_estimates_leaves_them_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--trace", str(TIRESIAS), "--no-start-estimates", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0, capsys.readouterr().err
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert all("start_estimate" not in profile for profile in doc["profiles"].values())
