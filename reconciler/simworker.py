@@ -220,6 +220,26 @@ class SimWorker:
         self._schedule(now_ms + self._admission_delay(now_ms), _ELIGIBLE, key, copy.token)
         return True
 
+    def adopt(
+        self, job: JobRef, attempt: int, pod_sets: Iterable[PodSet], priority: int, runtime_ms: int, now_ms: int
+    ) -> None:
+        """A copy already admitted when the model starts (a start-time forecast begins from a live
+        state): it holds its quota from ``now_ms`` and finishes ``runtime_ms`` later. Nothing is
+        reported about the adoption itself: the caller's state already knows the copy runs."""
+        self._seq += 1
+        copy = _Copy(
+            job=job,
+            attempt=attempt,
+            demand=demand_of(pod_sets),
+            priority=priority,
+            runtime_ms=runtime_ms,
+            created_ms=now_ms,
+            order=self._seq,
+        )
+        self._copies[copy.key] = copy
+        self._start(copy, now_ms)
+        self._outbox.pop()  # the RemoteAdmitted ``_start`` emits: already known
+
     def delete(self, job_uid: str, attempt: int, now_ms: int) -> bool:
         """Delete the copy (releasing its quota); reports ``RemoteGone`` once. False if lost."""
         if self._is_silent(now_ms):

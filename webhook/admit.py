@@ -119,6 +119,7 @@ def _pod_sets(info: KindInfo, obj: dict[str, Any], meta: ObjectMeta) -> tuple[li
 
 def _runtime_ms(meta: ObjectMeta) -> int | None:
     try:
+        placement.parse_expected_duration_ms(meta.annotation_map)  # checked, read back from the manifest
         return placement.parse_runtime_ms(meta.annotation_map)
     except placement.PlacementError as err:
         raise _Denied("invalid-placement", f"kdispatch: {err}") from None

@@ -25,6 +25,7 @@ from eventlog import events as ev
 from eventlog.kube.duration import DurationError, parse_duration_ms
 from eventlog.kube.names import (
     CLUSTER_ANNOTATION,
+    EXPECTED_DURATION_ANNOTATION,
     PLACEMENT_ANNOTATION,
     POD_SETS_ANNOTATION,
     PREFIX,
@@ -50,12 +51,20 @@ KNOWN_ANNOTATIONS = (
     *(PREFIX + f for f in FIELDS),
     PLACEMENT_ANNOTATION,
     RUNTIME_ANNOTATION,
+    EXPECTED_DURATION_ANNOTATION,
     CLUSTER_ANNOTATION,
     POD_SETS_ANNOTATION,
     PRIORITY_ANNOTATION,
     STATUS_ANNOTATION,
 )
-_NOT_PLACEMENT = (RUNTIME_ANNOTATION, CLUSTER_ANNOTATION, POD_SETS_ANNOTATION, PRIORITY_ANNOTATION, STATUS_ANNOTATION)
+_NOT_PLACEMENT = (
+    RUNTIME_ANNOTATION,
+    EXPECTED_DURATION_ANNOTATION,
+    CLUSTER_ANNOTATION,
+    POD_SETS_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    STATUS_ANNOTATION,
+)
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 TOLERATION_OPERATORS = ("Equal", "Exists")
@@ -556,7 +565,17 @@ MAX_RUNTIME_MS = 365 * 24 * 3_600_000
 
 def parse_runtime_ms(annotations: Mapping[str, Any]) -> int | None:
     """``kdispatch.io/simulated-runtime``: a Go-style duration (``30s``, ``1h30m``, ``250ms``) or ms."""
-    raw = annotations.get(RUNTIME_ANNOTATION)
+    return _duration_annotation(annotations, RUNTIME_ANNOTATION)
+
+
+def parse_expected_duration_ms(annotations: Mapping[str, Any]) -> int | None:
+    """``kdispatch.io/expected-duration``: the user's guess of the run time, for start-time
+    forecasts (read back by the reconciler from the manifest); refused here when unreadable."""
+    return _duration_annotation(annotations, EXPECTED_DURATION_ANNOTATION)
+
+
+def _duration_annotation(annotations: Mapping[str, Any], name: str) -> int | None:
+    raw = annotations.get(name)
     if raw is None:
         return None
     hint = ""
@@ -569,6 +588,6 @@ def parse_runtime_ms(annotations: Mapping[str, Any]) -> int | None:
             if total <= MAX_RUNTIME_MS:
                 return total
     issue = PlacementIssue(
-        annotation=RUNTIME_ANNOTATION, path="$", found=_show(raw), accepted="a duration up to a year, e.g. 30s, 5m, 1h30m, 250ms", hint=hint
+        annotation=name, path="$", found=_show(raw), accepted="a duration up to a year, e.g. 30s, 5m, 1h30m, 250ms", hint=hint
     )
     raise PlacementError([issue])

@@ -30,6 +30,7 @@ POD_SCHEDULING_GATE = PREFIX + "dispatch"
 # simulated worker uses are the user's; the rest is written by kdispatch.
 PLACEMENT_ANNOTATION = PREFIX + "placement"
 RUNTIME_ANNOTATION = PREFIX + "simulated-runtime"
+EXPECTED_DURATION_ANNOTATION = PREFIX + "expected-duration"  # the user's runtime guess ("2h"), for start forecasts
 CLUSTER_ANNOTATION = PREFIX + "cluster"  # where it runs
 CLUSTER_LABEL = PREFIX + "cluster"  # the same, as a label: ``kubectl get jobs -L kdispatch.io/cluster``
 STATUS_ANNOTATION = PREFIX + "status"  # what kdispatch knows, as JSON (docs/clusters.md)

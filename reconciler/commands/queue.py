@@ -1,31 +1,42 @@
 """``kdispatch queue [QUEUE]``: the jobs waiting to be dispatched, in the order ``decide`` will try
-them (priority, claim holders, submission), each with its position and why it waits — the rows
-of ``/api/v1/jobs`` for waiting jobs, folded from the log."""
+them (priority, claim holders, submission), each with its position, why it waits and when it is
+expected to start (``reconciler.forecast``) — the rows of ``/api/v1/jobs`` for waiting jobs,
+folded from the log."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from reconciler.commands.argtypes import did_you_mean
+from reconciler.commands.argtypes import did_you_mean, int_at_least
 from reconciler.commands.viewcli import add_view_arguments, folded_state, table, usage, write_document
 from reconciler.edge.logsource import format_ms, friendly_errors
 
-HELP = "pending jobs in dispatch order, with their position and why they wait"
+HELP = "pending jobs in dispatch order, with their position, why they wait and when they are expected to start"
+DEFAULT_ESTIMATE_LIMIT = 100  # reconciler.forecast.DEFAULT_LIMIT, without importing the core here
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", nargs="?", metavar="QUEUE", help="only this queue (default: every queue)")
+    parser.add_argument(
+        "--estimate-limit",
+        type=int_at_least(0),
+        default=DEFAULT_ESTIMATE_LIMIT,
+        metavar="N",
+        help=f"estimate the start of the first N pending jobs in dispatch order (default {DEFAULT_ESTIMATE_LIMIT}; 0: none)",
+    )
     add_view_arguments(parser)
 
 
 @friendly_errors("queue")
 async def run_async(args: argparse.Namespace) -> int:
-    folded = await folded_state(args, command="queue")
+    from reconciler import core, forecast, view
+
+    learner = forecast.DurationLearner()
+    folded = await folded_state(args, command="queue", learner=learner)
     if isinstance(folded, int):
         return folded
     state, where = folded
-    from reconciler import core, view
 
     summary = core.summary(state)
     if args.queue is not None:
@@ -37,7 +48,12 @@ async def run_async(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-    rows = view.job_rows(state, summary, queue=args.queue, waiting_only=True)
+    estimates = {}
+    if args.estimate_limit > 0:
+        estimates = forecast.estimate_starts(
+            state, now_ms=state.now_ms, durations=learner.durations(), limit=args.estimate_limit
+        )
+    rows = view.job_rows(state, summary, queue=args.queue, waiting_only=True, estimates=estimates)
     if args.output != "table":
         doc = {"seq": state.seq, "at_ms": state.now_ms, "queue": args.queue, "items": rows}
         write_document(doc, args.output, out=sys.stdout)
@@ -50,8 +66,20 @@ async def run_async(args: argparse.Namespace) -> int:
     out.write("\n")
     out.write(
         table(
-            ["#", "queue", "job", "phase", "priority", "demand", "reason"],
-            [[r.position, r.queue, r.key, r.phase, r.priority, usage(r.demand, None), r.reason] for r in rows],
+            ["#", "queue", "job", "phase", "priority", "demand", "expected start", "reason"],
+            [
+                [
+                    r.position,
+                    r.queue,
+                    r.key,
+                    r.phase,
+                    r.priority,
+                    usage(r.demand, None),
+                    forecast.expected_cell(estimates.get(r.key), now_ms=state.now_ms),
+                    r.reason,
+                ]
+                for r in rows
+            ],
         )
     )
     return 0

@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from reconciler.commands.argtypes import port, port_or_any, positive_float, positive_int
+from reconciler.commands.argtypes import int_at_least, port, port_or_any, positive_float, positive_int
 
 HELP = "run the reconciler: leader election, sequencing, actuator, metrics (and the webhook)"
 
@@ -49,6 +49,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-ttl", type=positive_float, default=5.0, metavar="S", help="leader lease TTL in seconds (5)")
     parser.add_argument("--snapshot-every", type=positive_int, default=5000, metavar="N", help="entries between snapshots")
     parser.add_argument("--root", default="kd", metavar="NAME", help="which log on that server (default kd)")
+    parser.add_argument(
+        "--forecast-limit",
+        type=int_at_least(0),
+        default=100,
+        metavar="N",
+        help="estimate the start of the first N waiting jobs in dispatch order (100; 0: no estimates)",
+    )
+    parser.add_argument(
+        "--forecast-interval",
+        type=positive_float,
+        default=30.0,
+        metavar="S",
+        help="remake the start estimates at most every S seconds of log time (30)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -148,6 +162,8 @@ async def run_async(args: argparse.Namespace) -> int:
             watch_queues=queues is None,
             lease_ttl_s=args.lease_ttl,
             metrics_port=args.metrics_port,
+            forecast_limit=args.forecast_limit,
+            forecast_interval_ms=round(args.forecast_interval * 1000),
             webhook_argv=_webhook_argv(args, nats_url=jlog.url, data_dir=data_dir, queues=queues_path, nkey=webhook_nkey)
             if args.webhook
             else None,

@@ -15,6 +15,7 @@ from reconciler.edge.logsource import add_source_arguments, open_source, parse_u
 
 if TYPE_CHECKING:
     from reconciler import core
+    from reconciler.forecast import DurationLearner
 
 FORMATS = ("table", "json", "yaml")
 
@@ -30,9 +31,12 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
 
 
-async def folded_state(args: argparse.Namespace, *, command: str) -> tuple[core.State, str] | int:
+async def folded_state(
+    args: argparse.Namespace, *, command: str, learner: DurationLearner | None = None
+) -> tuple[core.State, str] | int:
     """The state at the end of the log the arguments name, and where it was read; or an exit code
-    (after saying why on stderr)."""
+    (after saying why on stderr). ``learner`` (start-time forecasts) is shown the whole log up
+    to that state: what jobs took is not in the state, nor in a snapshot."""
     from reconciler.edge import logging as klog
     from reconciler.edge.plugins import PluginDiscoveryError, installed, warning_lines
     from reconciler.edge.progress import Progress
@@ -64,6 +68,10 @@ async def folded_state(args: argparse.Namespace, *, command: str) -> tuple[core.
             progress=Progress(total=max(upto - snap_seq, 0), label=command, enabled=not args.quiet),
             plugins=plugins,
         )
+        if learner is not None:
+            async for chunk in source.reader.read(until_seq=result.state.seq):
+                for entry in chunk:
+                    learner.observe(entry)
     for warning in warning_lines(command, result.plugin_problems):
         print(warning, file=sys.stderr)
     return result.state, source.description

@@ -35,6 +35,7 @@ from eventlog import events as ev
 from reconciler import core
 from reconciler.config import Config
 from reconciler.edge.logging import get_logger
+from reconciler.forecast import DEFAULT_LIMIT as DEFAULT_FORECAST_LIMIT
 from reconciler.service.child import Supervised
 from reconciler.service.clusters.actuator import Actuator
 from reconciler.service.clusters.kube import KubeWorker
@@ -44,6 +45,8 @@ from reconciler.service.clusters.queues import QueuesWatcher
 from reconciler.service.clusters.reporter import InboxReporter
 from reconciler.service.clusters.setup import ClusterSet, registration
 from reconciler.service.clusters.visibility import EventCounter, StatusReporter, uncounted
+from reconciler.service.forecasts import DEFAULT_INTERVAL_MS as DEFAULT_FORECAST_INTERVAL_MS
+from reconciler.service.forecasts import Forecasts
 from reconciler.service.leader import run_candidate
 from reconciler.service.loop import LeaderLoop, LoopSettings
 from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
@@ -67,6 +70,10 @@ class Settings:
     backfill_after_s: float = 10.0  # manager watcher: how long an unknown object waits for the webhook
     # Follow the manager cluster's Kueue objects as the queue configuration (serve without --queues).
     watch_queues: bool = False
+    # Start-time estimates (service.forecasts): remade at most this often in log time, for the first
+    # this many waiting jobs in dispatch order; limit 0 turns them off.
+    forecast_interval_ms: int = DEFAULT_FORECAST_INTERVAL_MS
+    forecast_limit: int = DEFAULT_FORECAST_LIMIT
 
 
 @dataclass
@@ -182,6 +189,7 @@ class System:
     stopping: asyncio.Event
     clusters: Clusters | None = None
     webhook: Supervised | None = None
+    forecasts: Forecasts | None = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _metrics_server: web.AppRunner | None = None
 
@@ -192,7 +200,14 @@ class System:
                 self.metrics,
                 port=port,
                 ready=lambda: self.log.nc.is_connected,
-                routes=lambda app: add_routes(app, ViewSource(state=self.leading_state, reader=self.log.reader)),
+                routes=lambda app: add_routes(
+                    app,
+                    ViewSource(
+                        state=self.leading_state,
+                        reader=self.log.reader,
+                        forecast=self.forecasts.current if self.forecasts is not None else None,
+                    ),
+                ),
             )
             log.info("metrics_listening", port=port, page=f"http://127.0.0.1:{self.http_port}/")
         self._spawn(
@@ -203,6 +218,8 @@ class System:
             self._spawn(self.clusters.run(self.stopping), "clusters")
         if self.webhook is not None:
             self._spawn(self.webhook.run(self.stopping), "webhook")
+        if self.forecasts is not None:
+            self._spawn(self.forecasts.run(self.stopping), "forecasts")
 
     def leading_state(self) -> core.State | None:
         """The leader's folded state for the API and the page; None on a standby (or between
@@ -276,6 +293,16 @@ async def build(
             watch_queues=settings.watch_queues,
             on_event=metrics.event_written,
         )
+    forecasts = None
+    if settings.forecast_limit > 0:
+        forecasts = Forecasts(
+            log_.reader,
+            lambda: loop.state if loop.ready.is_set() else None,
+            interval_ms=settings.forecast_interval_ms,
+            limit=settings.forecast_limit,
+        )
+        if clusters is not None and clusters.status is not None:
+            clusters.status.forecast = forecasts.current
     webhook = None
     if settings.webhook_argv is not None:
         webhook = Supervised("webhook", list(settings.webhook_argv), on_restart=metrics.webhook_restarts.inc)
@@ -287,6 +314,7 @@ async def build(
         stopping=stop if stop is not None else asyncio.Event(),
         clusters=clusters,
         webhook=webhook,
+        forecasts=forecasts,
     )
 
 

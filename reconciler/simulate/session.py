@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import events as ev
+from reconciler.simulate.estimates import StartEstimates, sampling_stride
 from reconciler.simulate.logfile import JsonlWriter
 from reconciler.simulate.metrics import placement_rows, profile_results
 from reconciler.simulate.profiles import BASELINE, PolicyDefaults, label, policy_for
@@ -49,9 +50,11 @@ def run_profile(
     progress: Callable[[int], None] | None = None,
     log_path: Path | None = None,
     queues: ev.QueuesConfigured | None = None,
+    start_estimates: bool = True,
 ) -> ProfileRun:
     recorder = Recorder(gpu_resource=trace.gpu_resource)
-    observers: list[Observer] = [recorder]
+    estimates = StartEstimates(every=sampling_stride(len(trace.jobs))) if start_estimates else None
+    observers: list[Observer] = [recorder] + ([estimates] if estimates is not None else [])
     writer = JsonlWriter(log_path) if log_path is not None else None
     if writer is not None:
         observers.append(writer)
@@ -59,7 +62,7 @@ def run_profile(
         trace,
         policy=policy_for(profile, settings=settings, priority_classes=trace.priority_classes),
         profile_name=profile.name,
-        core=core,
+        core=estimates.wrap(core) if estimates is not None else core,
         make_worker=make_worker,
         observers=observers,
         settings=run_settings or RunSettings(),
@@ -84,6 +87,8 @@ def run_profile(
         "nominated_hold": strategy.nominated_hold or "all",
     }
     results["batches"] = run.batches
+    if estimates is not None:
+        results["start_estimate"] = estimates.results()
     return ProfileRun(
         name=profile.name,
         results=results,

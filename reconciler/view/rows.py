@@ -8,6 +8,7 @@ without a change. Until the core knows queues, every job is in one implicit queu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -16,6 +17,7 @@ from msgspec import Struct, field
 from reconciler import core
 from reconciler.core import phases
 from reconciler.core.jobs import JobRecord
+from reconciler.forecast import Estimate
 
 DEFAULT_QUEUE = "default"
 ADMITTED = (phases.NOMINATED, phases.PLACED)
@@ -60,6 +62,10 @@ class JobRow(Struct, kw_only=True):
     cluster: str | None = None
     nominated: list[str] = field(default_factory=list)
     demand: dict[str, int] = field(default_factory=dict)
+    # When it would start if nothing new came (``reconciler.forecast``); None: not estimated (not
+    # pending, beyond the estimated first N, or not startable within the forecast's horizon).
+    expected_start_ms: int | None = None
+    expected_cluster: str | None = None
 
 
 def job_queue(summary_job: dict[str, Any] | None) -> str:
@@ -88,7 +94,14 @@ def positions(state: core.State, summary: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def job_row(state: core.State, summary: dict[str, Any], key: str, *, position: int | None = None) -> JobRow | None:
+def job_row(
+    state: core.State,
+    summary: dict[str, Any],
+    key: str,
+    *,
+    position: int | None = None,
+    estimate: Estimate | None = None,
+) -> JobRow | None:
     job = state.jobs.get(key)
     if job is None:
         return None
@@ -106,6 +119,8 @@ def job_row(state: core.State, summary: dict[str, Any], key: str, *, position: i
         cluster=job.cluster,
         nominated=list(job.nominated),
         demand=dict(job.demand),
+        expected_start_ms=estimate.start_ms if estimate is not None else None,
+        expected_cluster=estimate.cluster if estimate is not None else None,
     )
 
 
@@ -116,12 +131,15 @@ def job_rows(
     queue: str | None = None,
     phase: str | None = None,
     waiting_only: bool = False,
+    estimates: Mapping[str, Estimate] | None = None,
 ) -> list[JobRow]:
-    """Jobs (filtered by queue and phase): waiting ones first in dispatch order, then by key."""
+    """Jobs (filtered by queue and phase): waiting ones first in dispatch order, then by key;
+    with their expected start where ``estimates`` (``reconciler.forecast``) has one."""
     where = positions(state, summary)
+    found = estimates or {}
     rows = []
     for key in sorted(state.jobs):
-        row = job_row(state, summary, key, position=where.get(key))
+        row = job_row(state, summary, key, position=where.get(key), estimate=found.get(key))
         assert row is not None
         if queue is not None and row.queue != queue:
             continue

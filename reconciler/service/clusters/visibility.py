@@ -13,7 +13,9 @@ it, only the one that leads writes (``leading()``), and writes are idempotent:
 
 Writes are per job, one at a time, coalesced: ten decisions about a job while a write is in
 flight become one write of the latest state. Positions in a queue change as other jobs leave it;
-they are refreshed every ``refresh_s``, not at every decision.
+they are refreshed every ``refresh_s``, not at every decision, and so is the expected start of a
+waiting job (the leader's forecast, ``service.forecasts``: in the annotation only, never in an
+Event, whose notes every replica must derive alike from the log).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from eventlog.kube.kinds import lookup_api_version
 from eventlog.kube.names import CLUSTER_ANNOTATION, CLUSTER_LABEL, STATUS_ANNOTATION
 from eventlog.store import LogReader
 from reconciler.edge.logging import get_logger
+from reconciler.forecast import Forecast
 from reconciler.service.clusters.api import ApiError, KubeApi
 from reconciler.service.clusters.backoff import Backoff
 from reconciler.service.clusters.base import Unreachable
@@ -98,8 +101,13 @@ def _series(s: Series) -> dict[str, Any]:
     return {"count": s.count, "lastObservedTime": _micro(s.last_ms)}
 
 
-def status_json(st: JobStatus, *, position: int | None, observed_seq: int) -> str:
-    status = {
+def status_json(
+    st: JobStatus, *, position: int | None, observed_seq: int, forecast: Forecast | None = None
+) -> str:
+    """``forecast``: the leader's start-time estimates; a waiting job it has one for gets an
+    ``expectedStart`` (time, cluster, and the line a person reads, counted from when the forecast
+    was made, so the annotation changes only with the forecast)."""
+    status: dict[str, Any] = {
         "phase": st.phase,
         "queue": st.queue or "default",
         "position": position,
@@ -108,6 +116,14 @@ def status_json(st: JobStatus, *, position: int | None, observed_seq: int) -> st
         "lastTransitionTime": _time(st.last_transition_ms),
         "observedSeq": observed_seq,
     }
+    key = f"{st.job.namespace}/{st.job.name}"
+    estimate = forecast.get(key) if forecast is not None and st.phase in ("Queued", "Pending") else None
+    if forecast is not None and estimate is not None:
+        status["expectedStart"] = {
+            "time": _time(estimate.start_ms),
+            "cluster": estimate.cluster,
+            "message": forecast.line(key),
+        }
     return json.dumps(status, separators=(",", ":"))
 
 
@@ -132,6 +148,7 @@ class StatusReporter:
         concurrency: int = 4,
         read_batch: int = 1000,
         on_event: EventCounter = uncounted,
+        forecast: Callable[[], Forecast | None] | None = None,
     ) -> None:
         self.reader = reader
         self.api = api
@@ -143,6 +160,7 @@ class StatusReporter:
         self.concurrency = concurrency
         self.read_batch = read_batch
         self.on_event = on_event
+        self.forecast = forecast  # the leader's start-time estimates, if it makes them
         self.caught_up = asyncio.Event()
         self._reported: dict[str, int] = {}  # uid -> observedSeq on the object (known while leading)
         self._written: dict[str, str] = {}  # uid -> the status JSON last written
@@ -295,7 +313,10 @@ class StatusReporter:
             await _sleep(stop, backoff.next_delay())
 
     def _status_for(self, st: JobStatus) -> str:
-        return status_json(st, position=self.view.position(st.job.uid), observed_seq=self._last_seq(st))
+        forecast = self.forecast() if self.forecast is not None else None
+        return status_json(
+            st, position=self.view.position(st.job.uid), observed_seq=self._last_seq(st), forecast=forecast
+        )
 
     def _last_seq(self, st: JobStatus) -> int:
         return max([st.seq, *(s.last_seq for s in self.view.series_of(st.job.uid))])

@@ -25,6 +25,7 @@ from aiohttp import web
 from eventlog.store import LogReader
 from reconciler import core, view
 from reconciler.core import phases
+from reconciler.forecast import Forecast
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -54,20 +55,23 @@ class ViewSource:
     state: Callable[[], core.State | None]
     reader: LogReader | None = None
     unavailable: str = "this replica is not the leader: it has no current state (ask the leader)"
+    # The leader's start-time estimates (``service.forecasts``); None: the rows have none.
+    forecast: Callable[[], Forecast | None] | None = None
     # The rows are computed on the leader's event loop, between two of its batches: on a busy
     # leader, at most once per this many seconds (responses say which ``seq`` they show).
     refresh_s: float = 1.0
     _board: Board | None = None
-    _stamp: tuple[int, int] | None = None
+    _stamp: tuple[int, int, int] | None = None
     _made_at: float = field(default=-1e9)
 
     def board(self, state: core.State) -> Board:
-        stamp = (id(state), state.seq)
+        forecast = self.forecast() if self.forecast is not None else None
+        stamp = (id(state), state.seq, id(forecast))
         now = time.monotonic()
         if self._board is not None and (stamp == self._stamp or now - self._made_at < self.refresh_s):
             return self._board
         summary = core.summary(state)
-        jobs = view.job_rows(state, summary)
+        jobs = view.job_rows(state, summary, estimates=forecast.estimates if forecast is not None else None)
         self._board = Board(
             seq=state.seq,
             at_ms=state.now_ms,

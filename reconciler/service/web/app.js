@@ -42,6 +42,21 @@ function when(ms) {
   return ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", "") : "";
 }
 
+// A wait as a person says it, in the words of `kdispatch queue` (reconciler.forecast.approx).
+function approx(deltaMs) {
+  const s = Math.floor(Math.max(deltaMs, 0) / 1000);
+  if (s < 60) return "<1 min";
+  if (s < 3600) return "~" + Math.round(s / 60) + " min";
+  if (s < 48 * 3600) return "~" + (s / 3600).toFixed(1).replace(/\.0$/, "") + " h";
+  return "~" + Math.round(s / 86400) + " d";
+}
+
+// The forecast's expected start, counted from the log time the rows show ("" without one).
+function expected(j, atMs) {
+  if (j.expected_start_ms === null || j.expected_start_ms === undefined) return "";
+  return approx(j.expected_start_ms - atMs) + " on " + j.expected_cluster;
+}
+
 function bar(label, used, total, resource, cls) {
   const pct = total > 0 ? Math.min(100, (100 * used) / total) : 0;
   const fill = el("div", { class: "fill" + (cls ? " " + cls : "") + (pct >= 99.5 ? " full" : "") });
@@ -91,9 +106,9 @@ function clusterTable(clusters) {
       el("td", { class: "muted" }, c.taints.join(", ")))));
 }
 
-function jobTable(rows) {
+function jobTable(rows, atMs) {
   return el("table", { class: "jobs" },
-    el("tr", {}, el("th", {}, "#"), el("th", {}, "job"), el("th", {}, "phase"), el("th", {}, "queue"), el("th", {}, "priority"), el("th", {}, "cluster"), el("th", {}, "reason")),
+    el("tr", {}, el("th", {}, "#"), el("th", {}, "job"), el("th", {}, "phase"), el("th", {}, "queue"), el("th", {}, "priority"), el("th", {}, "cluster"), el("th", {}, "expected start"), el("th", {}, "reason")),
     rows.map((j) => el("tr", { "data-job": j.key },
       el("td", { class: "num" }, j.position ?? ""),
       el("td", {}, el("a", { href: jobHref(j.key) }, j.key)),
@@ -101,6 +116,7 @@ function jobTable(rows) {
       el("td", {}, j.queue),
       el("td", { class: "num" }, j.priority),
       el("td", {}, j.cluster || (j.nominated.length ? "→ " + j.nominated.join(", ") : "")),
+      el("td", { class: "expected", title: j.expected_start_ms ? when(j.expected_start_ms) + " UTC" : "" }, expected(j, atMs)),
       el("td", { class: "muted" }, j.reason))));
 }
 
@@ -111,16 +127,18 @@ async function loadJobs(limitPages) {
   let rows = [];
   let token = null;
   let total = 0;
+  let atMs = 0;
   for (let page = 0; page < limitPages; page++) {
     if (token) params.set("continue", token);
     const doc = await api("/api/v1/jobs?" + params);
     rows = rows.concat(doc.items);
     total = doc.total;
+    atMs = doc.at_ms;
     token = doc.continue;
     if (!token) break;
   }
   const text = filters.text.toLowerCase();
-  return { rows: text ? rows.filter((j) => (j.key + " " + j.reason + " " + (j.cluster || "")).toLowerCase().includes(text)) : rows, total, more: !!token };
+  return { rows: text ? rows.filter((j) => (j.key + " " + j.reason + " " + (j.cluster || "")).toLowerCase().includes(text)) : rows, total, more: !!token, atMs };
 }
 
 function filterBar(queues) {
@@ -146,7 +164,7 @@ async function drawOverview(main, jobsOnly) {
     parts.push(el("h2", {}, "Clusters"), clusterTable(clusters.items));
   }
   parts.push(el("h2", {}, "Jobs ", el("span", { class: "muted" }, "(" + jobs.rows.length + " shown of " + jobs.total + "; waiting jobs first, in dispatch order)")));
-  parts.push(filterBar(queues.items), jobTable(jobs.rows));
+  parts.push(filterBar(queues.items), jobTable(jobs.rows, jobs.atMs));
   if (jobs.more) parts.push(el("p", {}, el("button", { onclick: () => { jobPages += 1; refresh(); } }, "load more")));
   main.replaceChildren(...parts.filter((part) => part !== null));
   if (focused) {
@@ -194,7 +212,9 @@ async function drawJob(main, ns, name) {
     el("dt", {}, "priority"), el("dd", {}, j.priority),
     el("dt", {}, "attempt"), el("dd", {}, j.attempt),
     el("dt", {}, "demand"), el("dd", {}, Object.entries(j.demand).map(([r, v]) => r + " " + amount(r, v)).join(", ")),
-    el("dt", {}, "reason"), el("dd", {}, j.reason || "—"));
+    el("dt", {}, "reason"), el("dd", {}, j.reason || "—"),
+    el("dt", {}, "expected start"), el("dd", { id: "job-expected" },
+      j.expected_start_ms ? expected(j, doc.at_ms) + " (" + when(j.expected_start_ms) + " UTC, if nothing new comes)" : "—"));
   const timeline = el("table", { class: "timeline" },
     el("tr", {}, el("th", {}, "seq"), el("th", {}, "time (UTC)"), el("th", {}, "event"), el("th", {}, "details")),
     doc.timeline.map((t) => el("tr", { class: t.decision ? "decision" : "fact" },
