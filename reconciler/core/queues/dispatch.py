@@ -66,11 +66,11 @@ def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
 def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], left: list[Draft]) -> str:
     assert s.usage is not None
     job = d.job
-    held = hold_reason(s.usage.tree, job, q) or _frozen(s, d, q)
+    held = hold_reason(s.usage.tree, job, q)
     if held is not None:
         wait(s, d, held, left)
         return LEFT
-    fit = assign(s.usage, q, job.demand)
+    fit = _frozen(s, d, q) or assign(s.usage, q, job.demand)
     if isinstance(fit, Wait):
         if job.key in s.claims and not d.timed_out:
             return WAITING  # its victims still hold the quota
@@ -83,7 +83,8 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
 
 def _frozen(s: Scratch, d: Draft, q: int) -> Wait | None:
     """While a claim in the same cohort tree waits for its victims, jobs at or below its
-    priority are not admitted there: the quota the victims free is the preemptor's."""
+    priority are not admitted there: the quota the victims free is the preemptor's. They may
+    still preempt for themselves (other victims)."""
     if not s.claims or d.job.key in s.claims:
         return None
     assert s.usage is not None
@@ -100,7 +101,6 @@ def _frozen(s: Scratch, d: Draft, q: int) -> Wait | None:
             return Wait(
                 key=f"Reserved: {name}",
                 message=f"quota in {name} is reserved for {key}, which is preempting for it",
-                quota=False,
             )
     return None
 

@@ -133,8 +133,8 @@ def _choose(
         if not _allowed(usage, job, victim, q=q, vq=vq, cols=cols, within_nominal=within_nominal, policy=policy):
             continue
         candidates.append(_Candidate(job=victim, charge=charge, queue=vq))
-    if not candidates:
-        return []
+    if not candidates or usage.fits(q, need):
+        return []  # nobody to take from, or nothing to take: it waits for reserved quota
     # Most above their share first (computed once: the order must not shift as victims go).
     shares = {c.queue: weighted(usage, c.queue, fleet) for c in candidates}
 
