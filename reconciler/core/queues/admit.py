@@ -132,4 +132,6 @@ def _short(usage: Usage, node: int, flavor: str, col: int, amount: int) -> Wait:
         limit = n.borrowing_limit[col]
         if limit is not None:
             message += f" (borrowing limit {limit})"
-    return Wait(key=f"QuotaExceeded: ClusterQueue {n.name} {resource}", message=message)
+    # The key names no resource: which one runs short first may change as usage grows, and the
+    # reason must not (a decide right after its own batch repeats the same Unschedulable).
+    return Wait(key=f"QuotaExceeded: ClusterQueue {n.name}", message=message)

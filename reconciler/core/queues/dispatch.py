@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from eventlog.events import Resources
 from reconciler.core import phases
-from reconciler.core.dispatch import CLAIMED, LEFT, WAITING, attempt, order_key, ready_to_try
+from reconciler.core.dispatch import CLAIMED, LEFT, REQUEUED, WAITING, attempt, order_key, ready_to_try
 from reconciler.core.draft import Draft
 from reconciler.core.queues.admit import Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.order import Tournament
@@ -68,16 +68,16 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
     job = d.job
     held = hold_reason(s.usage.tree, job, q)
     if held is not None:
-        wait(s, d, held, left)
-        return LEFT
-    fit = _frozen(s, d, q) or assign(s.usage, q, job.demand)
+        return wait(s, d, held, left)
+    fit = assign(s.usage, q, job.demand)
+    if not isinstance(fit, Wait):
+        fit = _frozen(s, d, q) or fit
     if isinstance(fit, Wait):
         if job.key in s.claims and not d.timed_out:
             return WAITING  # its victims still hold the quota
         if fit.quota and not d.timed_out and preempt_for_quota(s, d, q):
             return CLAIMED
-        wait(s, d, fit, left)
-        return LEFT
+        return wait(s, d, fit, left)
     return attempt(s, d, failed, left, flavors=fit.flavors)
 
 
@@ -105,14 +105,16 @@ def _frozen(s: Scratch, d: Draft, q: int) -> Wait | None:
     return None
 
 
-def wait(s: Scratch, d: Draft, why: Wait, left: list[Draft]) -> None:
-    """The job waits for its queue. A round that timed out is requeued instead: the quota it
-    held is released now, so it must not stay nominated."""
+def wait(s: Scratch, d: Draft, why: Wait, left: list[Draft]) -> str:
+    """The job waits for its queue. A round that timed out is requeued instead (backing off, so
+    it does not hold a StrictFIFO line): the quota it held is released now, so it must not
+    stay nominated."""
     if d.timed_out:
         d.requeue(s, reason="AdmissionTimeout", cluster=None, backoff=True, message=why.message)
-        return
+        return REQUEUED
     d.queue_wait = why
     left.append(d)
+    return LEFT
 
 
 def _strict_lines(s: Scratch, lines: dict[int, list[Draft]], drafts: list[Draft]) -> None:
