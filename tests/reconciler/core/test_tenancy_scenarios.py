@@ -1,5 +1,6 @@
 """Tenancy scenarios through fold/decide: three teams in a cohort, 8 GPUs of quota each, a fleet
-of 24 GPUs. Every step checks the fixpoint (the harness)."""
+of 32 GPUs (so quota, not capacity, is what runs out). Every step checks the fixpoint (the
+harness)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.reconciler.core.tenancy import GPU, config, cq, gpu_cluster, team_job
 RECLAIM = ev.QueuePreemption(reclaim_within_cohort="Any", within_cluster_queue="LowerPriority")
 
 
-def world(queues: ev.QueuesConfigured, clusters: int = 3, gpu: int = 8) -> Harness:
+def world(queues: ev.QueuesConfigured, clusters: int = 4, gpu: int = 8) -> Harness:
     h = Harness()
     h.inputs(queues, *(gpu_cluster(f"c{i}", gpu) for i in range(clusters)))
     h.step()
