@@ -50,7 +50,7 @@ def run_profile(
     progress: Callable[[int], None] | None = None,
     log_path: Path | None = None,
     queues: ev.QueuesConfigured | None = None,
-    start_estimates: bool = True,
+    start_estimates: bool = False,
 ) -> ProfileRun:
     recorder = Recorder(gpu_resource=trace.gpu_resource)
     estimates = StartEstimates(every=sampling_stride(len(trace.jobs))) if start_estimates else None

@@ -52,7 +52,8 @@ def test_the_estimate_at_submission_uses_what_the_log_taught_so_far() -> None:
 
 
 def test_results_json_has_the_start_estimate_of_every_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["simulate", "--trace", str(TIRESIAS), "--capacity-scale", "0.25", "--out", str(tmp_path), "--quiet"])
+    argv = ["simulate", "--trace", str(TIRESIAS), "--capacity-scale", "0.25", "--start-estimates"]
+    code = main([*argv, "--out", str(tmp_path), "--quiet"])
     assert code == 0, capsys.readouterr().err
     doc = json.loads((tmp_path / "results.json").read_text())
     for name, profile in doc["profiles"].items():
@@ -70,8 +71,8 @@ def test_long_traces_are_sampled_to_bound_the_work() -> None:
     assert -(-8152 // sampling_stride(8152)) <= MAX_SAMPLES
 
 
-def test_no_start_estimates_leaves_them_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["simulate", "--trace", str(TIRESIAS), "--no-start-estimates", "--out", str(tmp_path), "--quiet"]
+def test_without_the_flag_they_are_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--trace", str(TIRESIAS), "--out", str(tmp_path), "--quiet"]
     assert main(argv) == 0, capsys.readouterr().err
     doc = json.loads((tmp_path / "results.json").read_text())
     assert all("start_estimate" not in profile for profile in doc["profiles"].values())
