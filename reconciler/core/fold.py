@@ -55,6 +55,8 @@ def _batch_opens(state: State) -> None:
     state.open_freed = list(state.freed)
     state.open_placed_low = state.placed_low
     state.open_unclaimed = state.unclaimed
+    state.open_quota_freed = list(state.quota_freed)
+    state.quota_freed = {}
     state.help = False  # help raised by this batch's own decisions must survive its close
     state.freed = {}
     state.placed_low = None
@@ -75,6 +77,7 @@ def _batch_closes(state: State) -> None:
     state.open_freed = []
     state.open_placed_low = None
     state.open_unclaimed = None
+    state.open_quota_freed = []
 
 
 def _batch_cut_short(state: State) -> None:
@@ -85,10 +88,13 @@ def _batch_cut_short(state: State) -> None:
         state.freed[cluster] = None
     state.placed_low = lowest(state.placed_low, state.open_placed_low)
     state.unclaimed = highest(state.unclaimed, state.open_unclaimed)
+    for root in state.open_quota_freed:
+        state.quota_freed[root] = None
     state.open_batch = None
     state.open_freed = []
     state.open_placed_low = None
     state.open_unclaimed = None
+    state.open_quota_freed = []
 
 
 def _fire_timers(state: State) -> None:
@@ -130,9 +136,12 @@ def _submitted(state: State, e: ev.JobSubmitted) -> None:
         submitted_at_ms=state.now_ms,
         suspended=e.suspended,
         runtime_ms=e.runtime_ms,
+        queue=e.queue,
+        cluster_queue=e.cluster_queue,
     )
     job.priority = state.resolve_priority(job)
     if old is not None:
+        state.release(old)
         state.pool.remove(old.ref.key)
         state.waiting.pop(old.key, None)
     state.jobs[job.key] = job
@@ -161,6 +170,8 @@ def _updated(state: State, e: ev.JobUpdated) -> None:
         job.spec_key = _spec_key(job.placement, job.demand)
         for c in counted:
             state.count(job, c)
+        if job.charge is not None:  # the quota it holds follows its demand, in the same flavors
+            state.charge(job, job.charge.flavors)
         job.spec_changed = True
         state.help = True
     if e.priority is not None:
@@ -293,6 +304,13 @@ def _policy_changed(state: State) -> None:
         job.priority = state.resolve_priority(job)
         state.pool.set_priority(key, job.priority)
     state.help = True
+
+
+def _queues(state: State, e: ev.QueuesConfigured) -> None:
+    was_on = state.tree is not None
+    state.install_queues(e)
+    if was_on or state.tree is not None:
+        state.help = True  # every waiting job is judged against the new queues
 
 
 # ---- decisions ---------------------------------------------------------------------------------
@@ -430,6 +448,7 @@ _HANDLERS: dict[type, Callable[[State, Any], None]] = {
     ev.RemoteFinished: _report("finished"),
     ev.RemoteGone: _report("gone"),
     ev.PolicyLoaded: _policy,
+    ev.QueuesConfigured: _queues,
     ev.Nominated: _nominated,
     ev.Placed: _placed,
     ev.Withdrawn: _withdrawn,

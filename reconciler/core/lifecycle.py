@@ -153,6 +153,7 @@ def _half_done(s: Scratch, d: Draft) -> None:
     elif d.phase == phases.NOMINATED and not d.nominated and d.admitted_on is None:
         d.timed_out = True
         d.phase = phases.QUEUED
+        s.release_quota(d.job)  # re-nominated or requeued in this pass, either way let go
 
 
 def _clusters_gone(s: Scratch, d: Draft) -> None:
@@ -254,6 +255,7 @@ def _round_timeout(s: Scratch, d: Draft) -> None:
         d.withdraw(s, cluster=cluster, attempt=d.attempt, reason="AdmissionTimeout: not admitted within the round")
     d.timed_out = True
     d.phase = phases.QUEUED
+    s.release_quota(d.job)  # re-nominated or requeued in this pass, either way let go
 
 
 def _reconcile_copies(s: Scratch, d: Draft) -> None:

@@ -1,0 +1,150 @@
+"""Dispatch with tenancy: queues take turns by weighted fair share; quota gates admission.
+
+Each waiting job goes to its ClusterQueue's line (priority, then submission). A tournament
+(``order``) picks the queue whose turn it is; its next job is admitted if the queue's quota (or
+what its cohort lends) covers it, then placed on clusters exactly as without tenancy. A job that
+does not fit waits with a reason that says why in quota terms; under StrictFIFO it holds the
+jobs behind it for the pass, under BestEffortFIFO they may pass. Jobs holding a preemption claim
+go before everyone, so the quota their victims free is theirs first.
+"""
+
+from __future__ import annotations
+
+from eventlog.events import Resources
+from reconciler.core import phases
+from reconciler.core.dispatch import CLAIMED, LEFT, REQUEUED, WAITING, attempt, order_key, ready_to_try
+from reconciler.core.draft import Draft
+from reconciler.core.queues.admit import Wait, assign, hold_reason, queue_of
+from reconciler.core.queues.order import Tournament
+from reconciler.core.queues.victims import preempt_for_quota
+from reconciler.core.scratch import Scratch
+
+
+def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
+    assert s.usage is not None
+    tree = s.usage.tree
+    left: list[Draft] = []
+    failed: set[tuple[bytes, int, str]] = set()
+    lines: dict[int, list[Draft]] = {}
+    claimants: list[tuple[int, Draft]] = []
+    for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
+        if not ready_to_try(s, d):
+            continue
+        where = queue_of(tree, d.job)
+        if isinstance(where, Wait):
+            wait(s, d, where, left)
+        elif d.job.key in s.claims:
+            claimants.append((where, d))
+        else:
+            lines.setdefault(where, []).append(d)
+    _strict_lines(s, lines, drafts)
+    for q, d in claimants:
+        _admit(s, d, q, failed, left)
+    tour = Tournament(s.usage, fleet_capacity(s), sorted(lines))
+    nxt = dict.fromkeys(lines, 0)
+    while (picked := tour.pick()) is not None:
+        q = picked
+        line = lines[q]
+        d = line[nxt[q]]
+        nxt[q] += 1
+        outcome = _admit(s, d, q, failed, left)
+        spec = tree.nodes[q].spec
+        if spec is not None and spec.queueing_strategy == "StrictFIFO" and outcome in (LEFT, WAITING, CLAIMED):
+            blocked = Wait(
+                key=f"StrictFIFO: ClusterQueue {spec.name}",
+                message=f"behind {d.job.key} in ClusterQueue {spec.name} (StrictFIFO)",
+                quota=False,
+            )
+            for rest in line[nxt[q] :]:
+                wait(s, rest, blocked, left)
+            nxt[q] = len(line)
+        if nxt[q] >= len(line):
+            tour.retire(q)
+    return left
+
+
+def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], left: list[Draft]) -> str:
+    assert s.usage is not None
+    job = d.job
+    held = hold_reason(s.usage.tree, job, q)
+    if held is not None:
+        return wait(s, d, held, left)
+    fit = assign(s.usage, q, job.demand)
+    if not isinstance(fit, Wait):
+        fit = _frozen(s, d, q) or fit
+    if isinstance(fit, Wait):
+        if job.key in s.claims and not d.timed_out:
+            return WAITING  # its victims still hold the quota
+        if fit.quota and not d.timed_out and preempt_for_quota(s, d, q):
+            return CLAIMED
+        return wait(s, d, fit, left)
+    return attempt(s, d, failed, left, flavors=fit.flavors)
+
+
+def _frozen(s: Scratch, d: Draft, q: int) -> Wait | None:
+    """While a claim in the same cohort tree waits for its victims, jobs at or below its
+    priority are not admitted there: the quota the victims free is the preemptor's. They may
+    still preempt for themselves (other victims)."""
+    if not s.claims or d.job.key in s.claims:
+        return None
+    assert s.usage is not None
+    tree = s.usage.tree
+    root = tree.root_of(q)
+    for key in sorted(s.claims):
+        claim = s.claims[key]
+        preemptor = s.state.jobs.get(key)
+        if preemptor is None or claim.priority < d.job.priority:
+            continue
+        node = queue_of(tree, preemptor)
+        if isinstance(node, int) and tree.root_of(node) == root:
+            name = tree.nodes[root].name
+            return Wait(
+                key=f"Reserved: {name}",
+                message=f"quota in {name} is reserved for {key}, which is preempting for it",
+            )
+    return None
+
+
+def wait(s: Scratch, d: Draft, why: Wait, left: list[Draft]) -> str:
+    """The job waits for its queue. A round that timed out is requeued instead (backing off, so
+    it does not hold a StrictFIFO line): the quota it held is released now, so it must not
+    stay nominated."""
+    if d.timed_out:
+        d.requeue(s, reason="AdmissionTimeout", cluster=None, backoff=True, message=why.message)
+        return REQUEUED
+    d.queue_wait = why
+    left.append(d)
+    return LEFT
+
+
+def _strict_lines(s: Scratch, lines: dict[int, list[Draft]], drafts: list[Draft]) -> None:
+    """A StrictFIFO queue with a job to try is tried from its head: jobs waiting there that
+    nothing happened to still come first and block the line if they do not fit."""
+    assert s.usage is not None
+    tree = s.usage.tree
+    strict = [q for q in sorted(lines) if (spec := tree.nodes[q].spec) and spec.queueing_strategy == "StrictFIFO"]
+    if not strict:
+        return
+    seen = {d.job.key for d in drafts}
+    wanted = set(strict)
+    extra: dict[int, list[Draft]] = {}
+    for key in s.state.waiting:
+        if key in seen:
+            continue
+        job = s.state.jobs[key]
+        q = queue_of(tree, job)
+        if isinstance(q, int) and q in wanted:
+            d = Draft.of(job, capacity_only=True)
+            if d.phase in phases.WAITING and (d.not_before_ms is None or s.now >= d.not_before_ms):
+                extra.setdefault(q, []).append(d)
+    for q in sorted(extra):
+        lines[q] = sorted([*lines[q], *extra[q]], key=lambda d: order_key(s, d.job))
+
+
+def fleet_capacity(s: Scratch) -> Resources:
+    """Capacity of every Ready cluster, per resource: the denominator of fair shares."""
+    table = s.state.clusters
+    if len(table) == 0:
+        return {}
+    totals = table.capacity[s.ready].sum(axis=0)
+    return {name: int(totals[i]) for i, name in enumerate(table.resources.names)}
