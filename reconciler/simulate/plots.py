@@ -1,7 +1,9 @@
 """PNG plots of a simulation (matplotlib, Agg backend: no display needed).
 
 - ``wait_cdf.png``: the wait-time CDF of every profile (log x axis, waits of 0 drawn at 0.1 s);
-- ``gpu_utilization.png``: GPU utilization over time per profile.
+- ``gpu_utilization.png``: GPU utilization over time per profile;
+- ``queue_shares.png`` (with ``--queues``): each queue's dominant share over time, and its
+  entitled share dashed, one panel per profile.
 PNG metadata carries no date, so identical runs give identical files.
 """
 
@@ -63,6 +65,33 @@ def utilization(runs: list[ProfileRun], path: Path) -> Path:
     return path
 
 
+def queue_shares(runs: list[ProfileRun], path: Path) -> Path | None:
+    panels = [r for r in runs if r.results.get("queue_share_series", {}).get("points")]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.5 * len(panels)), squeeze=False)
+    for ax, run in zip(axes[:, 0], panels, strict=True):
+        series = run.results["queue_share_series"]
+        names, points = series["queues"], series["points"]
+        hours = [p[0] / 3600 for p in points]
+        for i, name in enumerate(names):
+            color = f"C{i}"
+            ax.plot(hours, [p[1 + i] * 100 for p in points], color=color, label=name)
+            ax.plot(hours, [p[1 + len(names) + i] * 100 for p in points], color=color, linestyle="--", alpha=0.6)
+        ax.set_ylabel("dominant share (%)")
+        jain = run.results.get("jain_index")
+        ax.set_title(f"{run.name}: share per queue (dashed: entitled), Jain index {jain if jain is not None else '-'}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right")
+    axes[-1, 0].set_xlabel("time since first submission (h)")
+    fig.tight_layout()
+    fig.savefig(path, metadata=_META)
+    plt.close(fig)
+    return path
+
+
 def write_plots(out: Path, runs: list[ProfileRun]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    return [wait_cdf(runs, out / "wait_cdf.png"), utilization(runs, out / "gpu_utilization.png")]
+    written = [wait_cdf(runs, out / "wait_cdf.png"), utilization(runs, out / "gpu_utilization.png")]
+    shares = queue_shares(runs, out / "queue_shares.png")
+    return written + ([shares] if shares is not None else [])

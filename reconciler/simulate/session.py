@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog import events as ev
+from reconciler.simulate.fairness import QueueRecorder, queue_results
 from reconciler.simulate.logfile import JsonlWriter
 from reconciler.simulate.metrics import placement_rows, profile_results
 from reconciler.simulate.profiles import PolicyDefaults, policy_for
@@ -35,6 +36,7 @@ class ProfileRun:
     results: dict[str, Any]
     placements: list[dict[str, Any]]
     recorder: Recorder
+    queues: QueueRecorder | None = None  # with --queues
 
 
 def run_profile(
@@ -51,6 +53,11 @@ def run_profile(
 ) -> ProfileRun:
     recorder = Recorder(gpu_resource=trace.gpu_resource)
     observers: list[Observer] = [recorder]
+    queue_recorder = None
+    if queues is not None:
+        names = sorted({r for c in trace.clusters for r in c.capacity})
+        queue_recorder = QueueRecorder(capacity={r: trace.total_capacity(r) for r in names})
+        observers.append(queue_recorder)
     writer = JsonlWriter(log_path) if log_path is not None else None
     if writer is not None:
         observers.append(writer)
@@ -77,11 +84,15 @@ def run_profile(
     )
     results["strategy"] = {"type": profile.strategy.type, "k": profile.strategy.k, "step_size": profile.strategy.step_size}
     results["batches"] = run.batches
+    if queue_recorder is not None:
+        ends = [r.finished_ms for r in recorder.jobs.values() if r.finished_ms is not None]
+        results.update(queue_results(queue_recorder, end_ms=max(ends) if ends else recorder.last_ms))
     return ProfileRun(
         name=profile.name,
         results=results,
         placements=placement_rows(recorder, profile=profile.name, origin_ms=EPOCH_MS),
         recorder=recorder,
+        queues=queue_recorder,
     )
 
 
