@@ -13,7 +13,7 @@ of issue 13 (definitions: ``reconciler/simulate/fairness.py``, docs/tenancy.md):
 - no job waits forever: starvation 0 (never placed, not deleted by its user);
 - a newly active queue reaches its fair share within one round of preemption.
 
-    .venv/bin/python bench/tenancy.py [--capacity-scale 0.0085] [--profile topk-1] [--join-h 720]
+    .venv/bin/python bench/tenancy.py [--capacity-scale 0.0085] [--profile topk-1] [--join-h 720] [--out DIR]
 
 The last line is the headline.
 """
@@ -37,7 +37,7 @@ from reconciler.simulate.profiles import PolicyDefaults, default_profiles  # noq
 from reconciler.simulate.readers import load_trace  # noqa: E402
 from reconciler.simulate.runner import CoreApi  # noqa: E402
 from reconciler.simulate.scale import scale_capacity  # noqa: E402
-from reconciler.simulate.session import run_profile  # noqa: E402
+from reconciler.simulate.session import ProfileRun, results_document, run_profile, write_outputs  # noqa: E402
 from reconciler.simulate.tenants import assign_queues, find_local_queue, pick  # noqa: E402
 from reconciler.simulate.trace import Trace  # noqa: E402
 
@@ -66,7 +66,7 @@ def teams(trace: Trace, *, join_ms: int) -> Trace:
     return msgspec.structs.replace(assigned, jobs=jobs)
 
 
-def run(trace: Trace, profile_name: str, *, queues: bool) -> tuple[dict[str, Any], float]:
+def run(trace: Trace, profile_name: str, *, queues: bool) -> tuple[ProfileRun, float]:
     profile = next(p for p in default_profiles() if p.name == profile_name)
     started = time.process_time()
     result = run_profile(
@@ -76,7 +76,8 @@ def run(trace: Trace, profile_name: str, *, queues: bool) -> tuple[dict[str, Any
         core=CoreApi.real(),
         queues=load_queues(QUEUES) if queues else None,
     )
-    return result.results, time.process_time() - started
+    result.name = f"{profile_name}-queues" if queues else profile_name
+    return result, time.process_time() - started
 
 
 def fmt(value: Any, spec: str) -> str:
@@ -88,6 +89,7 @@ def main() -> int:
     parser.add_argument("--capacity-scale", type=float, default=0.0085)
     parser.add_argument("--profile", default="topk-1", choices=[p.name for p in default_profiles()])
     parser.add_argument("--join-h", type=float, default=720.0, help="hours after the first submission when ci joins")
+    parser.add_argument("--out", type=Path, help="write results.json, placements.jsonl and the plots here")
     parser.add_argument("--limit", type=int, help="only the first N jobs (a quick look; the floors are for the whole trace)")
     args = parser.parse_args()
 
@@ -102,8 +104,15 @@ def main() -> int:
         f"(--capacity-scale {args.capacity_scale}); profile {args.profile}; queues {QUEUES.relative_to(ROOT)}, "
         f"{LATE} joins at {args.join_h:g} h"
     )
-    base, base_cpu = run(trace, args.profile, queues=False)
-    with_q, q_cpu = run(trace, args.profile, queues=True)
+    base_run, base_cpu = run(trace, args.profile, queues=False)
+    queues_run, q_cpu = run(trace, args.profile, queues=True)
+    base, with_q = base_run.results, queues_run.results
+    if args.out is not None:
+        from reconciler.simulate.plots import write_plots
+
+        runs = [base_run, queues_run]
+        write_outputs(args.out, doc=results_document(trace, runs), runs=runs)
+        write_plots(args.out, runs)
     print(f"without queues: {base_cpu:.1f} s CPU; with queues: {q_cpu:.1f} s CPU")
     print()
     print(f"{'queue':<10} {'weight':>6} {'entitled':>8} {'achieved':>8} {'ratio':>6} {'p50 s':>9} {'p95 s':>10} "
@@ -136,18 +145,28 @@ def main() -> int:
     )
     starved = sum(q["starved"] for q in with_q["queues"].values())
     acts = with_q["newly_active"]
-    late = [a for a in acts if a["queue"] == LATE]
-    worst_rounds = max((a["preemption_rounds"] for a in acts), default=0)
-    never = [a for a in acts if a["reached_after_s"] is None]
-    print(f"newly active queues: {len(acts)} times; preemption rounds to fair share: max {worst_rounds}; never reached: {len(never)}")
-    for a in late[:1]:
+    worst_rounds = acts["preemption_rounds_max"]
+    never = acts["never_reached"]
+    print(
+        f"newly active queues: {acts['count']} times ({acts['with_others_waiting']} while another queue waited); "
+        f"at fair share after p50/p95/max {fmt(acts['reached_after_p50_s'], '.0f')}/"
+        f"{fmt(acts['reached_after_p95_s'], '.0f')}/{fmt(acts['reached_after_max_s'], '.0f')} s; "
+        f"preemption rounds max {worst_rounds}; never {never}"
+    )
+    late = acts["first"].get(LATE)
+    if late is not None:
         print(
-            f"  {LATE} joins at {a['at_s'] / 3600:.1f} h: at its fair share after {fmt(a['reached_after_s'], '.0f')} s, "
-            f"{a['preemption_rounds']} preemption round(s)"
+            f"  {LATE} joins at {late['at_s'] / 3600:.1f} h: at its fair share after {fmt(late['reached_after_s'], '.0f')} s, "
+            f"{late['preemption_rounds']} preemption round(s)"
+        )
+    for a in acts["slowest"][:3]:
+        print(
+            f"  slowest: {a['queue']} at {a['at_s'] / 3600:.1f} h: {fmt(a['reached_after_s'], '.0f')} s, "
+            f"{a['preemption_rounds']} round(s), another queue waiting: {a['others_waiting']}"
         )
     floors = [
         (f"Jain index {fmt(jain, '.3f')} >= {JAIN_FLOOR}", jain is not None and jain >= JAIN_FLOOR),
-        (f"no queue above nominal + borrowingLimit ({'none' if not over else over})", not over),
+        (f"no queue above nominal + borrowingLimit ({over if over else 'none'})", not over),
         (
             f"GPU utilization {fmt(util_ratio, '.3f')}x the run without queues >= {UTILIZATION_FLOOR}",
             util_ratio is not None and util_ratio >= UTILIZATION_FLOOR,
@@ -155,8 +174,8 @@ def main() -> int:
         (f"starvation {starved} == 0", starved == 0),
         (
             f"newly active queue at its fair share within {ROUNDS_FLOOR} preemption round "
-            f"(max {worst_rounds}, never {len(never)})",
-            worst_rounds <= ROUNDS_FLOOR and not never,
+            f"(max {worst_rounds}, never {never})",
+            worst_rounds <= ROUNDS_FLOOR and never == 0,
         ),
     ]
     print()

@@ -20,8 +20,8 @@ Definitions (docs/tenancy.md, "Fairness on a real trace"):
   **Jain index** is ``(sum x)^2 / (n sum x^2)`` of ``x = achieved / entitled`` over the queues
   entitled to something: 1 when every queue got exactly its share, ``1/n`` when one got all.
 - A queue becomes **newly active** when it has a waiting job after having had nothing running and
-  nothing waiting, while another queue waits too. It has **reached its fair share** once its share
-  is at least 90 % of its entitled share (or nothing of it waits any more); the preemption
+  nothing waiting. It has **reached its fair share** once its share is at least 90 % of its
+  entitled share (of what all queues hold then) or nothing of it waits any more; the preemption
   **rounds** it took are the distinct times at which one of its jobs preempted in between.
 """
 
@@ -310,8 +310,8 @@ def fairness(rec: QueueRecorder, *, end_ms: int, buckets: int = SERIES_BUCKETS) 
         ent = water_fill(used_total, weights, list(seg.demand))
         is_contended = sum(seg.waiting) >= 2
         for i in range(n):  # newly active queues, and whether they reached their share
-            if idle[i] and seg.waiting[i] and sum(seg.waiting) >= 2:
-                open_act[i] = {"queue": rec.names[i], "at_ms": t0}
+            if idle[i] and seg.waiting[i]:
+                open_act[i] = {"queue": rec.names[i], "at_ms": t0, "others_waiting": sum(seg.waiting) >= 2}
             idle[i] = seg.demand[i] == 0
             act = open_act.get(i)
             if act is not None and (not seg.waiting[i] or seg.used[i] >= FAIR_FRACTION * ent[i]):
@@ -370,6 +370,27 @@ def _wait_percentiles(jobs: list[_Job]) -> tuple[float | None, float | None]:
     return seconds(percentile(waits, 50)), seconds(percentile(waits, 95))
 
 
+def newly_active(acts: list[dict[str, Any]]) -> dict[str, Any]:
+    """How long newly active queues took to reach their fair share, and in how many preemption
+    rounds; the first activation of each queue and the slowest ones in full."""
+    reached = sorted(a["reached_after_s"] for a in acts if a["reached_after_s"] is not None)
+    first: dict[str, Any] = {}
+    for a in acts:
+        first.setdefault(a["queue"], a)
+    slowest = sorted(acts, key=lambda a: (a["reached_after_s"] is not None, -(a["reached_after_s"] or 0), a["at_s"]))
+    return {
+        "count": len(acts),
+        "with_others_waiting": sum(1 for a in acts if a["others_waiting"]),
+        "never_reached": len(acts) - len(reached),
+        "preemption_rounds_max": max((a["preemption_rounds"] for a in acts), default=0),
+        "reached_after_p50_s": percentile(reached, 50),
+        "reached_after_p95_s": percentile(reached, 95),
+        "reached_after_max_s": reached[-1] if reached else None,
+        "first": dict(sorted(first.items())),
+        "slowest": slowest[:10],
+    }
+
+
 def queue_results(rec: QueueRecorder, *, end_ms: int) -> dict[str, Any]:
     """``queues``, ``jain_index`` and the rest of what a profile's results gain with ``--queues``."""
     if not rec.queues:
@@ -414,7 +435,7 @@ def queue_results(rec: QueueRecorder, *, end_ms: int) -> dict[str, Any]:
         "jain_index": None if index is None else round(index, 4),
         "contended_s": seconds(fair.contended_ms),
         "contended_fraction": round(fair.contended_ms / fair.span_ms, 4) if fair.span_ms else None,
-        "newly_active": fair.activations,
+        "newly_active": newly_active(fair.activations),
         "queue_share_series": {"queues": fair.names, "points": fair.series},
     }
 
@@ -430,8 +451,17 @@ def queues_table(profiles: dict[str, dict[str, Any]]) -> str:
     for name, res in profiles.items():
         for q, st in res.get("queues", {}).items():
             rows.append(
-                [name, q, cell(st["weight"], "g"), cell(st["entitled_share"], ".3f"), cell(st["achieved_share"], ".3f")]
-                + [cell(st["wait_p50_s"], ".1f"), cell(st["wait_p95_s"], ".1f"), str(st["preemptions"]), str(st["starved"])]
+                [
+                    name,
+                    q,
+                    cell(st["weight"], "g"),
+                    cell(st["entitled_share"], ".3f"),
+                    cell(st["achieved_share"], ".3f"),
+                    cell(st["wait_p50_s"], ".1f"),
+                    cell(st["wait_p95_s"], ".1f"),
+                    str(st["preemptions"]),
+                    str(st["starved"]),
+                ]
             )
     lines = [text_table(rows)]
     for name, res in profiles.items():
