@@ -285,7 +285,7 @@ class Fairness:
     contended_ms: int
     span_ms: int
     activations: list[dict[str, Any]]
-    series: list[list[float]]  # [t_s, share q0, ..., entitled q0, ...]
+    series: list[list[float]]  # [t_s, share q0, ..., entitled q0, ..., contended fraction]
 
 
 def fairness(rec: QueueRecorder, *, end_ms: int, buckets: int = SERIES_BUCKETS) -> Fairness:
@@ -301,6 +301,7 @@ def fairness(rec: QueueRecorder, *, end_ms: int, buckets: int = SERIES_BUCKETS) 
     edges = [start + span * i // buckets for i in range(buckets + 1)] if span else []
     area_used = [[0.0] * n for _ in range(buckets)]
     area_ent = [[0.0] * n for _ in range(buckets)]
+    area_cont = [0] * buckets
     activations: list[dict[str, Any]] = []
     idle = [True] * n
     open_act: dict[int, dict[str, Any]] = {}
@@ -334,6 +335,7 @@ def fairness(rec: QueueRecorder, *, end_ms: int, buckets: int = SERIES_BUCKETS) 
             while b < buckets and edges[b] < t1:
                 a = min(t1, edges[b + 1]) - max(t0, edges[b])
                 if a > 0:
+                    area_cont[b] += a if is_contended else 0
                     for i in range(n):
                         area_used[b][i] += seg.used[i] * a
                         area_ent[b][i] += ent[i] * a
@@ -347,6 +349,7 @@ def fairness(rec: QueueRecorder, *, end_ms: int, buckets: int = SERIES_BUCKETS) 
         [round((edges[b] - start) / 1000, 3)]
         + [round(a / (edges[b + 1] - edges[b]), 4) for a in area_used[b]]
         + [round(a / (edges[b + 1] - edges[b]), 4) for a in area_ent[b]]
+        + [round(area_cont[b] / (edges[b + 1] - edges[b]), 4)]
         for b in range(buckets if span else 0)
         if edges[b + 1] > edges[b]
     ]

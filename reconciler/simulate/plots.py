@@ -3,7 +3,7 @@
 - ``wait_cdf.png``: the wait-time CDF of every profile (log x axis, waits of 0 drawn at 0.1 s);
 - ``gpu_utilization.png``: GPU utilization over time per profile;
 - ``queue_shares.png`` (with ``--queues``): each queue's dominant share over time, and its
-  entitled share dashed, one panel per profile.
+  entitled share dashed, contended periods shaded, one panel per profile.
 PNG metadata carries no date, so identical runs give identical files.
 """
 
@@ -74,13 +74,17 @@ def queue_shares(runs: list[ProfileRun], path: Path) -> Path | None:
         series = run.results["queue_share_series"]
         names, points = series["queues"], series["points"]
         hours = [p[0] / 3600 for p in points]
+        width = hours[1] - hours[0] if len(hours) > 1 else 0.0
+        for h, p in zip(hours, points, strict=True):
+            if p[-1] > 0:  # contended: at least two queues had jobs waiting (darker: longer)
+                ax.axvspan(h, h + width, color="grey", alpha=0.4 * p[-1], linewidth=0)
         for i, name in enumerate(names):
             color = f"C{i}"
             ax.plot(hours, [p[1 + i] * 100 for p in points], color=color, label=name)
             ax.plot(hours, [p[1 + len(names) + i] * 100 for p in points], color=color, linestyle="--", alpha=0.6)
         ax.set_ylabel("dominant share (%)")
         jain = run.results.get("jain_index")
-        ax.set_title(f"{run.name}: share per queue (dashed: entitled), Jain index {jain if jain is not None else '-'}")
+        ax.set_title(f"{run.name}: share per queue (dashed: entitled; grey: contended), Jain index {jain if jain is not None else '-'}")
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right")
     axes[-1, 0].set_xlabel("time since first submission (h)")
