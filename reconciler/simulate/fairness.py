@@ -76,6 +76,9 @@ class Segment:
     used: tuple[float, ...]
     demand: tuple[float, ...]
     waiting: tuple[bool, ...]
+    # Had a job waiting at some point at ``at_ms``: with no admission latency a job can arrive,
+    # preempt and start within one instant, and its queue still became active then.
+    arrived: tuple[bool, ...] = ()
 
 
 def _limits(cq: ev.ClusterQueueSpec) -> tuple[dict[str, int], dict[str, int | None]]:
@@ -233,11 +236,13 @@ class QueueRecorder:
         demand = tuple(
             min(1.0, self._dominant({r: q.used.get(r, 0) + q.wanted.get(r, 0) for r in self.capacity})) for q in qs
         )
-        seg = Segment(at_ms=at, used=used, demand=demand, waiting=tuple(q.waiting > 0 for q in qs))
-        if self.segments and self.segments[-1].at_ms == at:
-            self.segments[-1] = seg
+        waiting = tuple(q.waiting > 0 for q in qs)
+        last = self.segments[-1] if self.segments else None
+        if last is not None and last.at_ms == at:
+            arrived = tuple(a or w for a, w in zip(last.arrived, waiting, strict=False))
+            self.segments[-1] = Segment(at_ms=at, used=used, demand=demand, waiting=waiting, arrived=arrived)
         else:
-            self.segments.append(seg)
+            self.segments.append(Segment(at_ms=at, used=used, demand=demand, waiting=waiting, arrived=waiting))
 
 
 # ------------------------------------------------------------------ the numbers
@@ -311,7 +316,7 @@ def fairness(rec: QueueRecorder, *, end_ms: int, buckets: int = SERIES_BUCKETS) 
         ent = water_fill(used_total, weights, list(seg.demand))
         is_contended = sum(seg.waiting) >= 2
         for i in range(n):  # newly active queues, and whether they reached their share
-            if idle[i] and seg.waiting[i]:
+            if idle[i] and seg.arrived[i]:
                 open_act[i] = {"queue": rec.names[i], "at_ms": t0, "others_waiting": sum(seg.waiting) >= 2}
             idle[i] = seg.demand[i] == 0
             act = open_act.get(i)

@@ -196,3 +196,22 @@ def test_jain_index() -> None:
     assert jain([1.0, 1.0, 1.0]) == pytest.approx(1.0)
     assert jain([3.0, 0.0, 0.0]) == pytest.approx(1 / 3)
     assert jain([]) is None
+
+
+def test_a_newly_active_team_takes_its_share_back_in_one_round(tmp_path: Path, files: dict[str, Path]) -> None:
+    """team-a fills all 8 GPUs (4 of them borrowed); team-b arrives with 4 jobs: it reclaims its
+    nominal 4 by preemption, in one round, and holds its share from then on."""
+    trace = tmp_path / "jobs.csv"
+    rows = [f"a{i},0,1000,1,team-a" for i in range(8)] + [f"b{i},100,500,1,team-b" for i in range(4)]
+    trace.write_text("job,submit_s,runtime_s,gpu,queue\n" + "\n".join(rows) + "\n")
+    res = _simulate(files, tmp_path / "out", trace=trace)
+    a, b = res["queues"]["team-a"], res["queues"]["team-b"]
+    assert a["max_usage"]["default/nvidia.com/gpu"] == 8  # borrowed all of team-b's idle quota
+    assert b["max_usage"]["default/nvidia.com/gpu"] == 4
+    assert a["preemptions"] == 4 and b["preemptions_caused"] == 4
+    joined = res["newly_active"]["first"]["team-b"]
+    assert joined["at_s"] == 100.0
+    assert joined["others_waiting"] is False  # team-a's jobs all run: only team-b waits
+    assert joined["preemption_rounds"] == 1
+    assert joined["reached_after_s"] == 0.0  # no admission latency: preempted and started at once
+    assert all(q["starved"] == 0 for q in res["queues"].values())
