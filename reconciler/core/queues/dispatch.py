@@ -10,13 +10,13 @@ go before everyone, so the quota their victims free is theirs first.
 
 from __future__ import annotations
 
-from eventlog.events import Resources
+from eventlog.events import ClusterQueueSpec, Resources
 from reconciler.core import phases
 from reconciler.core.dispatch import CLAIMED, LEFT, REQUEUED, WAITING, attempt, order_key, ready_to_try
 from reconciler.core.draft import Draft
-from reconciler.core.queues.admit import Wait, assign, hold_reason, queue_of
+from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.order import Tournament
-from reconciler.core.queues.victims import preempt_for_quota
+from reconciler.core.queues.victims import needed, preempt_for_quota
 from reconciler.core.scratch import Scratch
 
 
@@ -37,9 +37,12 @@ def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
             claimants.append((where, d))
         else:
             lines.setdefault(where, []).append(d)
-    _strict_lines(s, lines, drafts)
+    _strict_lines(s, lines, claimants, drafts)
     for q, d in claimants:
-        _admit(s, d, q, failed, left)
+        outcome = _admit(s, d, q, failed, left)
+        if q in lines and _blocks(tree.nodes[q].spec, outcome):
+            _block(s, lines[q], d, left)  # a StrictFIFO head preempting holds its line
+            del lines[q]
     tour = Tournament(s.usage, fleet_capacity(s), sorted(lines))
     nxt = dict.fromkeys(lines, 0)
     while (picked := tour.pick()) is not None:
@@ -48,19 +51,30 @@ def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
         d = line[nxt[q]]
         nxt[q] += 1
         outcome = _admit(s, d, q, failed, left)
-        spec = tree.nodes[q].spec
-        if spec is not None and spec.queueing_strategy == "StrictFIFO" and outcome in (LEFT, WAITING, CLAIMED):
-            blocked = Wait(
-                key=f"StrictFIFO: ClusterQueue {spec.name}",
-                message=f"behind {d.job.key} in ClusterQueue {spec.name} (StrictFIFO)",
-                quota=False,
-            )
-            for rest in line[nxt[q] :]:
-                wait(s, rest, blocked, left)
+        if _blocks(tree.nodes[q].spec, outcome):
+            _block(s, line[nxt[q] :], d, left)
             nxt[q] = len(line)
         if nxt[q] >= len(line):
             tour.retire(q)
     return left
+
+
+def _blocks(spec: ClusterQueueSpec | None, outcome: str) -> bool:
+    """Under StrictFIFO a head that is not admitted (waits, or preempts) holds the line."""
+    return spec is not None and spec.queueing_strategy == "StrictFIFO" and outcome in (LEFT, WAITING, CLAIMED)
+
+
+def _block(s: Scratch, rest: list[Draft], head: Draft, left: list[Draft]) -> None:
+    assert s.usage is not None
+    q = queue_of(s.usage.tree, head.job)
+    name = s.usage.tree.nodes[q].name if isinstance(q, int) else "?"
+    blocked = Wait(
+        key=f"StrictFIFO: ClusterQueue {name}",
+        message=f"behind {head.job.key} in ClusterQueue {name} (StrictFIFO)",
+        quota=False,
+    )
+    for d in rest:
+        wait(s, d, blocked, left)
 
 
 def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], left: list[Draft]) -> str:
@@ -69,9 +83,7 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
     held = hold_reason(s.usage.tree, job, q)
     if held is not None:
         return wait(s, d, held, left)
-    fit = assign(s.usage, q, job.demand)
-    if not isinstance(fit, Wait):
-        fit = _frozen(s, d, q) or fit
+    fit = _assign_around_claims(s, d, q)
     if isinstance(fit, Wait):
         if job.key in s.claims and not d.timed_out:
             return WAITING  # its victims still hold the quota
@@ -81,28 +93,49 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
     return attempt(s, d, failed, left, flavors=fit.flavors)
 
 
-def _frozen(s: Scratch, d: Draft, q: int) -> Wait | None:
-    """While a claim in the same cohort tree waits for its victims, jobs at or below its
-    priority are not admitted there: the quota the victims free is the preemptor's. They may
-    still preempt for themselves (other victims)."""
-    if not s.claims or d.job.key in s.claims:
-        return None
+def _assign_around_claims(s: Scratch, d: Draft, q: int) -> Assignment | Wait:
+    """Quota a claim's victims have already freed is held for its preemptor (against jobs at
+    or below its priority), as claims hold cluster capacity: nothing is held when the claim is
+    made, so the claim itself changes no other job's verdict."""
+    assert s.usage is not None
+    holds = _holds(s, d)
+    for node, col, amount in holds:
+        s.usage.add(node, col, amount)
+    try:
+        return assign(s.usage, q, d.job.demand)
+    finally:
+        for node, col, amount in holds:
+            s.usage.add(node, col, -amount)
+
+
+def _holds(s: Scratch, d: Draft) -> list[tuple[int, int, int]]:
+    if not s.claims:
+        return []
     assert s.usage is not None
     tree = s.usage.tree
-    root = tree.root_of(q)
+    out: list[tuple[int, int, int]] = []
     for key in sorted(s.claims):
         claim = s.claims[key]
         preemptor = s.state.jobs.get(key)
-        if preemptor is None or claim.priority < d.job.priority:
+        if key == d.job.key or preemptor is None or claim.priority < d.job.priority:
             continue
         node = queue_of(tree, preemptor)
-        if isinstance(node, int) and tree.root_of(node) == root:
-            name = tree.nodes[root].name
-            return Wait(
-                key=f"Reserved: {name}",
-                message=f"quota in {name} is reserved for {key}, which is preempting for it",
-            )
-    return None
+        if not isinstance(node, int):
+            continue
+        need = needed(s.usage, node, preemptor)
+        if not need:
+            continue
+        freed: dict[str, int] = {}
+        for victim_key in claim.victims:
+            victim = s.state.jobs.get(victim_key)
+            if victim is not None and s.charge_of(victim) is None:
+                for r, amount in victim.demand.items():
+                    freed[r] = freed.get(r, 0) + amount
+        for col, amount in need:
+            held = min(amount, freed.get(tree.columns[col][1], 0))
+            if held > 0:
+                out.append((node, col, held))
+    return out
 
 
 def wait(s: Scratch, d: Draft, why: Wait, left: list[Draft]) -> str:
@@ -117,26 +150,31 @@ def wait(s: Scratch, d: Draft, why: Wait, left: list[Draft]) -> str:
     return LEFT
 
 
-def _strict_lines(s: Scratch, lines: dict[int, list[Draft]], drafts: list[Draft]) -> None:
+def _strict_lines(
+    s: Scratch, lines: dict[int, list[Draft]], claimants: list[tuple[int, Draft]], drafts: list[Draft]
+) -> None:
     """A StrictFIFO queue with a job to try is tried from its head: jobs waiting there that
-    nothing happened to still come first and block the line if they do not fit."""
+    nothing happened to (not worth a look on their own) still come first and block the line
+    if they do not fit."""
     assert s.usage is not None
     tree = s.usage.tree
     strict = [q for q in sorted(lines) if (spec := tree.nodes[q].spec) and spec.queueing_strategy == "StrictFIFO"]
     if not strict:
         return
-    seen = {d.job.key for d in drafts}
+    trying = {d.job.key for line in lines.values() for d in line} | {d.job.key for _, d in claimants}
+    drafted = {d.job.key: d for d in drafts}
     wanted = set(strict)
     extra: dict[int, list[Draft]] = {}
     for key in s.state.waiting:
-        if key in seen:
+        if key in trying:
             continue
         job = s.state.jobs[key]
         q = queue_of(tree, job)
-        if isinstance(q, int) and q in wanted:
-            d = Draft.of(job, capacity_only=True)
-            if d.phase in phases.WAITING and (d.not_before_ms is None or s.now >= d.not_before_ms):
-                extra.setdefault(q, []).append(d)
+        if not isinstance(q, int) or q not in wanted:
+            continue
+        d = drafted.get(key) or Draft.of(job, capacity_only=True)
+        if d.phase in phases.WAITING and not job.suspended and (d.not_before_ms is None or s.now >= d.not_before_ms):
+            extra.setdefault(q, []).append(d)
     for q in sorted(extra):
         lines[q] = sorted([*lines[q], *extra[q]], key=lambda d: order_key(s, d.job))
 

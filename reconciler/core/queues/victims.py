@@ -54,7 +54,7 @@ def preempt_for_quota(s: Scratch, d: Draft, q: int) -> bool:
     ):
         return False
     job = d.job
-    need = _needed(usage, q, job)
+    need = needed(usage, q, job)
     if need is None:
         return False
     fleet = _fleet(s)
@@ -74,7 +74,7 @@ def preempt_for_quota(s: Scratch, d: Draft, q: int) -> bool:
     return True
 
 
-def _needed(usage: Usage, q: int, job: JobRecord) -> list[tuple[int, int]] | None:
+def needed(usage: Usage, q: int, job: JobRecord) -> list[tuple[int, int]] | None:
     """The columns the job would take: in each group, the first flavor listing all it needs."""
     tree = usage.tree
     out: list[tuple[int, int]] = []
@@ -114,7 +114,7 @@ def _choose(
     in_tree = {tree.nodes[n].name: n for n in tree.queues_under(root)}
     pool = s.running()
     claimed = {v for c in s.claims.values() for v in c.victims}
-    cols = {col for col, _ in need}
+    short = {col for col, amount in need if amount > usage.available(q, col)}
     within_nominal = all(usage.usage[q][col] + amount <= tree.nodes[q].nominal[col] for col, amount in need)
     candidates: list[_Candidate] = []
     for key in sorted(pool.row_of):
@@ -128,9 +128,9 @@ def _choose(
         if charge is None or charge.cluster_queue not in in_tree:
             continue
         vq = in_tree[charge.cluster_queue]
-        if not any(tree.column.get((f, r)) in cols and a for f, r, a in charge.amounts):
-            continue  # frees nothing the job needs
-        if not _allowed(usage, job, victim, q=q, vq=vq, cols=cols, within_nominal=within_nominal, policy=policy):
+        if not any(tree.column.get((f, r)) in short and a for f, r, a in charge.amounts):
+            continue  # frees nothing the job is short of
+        if not _allowed(usage, job, victim, q=q, vq=vq, cols=short, within_nominal=within_nominal, policy=policy):
             continue
         candidates.append(_Candidate(job=victim, charge=charge, queue=vq))
     if not candidates or usage.fits(q, need):
