@@ -148,6 +148,9 @@ def test_queue_column_of_a_csv_trace(tmp_path: Path, files: dict[str, Path]) -> 
     rows = {r["job"] for r in map(json.loads, (out / "placements.jsonl").read_text().splitlines())}
     # Submitted in the LocalQueue's namespace, as the webhook would see them.
     assert rows == {"team-a/a1", "team-a/a2", "team-b/b1", "team-b/x1"}
+    again = tmp_path / "again"
+    _simulate(files, again, "--tenant-mix", "team-b=1", trace=trace)
+    assert (again / "results.json").read_bytes() == (out / "results.json").read_bytes()
 
 
 @pytest.mark.parametrize(
