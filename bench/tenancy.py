@@ -77,6 +77,8 @@ def run(trace: Trace, profile_name: str, *, queues: bool) -> tuple[ProfileRun, f
         queues=load_queues(QUEUES) if queues else None,
     )
     result.name = f"{profile_name}-queues" if queues else profile_name
+    for row in result.placements:
+        row["profile"] = result.name
     return result, time.process_time() - started
 
 
