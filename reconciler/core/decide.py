@@ -17,7 +17,7 @@ from reconciler.core import phases
 from reconciler.core.dispatch import dispatch, report_unschedulable, worth_a_look
 from reconciler.core.draft import Draft
 from reconciler.core.lifecycle import cluster_health, evict_claimed, expire_claims, handle_job
-from reconciler.core.queues.dispatch import dispatch_queues
+from reconciler.core.queues.dispatch import dispatch_queues, final_reasons
 from reconciler.core.scratch import Scratch
 from reconciler.core.state import State
 
@@ -66,6 +66,10 @@ def decide_pass(state: State) -> tuple[Scratch, list[Draft]]:
             if early and not worth_a_look(s, job):
                 continue
             candidates.append(Draft.of(job, capacity_only=True))
-    left = dispatch(s, candidates) if s.usage is None else dispatch_queues(s, candidates)
+    if s.usage is None:
+        left = dispatch(s, candidates)
+    else:
+        left = dispatch_queues(s, candidates)
+        final_reasons(s, left)
     report_unschedulable(s, left)
     return s, [*drafts.values(), *(d for d in candidates if d.capacity_only)]

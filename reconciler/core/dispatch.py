@@ -8,6 +8,8 @@ at the end of the pass, against the final capacity, and only when the summary ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from eventlog import events as ev
@@ -42,6 +44,7 @@ REQUEUED = "requeued"
 WAITING = "waiting"  # for the victims of its claim
 CLAIMED = "claimed"
 LEFT = "left"
+QUOTA = "quota"  # clusters would take it, its queue's quota does not (tenancy)
 
 
 def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
@@ -72,9 +75,11 @@ def attempt(
     failed_specs: set[tuple[bytes, int, str]],
     left: list[Draft],
     *,
-    flavors: dict[str, str] | None = None,
+    quota: Callable[[], dict[str, str] | None] | None = None,
 ) -> str:
-    """Place one job on clusters (or preempt for it); returns what became of it."""
+    """Place one job on clusters (or preempt for it); returns what became of it. With tenancy,
+    ``quota`` is asked once clusters are found: the flavors to charge, or None (``QUOTA``: not
+    nominated, its queue cannot admit it now)."""
     job = d.job
     profile = profile_for(s, job)
     if profile is None:
@@ -92,6 +97,9 @@ def attempt(
     claim = s.claims.get(job.key)
     chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim.cluster if claim else None)
     if chosen:
+        flavors = quota() if quota is not None else {}
+        if flavors is None:
+            return QUOTA
         deadline = round_deadline(profile.spec.strategy, now_ms=s.now, timeout_ms=profile.spec.round_timeout_ms)
         d.nominate(s, clusters=chosen, deadline_ms=deadline, flavors=flavors)
         return NOMINATED

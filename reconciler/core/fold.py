@@ -20,6 +20,7 @@ from reconciler.core import phases, transitions
 from reconciler.core.clusters import LOST, READY, REMOVED, ClusterRecord, taint_id
 from reconciler.core.framework.tolerations import eviction_delay_ms
 from reconciler.core.jobs import Claim, JobRecord, Report, gang_demand
+from reconciler.core.queues.admit import draining
 from reconciler.core.state import State, highest, lowest
 
 _placement_encoder = msgspec.json.Encoder(order="deterministic")
@@ -311,6 +312,11 @@ def _queues(state: State, e: ev.QueuesConfigured) -> None:
     state.install_queues(e)
     if was_on or state.tree is not None:
         state.help = True  # every waiting job is judged against the new queues
+    if state.tree is not None:  # admitted jobs of a queue now draining are evicted
+        for key in sorted(state.jobs):
+            job = state.jobs[key]
+            if job.phase in phases.CHARGED and draining(state.tree, job):
+                state.mark(key)
 
 
 # ---- decisions ---------------------------------------------------------------------------------

@@ -68,10 +68,21 @@ def hold_reason(tree: QueueTree, job: JobRecord, node: int) -> Wait | None:
         if lq is not None and lq.stop_policy != "None":
             return Wait(
                 key=f"Held: LocalQueue {lq.namespace}/{lq.name}",
-                message=f"LocalQueue {lq.namespace}/{lq.name} is stopped (stopPolicy {lq.stop_policy})",
+                message=f"LocalQueue {lq.namespace}/{lq.name} is stopped (stopPolicy {lq.stop_policy}): no new admissions",
                 quota=False,
             )
     return None
+
+
+def draining(tree: QueueTree, job: JobRecord) -> str:
+    """Why the job's queue evicts it (stopPolicy HoldAndDrain), or ""."""
+    node = queue_of(tree, job)
+    if not isinstance(node, int):
+        return ""
+    held = hold_reason(tree, job, node)
+    if held is None or "HoldAndDrain" not in held.message:
+        return ""
+    return held.message.replace("no new admissions", "draining what it admitted")
 
 
 def assign(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:

@@ -12,8 +12,19 @@ from __future__ import annotations
 
 from eventlog.events import ClusterQueueSpec, Resources
 from reconciler.core import phases
-from reconciler.core.dispatch import CLAIMED, LEFT, REQUEUED, WAITING, attempt, order_key, ready_to_try
+from reconciler.core.dispatch import (
+    CLAIMED,
+    LEFT,
+    QUOTA,
+    REQUEUED,
+    WAITING,
+    attempt,
+    order_key,
+    profile_for,
+    ready_to_try,
+)
 from reconciler.core.draft import Draft
+from reconciler.core.framework.cycle import evaluate
 from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.order import Tournament
 from reconciler.core.queues.victims import needed, preempt_for_quota
@@ -59,6 +70,21 @@ def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
     return left
 
 
+def final_reasons(s: Scratch, left: list[Draft]) -> None:
+    """Reasons are reported against the pass's final state: a job that waited for quota while
+    clusters would have taken it may since have lost those clusters to jobs after it (a decide
+    right after this batch would say so), so capacity comes first, as in ``_admit``."""
+    for d in left:
+        if d.queue_wait is None or not d.queue_wait.key.startswith("QuotaExceeded"):
+            continue
+        profile = profile_for(s, d.job)
+        if profile is None:
+            continue
+        evaluation = evaluate(profile, s.cycle_input(d.job), spec_key=d.job.spec_key)
+        if not len(evaluation.ranked):
+            d.queue_wait = None
+
+
 def _blocks(spec: ClusterQueueSpec | None, outcome: str) -> bool:
     """Under StrictFIFO a head that is not admitted (waits, or preempts) holds the line."""
     return spec is not None and spec.queueing_strategy == "StrictFIFO" and outcome in (LEFT, WAITING, CLAIMED)
@@ -83,14 +109,26 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
     held = hold_reason(s.usage.tree, job, q)
     if held is not None:
         return wait(s, d, held, left)
-    fit = _assign_around_claims(s, d, q)
-    if isinstance(fit, Wait):
-        if job.key in s.claims and not d.timed_out:
-            return WAITING  # its victims still hold the quota
-        if fit.quota and not d.timed_out and preempt_for_quota(s, d, q):
-            return CLAIMED
-        return wait(s, d, fit, left)
-    return attempt(s, d, failed, left, flavors=fit.flavors)
+    # Clusters first: a job no cluster can take now waits for capacity whatever its quota
+    # (reported as such), and only a job that would be placed may preempt for quota.
+    verdict: list[Wait] = []
+
+    def quota() -> dict[str, str] | None:
+        fit = _assign_around_claims(s, d, q)
+        if isinstance(fit, Wait):
+            verdict.append(fit)
+            return None
+        return fit.flavors
+
+    outcome = attempt(s, d, failed, left, quota=quota)
+    if outcome != QUOTA:
+        return outcome
+    why = verdict[0]
+    if job.key in s.claims and not d.timed_out:
+        return WAITING  # its victims still hold the quota
+    if why.quota and not d.timed_out and preempt_for_quota(s, d, q):
+        return CLAIMED
+    return wait(s, d, why, left)
 
 
 def _assign_around_claims(s: Scratch, d: Draft, q: int) -> Assignment | Wait:

@@ -1,17 +1,20 @@
 """Tenancy scenarios through fold/decide: three teams in a cohort, 8 GPUs of quota each, a fleet
-of 24 GPUs. Every step checks the fixpoint (the harness)."""
+of 32 GPUs (so quota, not capacity, is what runs out). Every step checks the fixpoint (the
+harness)."""
 
 from __future__ import annotations
 
+import msgspec
+
 from eventlog import events as ev
-from reconciler.core import explain, summary
+from reconciler.core import decide, dump_state, explain, load_state, summary
 from tests.reconciler.core.harness import Harness, of_type
 from tests.reconciler.core.tenancy import GPU, config, cq, gpu_cluster, team_job, three_teams, usage
 
 RECLAIM = ev.QueuePreemption(reclaim_within_cohort="Any", within_cluster_queue="LowerPriority")
 
 
-def world(queues: ev.QueuesConfigured, clusters: int = 3, gpu: int = 8) -> Harness:
+def world(queues: ev.QueuesConfigured, clusters: int = 4, gpu: int = 8) -> Harness:
     h = Harness()
     h.inputs(queues, *(gpu_cluster(f"c{i}", gpu) for i in range(clusters)))
     h.step()
@@ -157,3 +160,30 @@ def test_explain_and_summary_report_queue_facts() -> None:
     assert queues["team-a"]["borrowed"][f"default/{GPU}"] == 16
     assert queues["team-a"]["pending"] == 2 and queues["team-a"]["admitted"] == 24
     assert queues["team-b"]["admitted"] == 1
+
+
+def test_stop_policy_hold_and_drain_evicts_what_the_queue_admitted() -> None:
+    h = world(three_teams())
+    h.feed(team_job("team-a", "j0"), team_job("team-b", "b0"))
+    admit_all(h)
+    out = h.feed(three_teams(team_a={"stop": "HoldAndDrain"}))
+    assert [(type(d).__name__, d.job.key) for d in out if isinstance(d, ev.Withdrawn | ev.Requeued)] == [
+        ("Withdrawn", "team-a/j0"),
+        ("Requeued", "team-a/j0"),
+    ]
+    assert usage(h.state, "team-a") == 0 and usage(h.state, "team-b") == 1
+    assert "stopPolicy HoldAndDrain" in h.state.jobs["team-a/j0"].last_reason
+
+
+def test_hierarchical_cohorts_lend_across_branches_and_snapshots_keep_usage() -> None:
+    queues = config(cq("team-a"), cq("team-b"), cq("team-c", cohort="infra"))
+    queues = msgspec.structs.replace(
+        queues, cohorts=[ev.CohortSpec(name="research", parent="org"), ev.CohortSpec(name="infra", parent="org")]
+    )
+    h = world(queues)
+    h.feed(*(team_job("team-a", f"j{i:02}") for i in range(30)))
+    assert usage(h.state, "team-a") == 24  # team-b's 8 through research, team-c's 8 through org
+    restored = load_state(dump_state(h.state))
+    assert restored.usage is not None and h.state.usage is not None
+    assert restored.usage.usage == h.state.usage.usage
+    assert decide(restored) == []
