@@ -10,8 +10,10 @@ Definitions (docs/tenancy.md, "Fairness on a real trace"):
 - A queue's **share** at a moment is its dominant share: the largest, over resources, of what its
   running jobs hold divided by the fleet's capacity (the core's fair-share currency).
 - Its **demand** is the dominant share of its running jobs plus its waiting ones.
-- A moment is **contended** when at least two queues have jobs waiting: both want more than they
-  have, so the split between them is the scheduler's choice.
+- A moment is **contended** when a queue has jobs waiting while another queue has demand (jobs
+  running or waiting): what the other holds could be the waiting one's, so the split between
+  them is the scheduler's choice. (Two queues both waiting is not required: a queue kept waiting
+  while another runs on borrowed quota is the unfairness to catch.)
 - Its **entitled share** then is its part of what all queues hold together (the total used at
   that moment), split by weight among the queues with demand and capped by each one's demand, the
   rest going to the others (water-filling).
@@ -314,7 +316,7 @@ def fairness(rec: QueueRecorder, *, end_ms: int, buckets: int = SERIES_BUCKETS) 
         t0, t1 = seg.at_ms, min(nxt.at_ms, end_ms)
         used_total = sum(seg.used)
         ent = water_fill(used_total, weights, list(seg.demand))
-        is_contended = sum(seg.waiting) >= 2
+        is_contended = any(seg.waiting) and sum(1 for d in seg.demand if d > 0) >= 2
         for i in range(n):  # newly active queues, and whether they reached their share
             if idle[i] and seg.arrived[i]:
                 open_act[i] = {"queue": rec.names[i], "at_ms": t0, "others_waiting": sum(seg.waiting) >= 2}

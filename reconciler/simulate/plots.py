@@ -76,7 +76,7 @@ def queue_shares(runs: list[ProfileRun], path: Path) -> Path | None:
         hours = [p[0] / 3600 for p in points]
         width = hours[1] - hours[0] if len(hours) > 1 else 0.0
         for h, p in zip(hours, points, strict=True):
-            if p[-1] > 0:  # contended: at least two queues had jobs waiting (darker: longer)
+            if p[-1] > 0:  # contended (fairness.py): darker when longer
                 ax.axvspan(h, h + width, color="grey", alpha=0.4 * p[-1], linewidth=0)
         for i, name in enumerate(names):
             color = f"C{i}"
