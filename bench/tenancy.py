@@ -1,7 +1,7 @@
 """Fair share on a real trace: the Alibaba GPU 2023 trace, three teams, with and without queues.
 
 Runs one dispatch profile twice in one process on the same jobs, scaled so that the teams compete
-(``--capacity-scale``): once without queues, once with ``data/queues/alibaba-three-teams.yaml``
+(``--capacity-scale``): once without queues, once with ``deploy/examples/alibaba-three-teams.yaml``
 (research weight 2, product and ci weight 1, every job in a team by a hash of its name). The team
 ``ci`` joins late: its jobs submitted before ``--join-h`` hours are research's or product's, so
 the run shows a newly active queue taking its share. Prints the per-queue figures and the floors
@@ -42,7 +42,7 @@ from reconciler.simulate.tenants import assign_queues, find_local_queue, pick  #
 from reconciler.simulate.trace import Trace  # noqa: E402
 
 TRACE = ROOT / "data/traces/alibaba-gpu-v2023"
-QUEUES = ROOT / "data/queues/alibaba-three-teams.yaml"
+QUEUES = ROOT / "deploy/examples/alibaba-three-teams.yaml"
 LATE = "ci"
 
 JAIN_FLOOR = 0.95
