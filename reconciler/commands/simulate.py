@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="queue configuration (Kueue objects: a YAML file or directory), recorded at the start of each run",
     )
+    parser.add_argument(
+        "--tenant-mix",
+        metavar="Q=F,...",
+        help="with --queues: put trace jobs without a queue column in these LocalQueues (namespace/name, a "
+        "LocalQueue name or a namespace) in these proportions, by a hash of the job name (default: an even mix)",
+    )
 
 
 def _duration_ms(text: str) -> int:
@@ -136,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
     from reconciler.simulate.session import results_document, run_profile, write_outputs
     from reconciler.simulate.trace import TraceError
 
+    if args.tenant_mix is not None and args.queues is None:
+        print("kdispatch simulate: --tenant-mix splits the trace among the LocalQueues of --queues; give --queues PATH", file=sys.stderr)
+        return 2
     if args.save_logs and args.out is None:
         print("kdispatch simulate: --save-logs writes into the --out directory; give --out DIR", file=sys.stderr)
         return 2
@@ -152,6 +161,15 @@ def run(args: argparse.Namespace) -> int:
     except QueueConfigError as err:
         print(f"kdispatch simulate: invalid queue configuration: {err}", file=sys.stderr)
         return 2
+    if queues is not None:
+        from reconciler.simulate.tenants import TenantError, assign_queues, parse_mix
+
+        try:
+            mix = parse_mix(args.tenant_mix, queues) if args.tenant_mix is not None else None
+            trace = assign_queues(trace, queues, mix)
+        except TenantError as err:
+            print(f"kdispatch simulate: {err}", file=sys.stderr)
+            return 2
     try:
         if capacity_scale != 1.0:
             trace = scale_capacity(trace, capacity_scale)
@@ -218,6 +236,11 @@ def run(args: argparse.Namespace) -> int:
     print(outcomes_table(doc["profiles"]))
     print()
     print(class_table(doc["profiles"]))
+    if queues is not None:
+        from reconciler.simulate.fairness import queues_table
+
+        print()
+        print(queues_table(doc["profiles"]))
     for line in _goal_lines(doc["profiles"], doc["baseline"]):
         print(line)
     if args.out is not None:

@@ -1,7 +1,9 @@
 """PNG plots of a simulation (matplotlib, Agg backend: no display needed).
 
 - ``wait_cdf.png``: the wait-time CDF of every profile (log x axis, waits of 0 drawn at 0.1 s);
-- ``gpu_utilization.png``: GPU utilization over time per profile.
+- ``gpu_utilization.png``: GPU utilization over time per profile;
+- ``queue_shares.png`` (with ``--queues``): each queue's dominant share over time, and its
+  entitled share dashed, contended periods shaded, one panel per profile.
 Each title says what was run (trace, jobs, capacity and time scale), so a plot read on its own
 is not mistaken for another run's. PNG metadata carries no date, so identical runs give
 identical files.
@@ -111,10 +113,41 @@ def utilization(runs: list[ProfileRun], path: Path, *, caption: str = "") -> Pat
     return path
 
 
+def queue_shares(runs: list[ProfileRun], path: Path) -> Path | None:
+    panels = [r for r in runs if r.results.get("queue_share_series", {}).get("points")]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.5 * len(panels)), squeeze=False)
+    for ax, run in zip(axes[:, 0], panels, strict=True):
+        series = run.results["queue_share_series"]
+        names, points = series["queues"], series["points"]
+        hours = [p[0] / 3600 for p in points]
+        width = hours[1] - hours[0] if len(hours) > 1 else 0.0
+        for h, p in zip(hours, points, strict=True):
+            if p[-1] > 0:  # contended (fairness.py): darker when longer
+                ax.axvspan(h, h + width, color="grey", alpha=0.4 * p[-1], linewidth=0)
+        for i, name in enumerate(names):
+            color = f"C{i}"
+            ax.plot(hours, [p[1 + i] * 100 for p in points], color=color, label=name)
+            ax.plot(hours, [p[1 + len(names) + i] * 100 for p in points], color=color, linestyle="--", alpha=0.6)
+        ax.set_ylabel("dominant share (%)")
+        jain = run.results.get("jain_index")
+        ax.set_title(f"{run.name}: share per queue (dashed: entitled; grey: contended), Jain index {jain if jain is not None else '-'}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right")
+    axes[-1, 0].set_xlabel("time since first submission (h)")
+    fig.tight_layout()
+    fig.savefig(path, metadata=_META)
+    plt.close(fig)
+    return path
+
+
 def write_plots(out: Path, runs: list[ProfileRun], *, doc: dict[str, Any] | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     caption = run_caption(doc) if doc is not None else ""
-    return [
+    written = [
         wait_cdf(runs, out / "wait_cdf.png", caption=caption),
         utilization(runs, out / "gpu_utilization.png", caption=caption),
     ]
+    shares = queue_shares(runs, out / "queue_shares.png")
+    return written + ([shares] if shares is not None else [])

@@ -185,6 +185,8 @@ class VirtualRun:
             priority_class=job.priority_class,
             placement=placement,
             runtime_ms=job.runtime_ms,
+            queue=job.queue,
+            cluster_queue=job.cluster_queue,
         )
 
     # ------------------------------------------------------------------ the sequencer's part

@@ -14,6 +14,7 @@ from typing import Any
 
 from eventlog import events as ev
 from reconciler.simulate.estimates import StartEstimates, sampling_stride
+from reconciler.simulate.fairness import QueueRecorder, queue_results
 from reconciler.simulate.logfile import JsonlWriter
 from reconciler.simulate.metrics import placement_rows, profile_results
 from reconciler.simulate.profiles import BASELINE, PolicyDefaults, label, policy_for
@@ -37,6 +38,7 @@ class ProfileRun:
     results: dict[str, Any]
     placements: list[dict[str, Any]]
     recorder: Recorder
+    queues: QueueRecorder | None = None  # with --queues
 
 
 def run_profile(
@@ -55,6 +57,11 @@ def run_profile(
     recorder = Recorder(gpu_resource=trace.gpu_resource)
     estimates = StartEstimates(every=sampling_stride(len(trace.jobs))) if start_estimates else None
     observers: list[Observer] = [recorder] + ([estimates] if estimates is not None else [])
+    queue_recorder = None
+    if queues is not None:
+        names = sorted({r for c in trace.clusters for r in c.capacity})
+        queue_recorder = QueueRecorder(capacity={r: trace.total_capacity(r) for r in names})
+        observers.append(queue_recorder)
     writer = JsonlWriter(log_path) if log_path is not None else None
     if writer is not None:
         observers.append(writer)
@@ -89,11 +96,15 @@ def run_profile(
     results["batches"] = run.batches
     if estimates is not None:
         results["start_estimate"] = estimates.results()
+    if queue_recorder is not None:
+        ends = [r.finished_ms for r in recorder.jobs.values() if r.finished_ms is not None]
+        results.update(queue_results(queue_recorder, end_ms=max(ends) if ends else recorder.last_ms))
     return ProfileRun(
         name=profile.name,
         results=results,
         placements=placement_rows(recorder, profile=profile.name, origin_ms=EPOCH_MS),
         recorder=recorder,
+        queues=queue_recorder,
     )
 
 

@@ -30,14 +30,20 @@ class TraceJob(Struct, frozen=True, kw_only=True):
     delete_ms: int | None = None
     kind: str = "Job"
     api_version: str = "batch/v1"
+    # Tenancy (``--queues``): the trace's own team column, if it has one, and where
+    # ``simulate.tenants`` put the job: its namespace, LocalQueue and that queue's ClusterQueue.
+    tenant: str | None = None
+    namespace: str = SIM_NAMESPACE
+    queue: str | None = None
+    cluster_queue: str | None = None
 
     @property
     def uid(self) -> str:
         return f"uid-{self.name}"
 
-    def ref(self, *, namespace: str = SIM_NAMESPACE) -> JobRef:
+    def ref(self) -> JobRef:
         return JobRef(
-            namespace=namespace, name=self.name, uid=self.uid, api_version=self.api_version, kind=self.kind
+            namespace=self.namespace, name=self.name, uid=self.uid, api_version=self.api_version, kind=self.kind
         )
 
     def total(self, resource: str) -> int:

@@ -41,7 +41,7 @@ def test_the_estimate_at_submission_uses_what_the_log_taught_so_far() -> None:
         gpu_resource=GPU,
     )
     profile = next(p for p in default_profiles() if p.name == "topk-1")
-    run = run_profile(trace, profile=profile, settings=PolicyDefaults(), core=CoreApi.real())
+    run = run_profile(trace, profile=profile, settings=PolicyDefaults(), core=CoreApi.real(), start_estimates=True)
     assert run.results["start_estimate"] == {
         "median_abs_error_s": 50.0,
         "p90_abs_error_s": 1700.0,

@@ -5,7 +5,8 @@ Header row required; column order free. Required: ``job, submit_s, runtime_s``. 
 (per pod, ``nvidia.com/gpu``), ``priority`` (0), ``priority_class`` (``default``), ``pod_set``
 (``main``; several rows with one job name and different pod sets make one gang), ``selector``
 (``k=v;k2=v2``), ``tolerations`` (``key=value:Effect;key:Effect``), ``delete_s`` (the user
-deletes the job then), ``kind`` (``Job``). Seconds may be fractional.
+deletes the job then), ``kind`` (``Job``), ``queue`` (the team, for ``--queues``: a LocalQueue
+as ``namespace/name``, a LocalQueue name, or a namespace). Seconds may be fractional.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ OPTIONAL = (
     "tolerations",
     "delete_s",
     "kind",
+    "queue",
 )
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -122,6 +124,7 @@ def _job(first: _Row, pod_sets: list[PodSet]) -> TraceJob:
         ),
         delete_ms=first.ms("delete_s") if delete else None,
         kind=first.text("kind", "Job"),
+        tenant=first.text("queue") or None,
     )
 
 
