@@ -33,7 +33,7 @@ from aiohttp import web
 
 from eventlog import events as ev
 from reconciler import core
-from reconciler.config import Config
+from reconciler.config import Config, ConfigError
 from reconciler.edge.logging import get_logger
 from reconciler.service.child import Supervised
 from reconciler.service.clusters.actuator import Actuator
@@ -47,7 +47,7 @@ from reconciler.service.clusters.visibility import StatusReporter
 from reconciler.service.leader import run_candidate
 from reconciler.service.loop import LeaderLoop, LoopSettings
 from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
-from reconciler.service.web import ViewSource, add_routes
+from reconciler.service.web import KubeAccess, ViewSource, add_routes
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -180,6 +180,7 @@ class System:
     clusters: Clusters | None = None
     webhook: Supervised | None = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    access: KubeAccess | None = None  # who may read the API and the page (None: anyone)
     _metrics_server: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -189,7 +190,9 @@ class System:
                 self.metrics,
                 port=port,
                 ready=lambda: self.log.nc.is_connected,
-                routes=lambda app: add_routes(app, ViewSource(state=self.leading_state, reader=self.log.reader)),
+                routes=lambda app: add_routes(
+                    app, ViewSource(state=self.leading_state, reader=self.log.reader), self.access
+                ),
             )
             log.info("metrics_listening", port=port, page=f"http://127.0.0.1:{self.http_port}/")
         self._spawn(
@@ -272,6 +275,16 @@ async def build(
             instance=settings.loop.leader_id,
             watch_queues=settings.watch_queues,
         )
+    access = None
+    if config.web.authorization == "kubernetes":
+        if clusters is None or clusters.configured.manager_api is None:
+            if clusters is not None:
+                await clusters.configured.close()
+            raise ConfigError(
+                "web.authorization: 'kubernetes' asks the manager cluster's API who may read what; "
+                "this server has none (configure manager:, and do not pass --no-actuator) — or set 'none'"
+            )
+        access = KubeAccess(clusters.configured.manager_api, ttl_s=config.web.cache_ttl_ms / 1000)
     webhook = None
     if settings.webhook_argv is not None:
         webhook = Supervised("webhook", list(settings.webhook_argv), on_restart=metrics.webhook_restarts.inc)
@@ -283,6 +296,7 @@ async def build(
         stopping=stop if stop is not None else asyncio.Event(),
         clusters=clusters,
         webhook=webhook,
+        access=access,
     )
 
 
