@@ -48,6 +48,7 @@ from reconciler.service.leader import run_candidate
 from reconciler.service.loop import LeaderLoop, LoopSettings
 from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
 from reconciler.service.web import KubeAccess, ViewSource, add_routes
+from reconciler.service.web.access import Reviews
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -277,14 +278,16 @@ async def build(
         )
     access = None
     if config.web.authorization == "kubernetes":
-        if clusters is None or clusters.configured.manager_api is None:
-            if clusters is not None:
+        reviews: Reviews = _NoManagerApi()  # --no-actuator: fail closed (503), never open
+        if clusters is not None:
+            if clusters.configured.manager_api is None:
                 await clusters.configured.close()
-            raise ConfigError(
-                "web.authorization: 'kubernetes' asks the manager cluster's API who may read what; "
-                "this server has none (configure manager:, and do not pass --no-actuator) — or set 'none'"
-            )
-        access = KubeAccess(clusters.configured.manager_api, ttl_s=config.web.cache_ttl_ms / 1000)
+                raise ConfigError(
+                    "web.authorization: 'kubernetes' asks the manager cluster's API who may read "
+                    "what; this config has no manager cluster (only simulated ones): set 'none'"
+                )
+            reviews = clusters.configured.manager_api
+        access = KubeAccess(reviews, ttl_s=config.web.cache_ttl_ms / 1000)
     webhook = None
     if settings.webhook_argv is not None:
         webhook = Supervised("webhook", list(settings.webhook_argv), on_restart=metrics.webhook_restarts.inc)
@@ -298,6 +301,11 @@ async def build(
         webhook=webhook,
         access=access,
     )
+
+
+class _NoManagerApi:
+    async def review(self, group: str, version: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("serve --no-actuator does not connect to the manager cluster")
 
 
 @asynccontextmanager
