@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import faulthandler
 import json
 import random
 import signal
@@ -45,6 +46,20 @@ def _stamp() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _clear_requests(obj: Any, seen: set[int]) -> None:
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    requests = getattr(obj, "_requests", None)
+    if isinstance(requests, list):
+        requests.clear()
+    for attr in ("_payloads", "_source", "fallback"):
+        child = getattr(obj, attr, None)
+        for item in child if isinstance(child, list) else [child]:
+            if item is not None and not isinstance(item, (str, bytes, int, float)):
+                _clear_requests(item, seen)
+
+
 class World:
     def __init__(self, workers: int, *, seed: int, runtime_s: tuple[float, float], node_cpus: int) -> None:
         self.seed = seed
@@ -68,6 +83,16 @@ class World:
                         "status": {"allocatable": {"cpu": str(self.node_cpus), "memory": "256Gi", "pods": "500"}},
                     },
                 )
+
+    async def forget_requests(self) -> None:
+        """kmock keeps every request it served and routes each new one by scanning them (it is
+        made for tests that assert on them): over minutes that is quadratic, and the servers
+        stall. Nothing here asserts on past requests, so they are dropped every few seconds.
+        kmock has no public call for this; its lists are cleared in place."""
+        while True:
+            await asyncio.sleep(2.0)
+            for srv in (self.manager, *self.workers.values()):
+                _clear_requests(srv.emulator, set())
 
     def runtime(self, uid: str) -> float:
         lo, hi = self.runtime_s
@@ -115,15 +140,30 @@ class World:
             self.manager.emulator.put(*JOBS, obj)
             return web.json_response({"ok": True}, status=201)
 
+        closing: dict[str, asyncio.Task[None]] = {}
+
         async def silence(request: web.Request) -> web.Response:
-            await self.workers[request.match_info["name"]].kill()
+            # The listener goes at once; the server's shutdown may wait for its open requests
+            # (the reconcilers' connections), so it is not awaited here.
+            name = request.match_info["name"]
+            closing[name] = asyncio.create_task(self.workers[name].kill())
+            await asyncio.sleep(0)
             return web.json_response({"ok": True})
 
         async def restore(request: web.Request) -> web.Response:
-            srv = self.workers[request.match_info["name"]]
-            if srv.server is None:
-                await srv.start()
-            return web.json_response({"ok": True})
+            # Not after the old server's shutdown (it may still be draining the connections it
+            # had): its listener is closed already, the port can be bound again.
+            name = request.match_info["name"]
+            srv = self.workers[name]
+            for _ in range(50):
+                if srv.server is not None:
+                    break
+                try:
+                    await srv.start()
+                except OSError:  # the port not released yet
+                    srv.server = None
+                    await asyncio.sleep(0.2)
+            return web.json_response({"ok": srv.server is not None}, status=200 if srv.server else 503)
 
         async def copies(_request: web.Request) -> web.Response:
             return web.json_response(self.copies())
@@ -158,14 +198,17 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     ctl = asyncio.create_task(world.controllers())
+    trim = asyncio.create_task(world.forget_requests())
     await stop.wait()
     ctl.cancel()
+    trim.cancel()
     await runner.cleanup()
     for srv in (world.manager, *world.workers.values()):
         await srv.kill()
 
 
 def main() -> None:
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: where it is (its log), to debug a stall
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dir", required=True)
     p.add_argument("--workers", type=int, default=3)
