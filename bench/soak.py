@@ -4,7 +4,7 @@
 
 Started here, each its own process: a 3-node NATS cluster (embedded nats-servers, R3 streams),
 the webhook (``python -m webhook``, HTTPS), two reconcilers (``kdispatch serve`` x2 on the same
-config), and bench/soakworld.py: the manager cluster's API stand-in and three worker clusters
+config), and tests/soak/world.py: the manager cluster's API stand-in and three worker clusters
 (kmock API servers) whose Job "controllers" run each copy for a few seconds. Jobs enter as the
 API server would send them: AdmissionReviews over HTTPS to ``/mutate`` then ``/validate``; an
 allowed job is stored on the manager, where the reconcilers' manager watcher sees it (and
@@ -273,7 +273,7 @@ class Load:
             key = "denied" if "denied" in text else text.split(":", 2)[1].strip()[:40] if ":" in text else text[:40]
             self.tally.errors[f"{kind}: {key}"] += 1
             return
-        except (aiohttp.ClientError, OSError, TimeoutError, asyncio.TimeoutError) as err:
+        except (aiohttp.ClientError, OSError, TimeoutError) as err:
             self.tally.errors[f"{kind}: {type(err).__name__}"] += 1
             return
         obj = admitted.obj
@@ -541,7 +541,7 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
 
     nats = await asyncio.to_thread(three_nats, root)
     nats_url = ",".join(n.url for n in nats)
-    world = Proc("world", [sys.executable, str(REPO / "bench" / "soakworld.py"), "--dir", str(root), "--seed", str(args.seed)], logs)
+    world = Proc("world", [sys.executable, str(REPO / "tests" / "soak" / "world.py"), "--dir", str(root), "--seed", str(args.seed)], logs)
     world.start()
     procs: list[Proc] = [world]
     try:
@@ -603,19 +603,26 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
             order: list[str] = []
             next_fault = started + args.warmup
             last_fault_by = started + duration_s - args.quiet_end
+            injecting: list[asyncio.Task[None]] = []
+
+            async def inject(kind: str) -> None:
+                try:
+                    run.faults.append(await run.inject(kind, load))
+                except Exception as err:  # the injection itself failed: say so, go on
+                    say("fault", kind, "could not be injected:", repr(err))
+                    run.failed_injections[kind] += 1
+
+            # On the schedule, not one after the other: a long fault (a worker silent past its
+            # lost timeout) overlaps the next ones, as faults do.
             while time.monotonic() < started + duration_s:
                 if time.monotonic() >= next_fault and time.monotonic() < last_fault_by:
                     if not order:
                         order = list(KINDS)
                         rng.shuffle(order)
-                    kind = order.pop(0)
-                    try:
-                        run.faults.append(await run.inject(kind, load))
-                    except Exception as err:  # the injection itself failed: say so, go on
-                        say("fault", kind, "could not be injected:", repr(err))
-                        run.failed_injections[kind] += 1
-                    next_fault = time.monotonic() + args.fault_every
+                    injecting.append(asyncio.create_task(inject(order.pop(0))))
+                    next_fault += args.fault_every
                 await asyncio.sleep(0.2)
+            await asyncio.gather(*injecting)  # the load goes on until the last fault is over
             stop_load.set()
             await steady
             await sampling

@@ -11,7 +11,7 @@ Control (HTTP on 127.0.0.1, for the soak driver):
   POST /restore/NAME      ... and comes back on the same port with them
   GET  /copies            {job uid: [[worker, attempt, running], ...]} of every copy now
 
-    python bench/soakworld.py --dir DIR --workers 3 --seed 1
+    python tests/soak/world.py --dir DIR --workers 3 --seed 1
 writes DIR/world.json ({"manager": URL, "workers": {NAME: URL}, "control": URL}) once serving.
 """
 
@@ -31,10 +31,10 @@ from typing import Any
 
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.reconciler.clusters.conftest import ApiServer, serve_jobs  # noqa: E402
-from tests.reconciler.clusters.kubeapi import KubeApiEmulator  # noqa: E402
+from tests.reconciler.clusters.conftest import ApiServer, serve_jobs
+from tests.reconciler.clusters.kubeapi import KubeApiEmulator
 
 JOBS = ("batch", "v1", "jobs")
 NODES = ("", "v1", "nodes")

@@ -17,9 +17,11 @@ from kubernetes_asyncio import client
 
 from eventlog import events as ev
 from eventlog.memory import MemoryLog
+from reconciler.config import ConfigError, decode_config
 from reconciler.service.clusters.api import KubeApi
 from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 from reconciler.service.web import KubeAccess, ViewSource
+from reconciler.service.wiring import Settings, build
 from tests.reconciler.clusters.conftest import ApiServer
 from tests.reconciler.clusters.kubeapi import KubeApiEmulator
 
@@ -170,3 +172,16 @@ async def test_decisions_are_cached_and_a_silent_manager_api_is_503_not_allowed(
     assert code == 200  # still within the cache's time
     code, doc, _ = await get(served.base, "/api/v1/jobs", token="bob-token")
     assert code == 503 and "cannot check access" in doc["error"]
+
+
+async def test_kubernetes_authorization_needs_a_manager_cluster() -> None:
+    """A config with only simulated clusters has no manager API to ask: start-up says so."""
+    config = decode_config(
+        {
+            "web": {"authorization": "kubernetes"},
+            "clusters": [{"name": "sim", "simulated": {"capacity": {"cpu": "8"}}}],
+        }
+    )
+    settings = Settings(loop=LoopSettings(leader_id="t", policy=POLICY))
+    with pytest.raises(ConfigError, match=r"web.authorization: 'kubernetes'.*no manager cluster.*set 'none'"):
+        await build(MemoryLog(), config, settings)  # type: ignore[arg-type]
