@@ -682,7 +682,11 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
     print(f"load held           {held:.2f} jobs/s accepted (asked {args.rate:g}/s steady + bursts); {finished} finished")
     print(f"reviews             {tally.sent} sent, {len(tally.accepted)} accepted, refused/failed: {dict(tally.errors) or 0}")
     print(f"submissions         by source {dict(by_source)}; backfill settled in {settled_in if settled_in is None else round(settled_in, 1)} s")
-    print(f"bad reviews         answers by HTTP status {dict(sorted(tally.bad_status.items()))} (0: connection closed)")
+    five = sum(n for code, n in tally.bad_status.items() if code >= 500)
+    print(
+        f"bad reviews         answers by HTTP status {dict(sorted(tally.bad_status.items()))} (0: connection closed)"
+        + (f"; {five} answered 5xx where the documented answer is 400 with the reason" if five else "")
+    )
     kinds = Counter(f.kind for f in run.faults)
     print(f"faults survived     {len(run.faults)}: {dict(sorted(kinds.items()))}")
     worst: tuple[Fault, float] | None = None
