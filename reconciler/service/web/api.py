@@ -204,7 +204,7 @@ def add_api_routes(app: web.Application, source: ViewSource, access: KubeAccess 
             timeline, truncated = await _timeline(source.reader, key, from_seq=row.submitted_seq, until_seq=board.seq)
             if user is not None:
                 # Preemptions name other jobs (preemptor, victims): those of namespaces this user
-                # may not read are shown as "a job in namespace N" only.
+                # may not read are shown as `NS/(hidden)`: the namespace, not the name.
                 keys = board.by_key.keys()
                 named = _namespaces([explanation, timeline], keys) - {namespace}
                 hidden = named - (await readable(user, named) or set())

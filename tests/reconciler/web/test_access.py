@@ -185,3 +185,33 @@ async def test_kubernetes_authorization_needs_a_manager_cluster() -> None:
     settings = Settings(loop=LoopSettings(leader_id="t", policy=POLICY))
     with pytest.raises(ConfigError, match=r"web.authorization: 'kubernetes'.*no manager cluster.*set 'none'"):
         await build(MemoryLog(), config, settings)  # type: ignore[arg-type]
+
+
+def test_other_jobs_named_in_a_shown_job_are_hidden_by_namespace() -> None:
+    """A preemption names its preemptor and victims: those of unreadable namespaces keep their
+    namespace and lose their name, in the fields, the one-line text and the explanation."""
+    from reconciler.service.web.api import _namespaces, _redact, _redact_row
+    from reconciler.view import TimelineRow
+
+    keys = {"team-a/x", "team-b/secret-name"}
+    row = TimelineRow(
+        seq=1,
+        at_ms=0,
+        type="PreemptionClaimed",
+        decision=True,
+        text="preemptor=team-a/x victims=[team-b/secret-name]",
+        fields={
+            "preemptor": {"namespace": "team-a", "name": "x", "uid": "u1"},
+            "victims": [{"namespace": "team-b", "name": "secret-name", "uid": "u2"}],
+        },
+    )
+    explanation = {"claims": ["team-b/secret-name", "team-a/x"], "resource": "nvidia.com/gpu"}
+    assert _namespaces([row, explanation], keys) == {"team-a", "team-b"}
+    shown = _redact_row(row, {"team-b"}, keys)
+    assert shown.fields["victims"] == [{"namespace": "team-b", "name": "(hidden)"}]
+    assert shown.fields["preemptor"]["name"] == "x"
+    assert "secret-name" not in shown.text and "team-b" in shown.text
+    assert _redact(explanation, {"team-b"}, keys) == {
+        "claims": ["team-b/(hidden)", "team-a/x"],
+        "resource": "nvidia.com/gpu",  # not a job key: untouched
+    }
