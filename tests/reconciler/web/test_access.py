@@ -215,3 +215,19 @@ def test_other_jobs_named_in_a_shown_job_are_hidden_by_namespace() -> None:
         "claims": ["team-b/(hidden)", "team-a/x"],
         "resource": "nvidia.com/gpu",  # not a job key: untouched
     }
+
+
+async def test_the_page_asks_for_a_token_and_shows_only_that_users_jobs(served: Setup) -> None:
+    """In headless Chromium: the page answers 401 with a sign-in form; alice's token (kept in the
+    tab's sessionStorage) shows team-a's jobs, not team-b's."""
+    from .browser import page
+
+    async with page() as tab:
+        await tab.goto(served.base + "/#/jobs")
+        await tab.locator("form.login #token").wait_for()
+        await tab.fill("#token", "alice-token")
+        await tab.locator("form.login button").click()
+        await tab.locator('table.jobs tr[data-job="team-a/a-0"]').wait_for()
+        keys = await tab.locator("table.jobs tr[data-job]").evaluate_all("rows => rows.map(r => r.dataset.job)")
+        assert sorted(keys) == ["team-a/a-0", "team-a/a-1"]
+        assert await tab.evaluate("sessionStorage.getItem('kdispatch-token')") == "alice-token"
