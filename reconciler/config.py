@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import types
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 import yaml
@@ -140,18 +140,29 @@ class ManagerConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="ca
     gc_interval_ms: Ms = field(default=30_000, name="gcInterval")
 
 
+class WebConfig(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """Who may read the API and the page (docs/api.md, "Access"). ``none``: anyone who reaches
+    the port (the demo, loopback); ``kubernetes``: a bearer token, checked with the manager's
+    TokenReview, sees only the namespaces whose Jobs its user may list (SubjectAccessReview)."""
+
+    authorization: Literal["none", "kubernetes"] = "none"
+    # how long a token's user and a (user, namespace) verdict are reused
+    cache_ttl_ms: Ms = field(default=10_000, name="cacheTtl")
+
+
 class Config(Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     nats: NatsConfig = field(default_factory=NatsConfig)
     data_dir: str = ".kdispatch"
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     clusters: list[ClusterConfig] = field(default_factory=list)
     manager: ManagerConfig | None = None
+    web: WebConfig = field(default_factory=WebConfig)
     # The queue configuration (Kueue objects, a file or a directory; docs/tenancy.md), as
     # ``serve --queues`` gives it (which wins). Read by ``eventlog.kube.kueue`` at start-up.
     queues: str | None = None
 
 
-CONFIG_FILE = "a kdispatch config file: a YAML mapping of nats:, dataDir:, policy:, clusters:, manager:, queues:"
+CONFIG_FILE = "a kdispatch config file: a YAML mapping of nats:, dataDir:, policy:, clusters:, manager:, web:, queues:"
 
 
 def load_config(path: str | Path | None) -> Config:

@@ -33,7 +33,7 @@ from aiohttp import web
 
 from eventlog import events as ev
 from reconciler import core
-from reconciler.config import Config
+from reconciler.config import Config, ConfigError
 from reconciler.edge.logging import get_logger
 from reconciler.forecast import DEFAULT_LIMIT as DEFAULT_FORECAST_LIMIT
 from reconciler.service.child import Supervised
@@ -50,7 +50,8 @@ from reconciler.service.forecasts import Forecasts
 from reconciler.service.leader import run_candidate
 from reconciler.service.loop import LeaderLoop, LoopSettings
 from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
-from reconciler.service.web import ViewSource, add_routes
+from reconciler.service.web import KubeAccess, ViewSource, add_routes
+from reconciler.service.web.access import Reviews
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -191,6 +192,7 @@ class System:
     webhook: Supervised | None = None
     forecasts: Forecasts | None = None
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    access: KubeAccess | None = None  # who may read the API and the page (None: anyone)
     _metrics_server: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -207,6 +209,7 @@ class System:
                         reader=self.log.reader,
                         forecast=self.forecasts.current if self.forecasts is not None else None,
                     ),
+                    self.access,
                 ),
             )
             log.info("metrics_listening", port=port, page=f"http://127.0.0.1:{self.http_port}/")
@@ -303,6 +306,18 @@ async def build(
         )
         if clusters is not None and clusters.status is not None:
             clusters.status.forecast = forecasts.current
+    access = None
+    if config.web.authorization == "kubernetes":
+        reviews: Reviews = _NoManagerApi()  # --no-actuator: fail closed (503), never open
+        if clusters is not None:
+            if clusters.configured.manager_api is None:
+                await clusters.configured.close()
+                raise ConfigError(
+                    "web.authorization: 'kubernetes' asks the manager cluster's API who may read "
+                    "what; this config has no manager cluster (only simulated ones): set 'none'"
+                )
+            reviews = clusters.configured.manager_api
+        access = KubeAccess(reviews, ttl_s=config.web.cache_ttl_ms / 1000)
     webhook = None
     if settings.webhook_argv is not None:
         webhook = Supervised("webhook", list(settings.webhook_argv), on_restart=metrics.webhook_restarts.inc)
@@ -315,7 +330,13 @@ async def build(
         clusters=clusters,
         webhook=webhook,
         forecasts=forecasts,
+        access=access,
     )
+
+
+class _NoManagerApi:
+    async def review(self, group: str, version: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("serve --no-actuator does not connect to the manager cluster")
 
 
 @asynccontextmanager

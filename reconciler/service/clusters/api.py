@@ -140,6 +140,12 @@ class KubeApi:
         result: dict[str, Any] = await self._call(group, plural, "patch", coro)
         return result
 
+    async def review(self, group: str, version: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a review (TokenReview, SubjectAccessReview): the answer is the object's status."""
+        coro = self._custom.create_cluster_custom_object(group, version, plural, body)
+        result: dict[str, Any] = await self._call(group, plural, "create", coro)
+        return result
+
     async def patch_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any]:

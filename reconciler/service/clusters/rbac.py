@@ -31,6 +31,10 @@ _CALLS: list[ApiCall] = [
     *(("manager", KUEUE_GROUP, plural, verb) for plural in KUEUE_KINDS.values() for verb in ("list", "watch")),
     ("manager", "", "namespaces", "list"),
     ("manager", "", "namespaces", "watch"),
+    # Who may read the web page and API (``web.authorization: kubernetes``; service/web/access.py):
+    # the bearer token's user, then may that user list Jobs in a namespace.
+    ("manager", "authentication.k8s.io", "tokenreviews", "create"),
+    ("manager", "authorization.k8s.io", "subjectaccessreviews", "create"),
     *(("worker", k.group, k.plural, verb) for k in SUPPORTED_KINDS for verb in _WORKER_JOB_VERBS),
     ("worker", "kueue.x-k8s.io", "workloads", "list"),
     ("worker", "kueue.x-k8s.io", "workloads", "watch"),

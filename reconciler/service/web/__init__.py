@@ -5,13 +5,14 @@ tests on the recorded fixture)."""
 
 from aiohttp import web
 
+from reconciler.service.web.access import KubeAccess
 from reconciler.service.web.api import ViewSource, add_api_routes
 from reconciler.service.web.page import add_page_routes
 
-__all__ = ["ViewSource", "add_api_routes", "add_page_routes", "add_routes"]
+__all__ = ["KubeAccess", "ViewSource", "add_api_routes", "add_page_routes", "add_routes"]
 
 
-def add_routes(app: web.Application, source: ViewSource) -> None:
-    """The API and the page on one aiohttp application."""
-    add_api_routes(app, source)
+def add_routes(app: web.Application, source: ViewSource, access: KubeAccess | None = None) -> None:
+    """The API and the page on one aiohttp application (``access``: api.add_api_routes)."""
+    add_api_routes(app, source, access)
     add_page_routes(app)

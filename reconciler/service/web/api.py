@@ -15,9 +15,9 @@ import binascii
 import difflib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -26,6 +26,9 @@ from eventlog.store import LogReader
 from reconciler import core, view
 from reconciler.core import phases
 from reconciler.forecast import Forecast
+from reconciler.service.web.access import KubeAccess, ReviewFailed, User, bearer
+
+T = TypeVar("T")
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -102,10 +105,34 @@ _NO_STORE = {"Cache-Control": "no-store"}
 
 
 def _error(err: ApiError) -> web.Response:
-    return _json({"error": str(err), **err.extra}, status=err.status)
+    resp = _json({"error": str(err), **err.extra}, status=err.status)
+    if err.status == 401:
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="kdispatch"'
+    return resp
 
 
-def add_api_routes(app: web.Application, source: ViewSource) -> None:
+def add_api_routes(app: web.Application, source: ViewSource, access: KubeAccess | None = None) -> None:
+    """``access`` None: everyone sees everything (the demo). Else every request needs a bearer
+    token; queue and cluster rows (counts, no names) are shown to any authenticated user, jobs
+    only in the namespaces whose Jobs the user may list."""
+
+    async def viewer(request: web.Request) -> User | None:
+        if access is None:
+            return None
+        token = bearer(request.headers.get("Authorization"))
+        if token is None:
+            raise ApiError(401, "authorization: no bearer token (send `Authorization: Bearer TOKEN`, a Kubernetes token of the manager cluster)")
+        user = await _checked(access.user(token))
+        if user is None:
+            raise ApiError(401, "authorization: the manager cluster does not accept this token (expired or not one of its tokens)")
+        return user
+
+    async def readable(user: User | None, namespaces: set[str]) -> set[str] | None:
+        """None: no restriction."""
+        if access is None or user is None:
+            return None
+        return await _checked(access.readable(user, namespaces))
+
     def current() -> tuple[core.State, Board]:
         state = source.state()
         if state is None:
@@ -115,15 +142,17 @@ def add_api_routes(app: web.Application, source: ViewSource) -> None:
     def envelope(board: Board, **doc: Any) -> dict[str, Any]:
         return {"seq": board.seq, "at_ms": board.at_ms, **doc}
 
-    async def queues(_request: web.Request) -> web.Response:
+    async def queues(request: web.Request) -> web.Response:
         try:
+            await viewer(request)
             _, board = current()
         except ApiError as err:
             return _error(err)
         return _json(envelope(board, items=board.queues))
 
-    async def clusters(_request: web.Request) -> web.Response:
+    async def clusters(request: web.Request) -> web.Response:
         try:
+            await viewer(request)
             _, board = current()
         except ApiError as err:
             return _error(err)
@@ -131,6 +160,7 @@ def add_api_routes(app: web.Application, source: ViewSource) -> None:
 
     async def jobs(request: web.Request) -> web.Response:
         try:
+            user = await viewer(request)
             _, board = current()
             query = request.query
             limit = _limit(query.get("limit"))
@@ -140,9 +170,16 @@ def add_api_routes(app: web.Application, source: ViewSource) -> None:
             known = [q.name for q in board.queues]
             if queue is not None and queue not in known:
                 raise ApiError(404, f"queue: no queue {queue!r}" + _did_you_mean(queue, known), queues=known)
+            allowed = await readable(user, {r.namespace for r in board.jobs})
         except ApiError as err:
             return _error(err)
-        rows = [r for r in board.jobs if (queue is None or r.queue == queue) and (phase is None or r.phase == phase)]
+        rows = [
+            r
+            for r in board.jobs
+            if (queue is None or r.queue == queue)
+            and (phase is None or r.phase == phase)
+            and (allowed is None or r.namespace in allowed)
+        ]
         total = len(rows)
         if after is not None:
             rows = [r for r in rows if _order(r) > after]
@@ -151,18 +188,34 @@ def add_api_routes(app: web.Application, source: ViewSource) -> None:
         return _json(envelope(board, items=page, total=total, **{"continue": token}))
 
     async def job(request: web.Request) -> web.Response:
-        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        namespace = request.match_info["namespace"]
+        key = f"{namespace}/{request.match_info['name']}"
         try:
+            user = await viewer(request)
+            # Before looking the job up: whether a job exists in a namespace is not for everyone.
+            if user is not None and namespace not in (await readable(user, {namespace}) or set()):
+                raise ApiError(403, f"forbidden: {user.name} may not list jobs in namespace {namespace!r}")
             state, board = current()
             row = board.by_key.get(key)
             if row is None:
-                raise ApiError(404, f"no job {key} (up to log seq {board.seq})" + _did_you_mean(key, list(board.by_key)))
+                known = list(board.by_key)
+                if user is not None:  # suggest only names this user may see
+                    known = [k for k in known if k.startswith(namespace + "/")]
+                raise ApiError(404, f"no job {key} (up to log seq {board.seq})" + _did_you_mean(key, known))
+            # The explanation is of the state now (its own ``seq``); the row may be up to
+            # ``refresh_s`` older on a busy leader.
+            explanation = view.explanation(state, key)
+            timeline, truncated = await _timeline(source.reader, key, from_seq=row.submitted_seq, until_seq=board.seq)
+            if user is not None:
+                # Preemptions name other jobs (preemptor, victims): those of namespaces this user
+                # may not read are shown as `NS/(hidden)`: the namespace, not the name.
+                keys = board.by_key.keys()
+                named = _namespaces([explanation, timeline], keys) - {namespace}
+                hidden = named - (await readable(user, named) or set())
+                explanation = _redact(explanation, hidden, keys)
+                timeline = [_redact_row(t, hidden, keys) for t in timeline]
         except ApiError as err:
             return _error(err)
-        # The explanation is of the state now (its own ``seq``); the row may be up to
-        # ``refresh_s`` older on a busy leader.
-        explanation = view.explanation(state, key)
-        timeline, truncated = await _timeline(source.reader, key, from_seq=row.submitted_seq, until_seq=board.seq)
         return _json(
             envelope(board, job=row, explanation=explanation, timeline=timeline, timeline_truncated=truncated)
         )
@@ -172,6 +225,57 @@ def add_api_routes(app: web.Application, source: ViewSource) -> None:
     app.router.add_get("/api/v1/jobs", jobs)
     # A name is the rest of the path: names come from users, and a slash must not make a 404.
     app.router.add_get("/api/v1/jobs/{namespace}/{name:.+}", job)
+
+
+async def _checked(review: Awaitable[T]) -> T:
+    try:
+        return await review
+    except ReviewFailed as err:
+        raise ApiError(503, str(err)) from None
+
+
+def _namespaces(doc: Any, keys: Container[str]) -> set[str]:
+    """Namespaces of the job references anywhere in ``doc``: ``{"namespace", "name", ...}``
+    objects, and strings that are the key of a job (``ns/name``)."""
+    out: set[str] = set()
+    if isinstance(doc, msgspec.Struct):
+        doc = msgspec.to_builtins(doc)
+    if isinstance(doc, dict):
+        if isinstance(doc.get("namespace"), str) and "name" in doc:
+            out.add(doc["namespace"])
+        for value in doc.values():
+            out |= _namespaces(value, keys)
+    elif isinstance(doc, list):
+        for value in doc:
+            out |= _namespaces(value, keys)
+    elif isinstance(doc, str) and doc in keys:
+        out.add(doc.split("/", 1)[0])
+    return out
+
+
+HIDDEN_NAME = "(hidden)"
+
+
+def _redact(doc: Any, hidden: set[str], keys: Container[str]) -> Any:
+    if not hidden:
+        return doc
+    if isinstance(doc, dict):
+        if doc.get("namespace") in hidden and "name" in doc:
+            return {"namespace": doc["namespace"], "name": HIDDEN_NAME}
+        return {k: _redact(v, hidden, keys) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_redact(v, hidden, keys) for v in doc]
+    if isinstance(doc, str) and doc in keys and doc.split("/", 1)[0] in hidden:
+        return f"{doc.split('/', 1)[0]}/{HIDDEN_NAME}"
+    return doc
+
+
+def _redact_row(row: view.TimelineRow, hidden: set[str], keys: Container[str]) -> view.TimelineRow:
+    fields = _redact(row.fields, hidden, keys)
+    if fields == row.fields:
+        return row
+    text = " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in fields.items())
+    return msgspec.structs.replace(row, fields=fields, text=text)
 
 
 async def _timeline(

@@ -65,11 +65,36 @@ function bar(label, used, total, resource, cls) {
   return el("div", { class: "bar", title: label + ": " + num }, el("span", {}, label), el("div", { class: "track" }, fill), el("span", { class: "num" }, num));
 }
 
+// With web.authorization: kubernetes the API wants a bearer token (a Kubernetes token of the
+// manager cluster, e.g. `kubectl create token NAME`). It is kept in sessionStorage: this tab
+// only, gone when it closes; sent only to this origin.
+const TOKEN_KEY = "kdispatch-token";
+
+class NeedToken extends Error {}
+
 async function api(path) {
-  const resp = await fetch(path, { headers: { Accept: "application/json" } });
+  const headers = { Accept: "application/json" };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = "Bearer " + token;
+  const resp = await fetch(path, { headers });
   const doc = await resp.json().catch(() => ({ error: resp.status + " " + resp.statusText }));
+  if (resp.status === 401) throw new NeedToken(doc.error || resp.statusText);
   if (!resp.ok) throw new Error(doc.error || resp.statusText);
   return doc;
+}
+
+function loginForm(message) {
+  const input = el("input", { type: "password", id: "token", autocomplete: "off", placeholder: "bearer token", size: 60 });
+  const form = el("form", { class: "card login", onsubmit: (e) => {
+    e.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    refresh();
+  } },
+    el("h3", {}, "sign in"),
+    el("p", { class: "muted" }, message),
+    el("p", { class: "muted" }, "A token of the manager cluster (kubectl create token SERVICEACCOUNT, or your own): you see the jobs of the namespaces where you may list Jobs. Kept in this tab only."),
+    input, el("button", { type: "submit" }, "show"));
+  return form;
 }
 
 // ---- overview: queues, clusters, jobs -----------------------------------------------------
@@ -250,7 +275,10 @@ async function refresh() {
     live.classList.remove("stale");
   } catch (err) {
     live.classList.add("stale");
-    main.replaceChildren(el("div", { class: "error" }, String(err.message || err)));
+    if (err instanceof NeedToken) {
+      // Not redrawn while the form is up: polling must not wipe what is being typed.
+      if (!document.getElementById("token")) main.replaceChildren(loginForm(String(err.message)));
+    } else main.replaceChildren(el("div", { class: "error" }, String(err.message || err)));
   } finally {
     drawing = false;
   }

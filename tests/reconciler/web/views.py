@@ -17,7 +17,7 @@ from reconciler import core
 from reconciler.history.replay import replay
 from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
 from reconciler.service.metrics import ReconcilerMetrics, start_metrics_server
-from reconciler.service.web import ViewSource, add_routes
+from reconciler.service.web import KubeAccess, ViewSource, add_routes
 
 from ..shell.scenario import CLUSTERS, POLICY, submission
 
@@ -35,10 +35,10 @@ async def fixture_source(until_seq: int = MIDWAY) -> ViewSource:
 
 
 @asynccontextmanager
-async def http(source: ViewSource) -> AsyncIterator[str]:
+async def http(source: ViewSource, *, access: KubeAccess | None = None) -> AsyncIterator[str]:
     """The reconciler's HTTP server on a free port, with the API and the page: its base URL."""
     runner = await start_metrics_server(
-        ReconcilerMetrics(), host="127.0.0.1", port=0, routes=lambda app: add_routes(app, source)
+        ReconcilerMetrics(), host="127.0.0.1", port=0, routes=lambda app: add_routes(app, source, access)
     )
     try:
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
