@@ -111,7 +111,9 @@ async def open_client(
     last_error: list[Exception] = []
 
     async def _on_error(err: Exception) -> None:
-        last_error[:] = [err]
+        # An authorization refusal says more than the connection reset that follows it: keep it.
+        if not (last_error and "Authorization" in str(last_error[0]) and "Authorization" not in str(err)):
+            last_error[:] = [err]
         client.note_error(err)
         log.warning("nats_error", url=url, error=str(err) or type(err).__name__)
 
