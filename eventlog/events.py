@@ -426,6 +426,8 @@ class Nominated(Event, frozen=True, kw_only=True):
     attempt: int
     round: int = 0
     deadline_ms: int | None = None  # the round times out at this sequencing time
+    # Tenancy: resource -> ResourceFlavor the job's quota is charged to (empty without tenancy).
+    flavors: dict[str, str] = field(default_factory=dict)
 
 
 class Placed(Event, frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ from reconciler.core import phases
 from reconciler.core.dispatch import dispatch, report_unschedulable, worth_a_look
 from reconciler.core.draft import Draft
 from reconciler.core.lifecycle import cluster_health, evict_claimed, expire_claims, handle_job
+from reconciler.core.queues.dispatch import dispatch_queues, final_reasons
 from reconciler.core.scratch import Scratch
 from reconciler.core.state import State
 
@@ -47,7 +48,14 @@ def decide_pass(state: State) -> tuple[Scratch, list[Draft]]:
     # Capacity came free (or may, when a preemptor's claim turns into its nomination), or new
     # jobs run that could be preempted: waiting jobs get another look. Dispatch skips, cheaply,
     # those that cannot fit where capacity came free and cannot preempt the newcomers.
-    if s.help or s.freed or s.claims or s.unclaimed is not None or s.victims_below() is not None:
+    if (
+        s.help
+        or s.freed
+        or s.claims
+        or s.unclaimed is not None
+        or s.victims_below() is not None
+        or s.quota_freed
+    ):
         # With no claim that could turn into a nomination mid-pass, capacity only shrinks while
         # dispatching, so the cheap check can run up front instead of at each job's turn.
         early = not s.help and not s.claims
@@ -58,6 +66,10 @@ def decide_pass(state: State) -> tuple[Scratch, list[Draft]]:
             if early and not worth_a_look(s, job):
                 continue
             candidates.append(Draft.of(job, capacity_only=True))
-    left = dispatch(s, candidates)
+    if s.usage is None:
+        left = dispatch(s, candidates)
+    else:
+        left = dispatch_queues(s, candidates)
+        final_reasons(s, left)
     report_unschedulable(s, left)
     return s, [*drafts.values(), *(d for d in candidates if d.capacity_only)]

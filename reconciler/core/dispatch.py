@@ -8,6 +8,8 @@ at the end of the pass, against the final capacity, and only when the summary ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from eventlog import events as ev
@@ -23,7 +25,8 @@ from reconciler.core.framework.cycle import (
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
-from reconciler.core.preemption import select_victims
+from reconciler.core.preemption import Choice, select_victims
+from reconciler.core.queues.admit import queue_of
 from reconciler.core.scratch import Scratch, job_view
 from reconciler.core.strategies import round_deadline, width
 
@@ -36,49 +39,82 @@ def profile_for(s: Scratch, job: JobRecord) -> CompiledProfile | None:
     return s.state.profiles.get(job.placement.profile)
 
 
+NOMINATED = "nominated"
+REQUEUED = "requeued"
+WAITING = "waiting"  # for the victims of its claim
+CLAIMED = "claimed"
+LEFT = "left"
+QUOTA = "quota"  # clusters would take it, its queue's quota does not (tenancy)
+
+
 def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
-    """Nominate or preempt for each draft; returns the ones left unschedulable."""
+    """Nominate or preempt for each draft; returns the ones left unschedulable. (With tenancy,
+    ``queues.dispatch`` orders the jobs instead and calls ``attempt`` for each.)"""
     left: list[Draft] = []
     failed_specs: set[tuple[bytes, int, str]] = set()
     for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
-        job = d.job
-        if job.suspended or d.phase not in (*phases.WAITING, phases.QUEUED):
-            continue
-        if d.not_before_ms is not None and s.now < d.not_before_ms:
-            continue
-        profile = profile_for(s, job)
-        if d.capacity_only and not worth_a_look(s, job):
-            continue  # nothing it could use came free and no new victims: its last verdict stands
-        if profile is None:
-            left.append(d)
-            continue
-        # Identical jobs that already failed in this pass fail again (capacity only shrinks while
-        # dispatching), unless a claim or earlier rounds make this one different.
-        memo = (job.spec_key, job.priority, profile.name)
-        if memo in failed_specs and not d.tried and job.key not in s.claims and not d.timed_out:
-            left.append(d)
-            continue
-        inp = s.cycle_input(job)
-        evaluation = evaluate(profile, inp, spec_key=job.spec_key)
-        table = s.state.clusters
-        claim = s.claims.get(job.key)
-        chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim.cluster if claim else None)
-        if chosen:
-            deadline = round_deadline(profile.spec.strategy, now_ms=s.now, timeout_ms=profile.spec.round_timeout_ms)
-            d.nominate(s, clusters=chosen, deadline_ms=deadline)
-            continue
-        if len(evaluation.ranked) or d.timed_out:  # every feasible cluster was tried: start over later
-            d.requeue(s, reason="AdmissionTimeout", cluster=None, backoff=True, message="no cluster admitted the job")
-            continue
-        if claim is not None:
-            continue  # waiting for its victims to leave
-        if job.placement.preemption_policy == "PreemptLowerPriority" and len(table):
-            full = evaluate(profile, inp, spec_key=job.spec_key, scores=False, full=True)
-            if _preempt(s, d, evaluation=full):
-                continue
-        failed_specs.add(memo)
-        left.append(d)
+        if ready_to_try(s, d):
+            attempt(s, d, failed_specs, left)
     return left
+
+
+def ready_to_try(s: Scratch, d: Draft) -> bool:
+    job = d.job
+    if job.suspended or d.phase not in (*phases.WAITING, phases.QUEUED):
+        return False
+    if d.not_before_ms is not None and s.now < d.not_before_ms:
+        return False
+    # Only here because capacity came free: nothing it could use came free and no new victims,
+    # so its last verdict stands.
+    return not (d.capacity_only and not worth_a_look(s, job))
+
+
+def attempt(
+    s: Scratch,
+    d: Draft,
+    failed_specs: set[tuple[bytes, int, str]],
+    left: list[Draft],
+    *,
+    quota: Callable[[], dict[str, str] | None] | None = None,
+) -> str:
+    """Place one job on clusters (or preempt for it); returns what became of it. With tenancy,
+    ``quota`` is asked once clusters are found: the flavors to charge, or None (``QUOTA``: not
+    nominated, its queue cannot admit it now)."""
+    job = d.job
+    profile = profile_for(s, job)
+    if profile is None:
+        left.append(d)
+        return LEFT
+    # Identical jobs that already failed in this pass fail again (capacity only shrinks while
+    # dispatching), unless a claim or earlier rounds make this one different.
+    memo = (job.spec_key, job.priority, profile.name)
+    if memo in failed_specs and not d.tried and job.key not in s.claims and not d.timed_out:
+        left.append(d)
+        return LEFT
+    inp = s.cycle_input(job)
+    evaluation = evaluate(profile, inp, spec_key=job.spec_key)
+    table = s.state.clusters
+    claim = s.claims.get(job.key)
+    chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim.cluster if claim else None)
+    if chosen:
+        flavors = quota() if quota is not None else {}
+        if flavors is None:
+            return QUOTA
+        deadline = round_deadline(profile.spec.strategy, now_ms=s.now, timeout_ms=profile.spec.round_timeout_ms)
+        d.nominate(s, clusters=chosen, deadline_ms=deadline, flavors=flavors)
+        return NOMINATED
+    if len(evaluation.ranked) or d.timed_out:  # every feasible cluster was tried: start over later
+        d.requeue(s, reason="AdmissionTimeout", cluster=None, backoff=True, message="no cluster admitted the job")
+        return REQUEUED
+    if claim is not None:
+        return WAITING
+    if job.placement.preemption_policy == "PreemptLowerPriority" and len(table):
+        full = evaluate(profile, inp, spec_key=job.spec_key, scores=False, full=True)
+        if _preempt(s, d, evaluation=full):
+            return CLAIMED
+    failed_specs.add(memo)
+    left.append(d)
+    return LEFT
 
 
 def worth_a_look(s: Scratch, job: JobRecord) -> bool:
@@ -88,7 +124,27 @@ def worth_a_look(s: Scratch, job: JobRecord) -> bool:
         return False
     if s.help or (s.unclaimed is not None and job.priority <= s.unclaimed):
         return True
+    if s.usage is not None and _quota_news(s, job):
+        return True
     return _may_preempt(s, job) or could_fit(s, job, profile)
+
+
+def _quota_news(s: Scratch, job: JobRecord) -> bool:
+    """Tenancy: quota came free in the job's cohort tree, or jobs were placed that its queue
+    may preempt for quota."""
+    assert s.usage is not None
+    tree = s.usage.tree
+    node = queue_of(tree, job)
+    if not isinstance(node, int):
+        return False
+    root = tree.root_of(node)
+    if tree.nodes[root].name in s.quota_freed:
+        return True
+    spec = tree.nodes[node].spec
+    if s.victims_below() is None or spec is None:
+        return False
+    p = spec.preemption
+    return p.within_cluster_queue != "Never" or p.reclaim_within_cohort != "Never" or p.borrow_within_cohort != "Never"
 
 
 def _may_preempt(s: Scratch, job: JobRecord) -> bool:
@@ -140,10 +196,15 @@ def _choose(
 
 
 def _preempt(s: Scratch, d: Draft, *, evaluation: Evaluation) -> bool:
-    job = d.job
-    choice = select_victims(s, job, evaluation=evaluation)
+    choice = select_victims(s, d.job, evaluation=evaluation)
     if choice is None:
         return False
+    claim_for(s, d, choice)
+    return True
+
+
+def claim_for(s: Scratch, d: Draft, choice: Choice) -> None:
+    job = d.job
     state = s.state
     victims = [state.jobs[k] for k in choice.victims]
     expires = s.now + state.claim_ttl_ms
@@ -165,9 +226,8 @@ def _preempt(s: Scratch, d: Draft, *, evaluation: Evaluation) -> bool:
         priority=job.priority,
         claim=dict(job.demand),
     )
-    for victim in victims:
-        s.emit(evict_event(victim, preemptor=job, cluster=choice.cluster))
-    return True
+    for victim in victims:  # a quota victim may run elsewhere than where the preemptor goes
+        s.emit(evict_event(victim, preemptor=job, cluster=victim.cluster or choice.cluster))
 
 
 def report_unschedulable(s: Scratch, drafts: list[Draft]) -> None:
@@ -177,6 +237,12 @@ def report_unschedulable(s: Scratch, drafts: list[Draft]) -> None:
     for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
         job = d.job
         profile = profile_for(s, job)
+        if d.queue_wait is not None:
+            counts = {d.queue_wait.key: int(table.present.sum())}
+            if not d.requeued and job.phase == phases.UNSCHEDULABLE and job.unschedulable == counts:
+                continue
+            d.unschedulable(s, reasons=counts, message=d.queue_wait.message)
+            continue
         if profile is None:
             name = job.placement.profile
             error = s.state.profile_errors.get(name, f"profile {name!r} is not defined")

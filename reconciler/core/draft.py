@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from eventlog import events as ev
 from reconciler.core import phases, transitions
 from reconciler.core.jobs import Copy, JobRecord, find_copy
+from reconciler.core.queues.admit import Wait
 from reconciler.core.scratch import Scratch
 
 
@@ -37,6 +38,7 @@ class Draft:
     # Only here because capacity came free somewhere: skip it unless it could fit there.
     capacity_only: bool = False
     notes: list[str] = field(default_factory=list)
+    queue_wait: Wait | None = None  # tenancy: why its queue does not admit it in this pass
 
     @staticmethod
     def of(job: JobRecord, *, capacity_only: bool = False) -> Draft:
@@ -100,11 +102,20 @@ class Draft:
     def finish(self, s: Scratch, *, cluster: str, attempt: int, succeeded: bool) -> None:
         self._apply(s, ev.Finished(job=self.job.ref, cluster=cluster, attempt=attempt, succeeded=succeeded))
 
-    def nominate(self, s: Scratch, *, clusters: list[str], deadline_ms: int | None) -> None:
+    def nominate(
+        self, s: Scratch, *, clusters: list[str], deadline_ms: int | None, flavors: dict[str, str] | None = None
+    ) -> None:
         round_ = self.round + 1 if self.timed_out else self.round
         self._apply(
             s,
-            ev.Nominated(job=self.job.ref, clusters=clusters, attempt=self.attempt, round=round_, deadline_ms=deadline_ms),
+            ev.Nominated(
+                job=self.job.ref,
+                clusters=clusters,
+                attempt=self.attempt,
+                round=round_,
+                deadline_ms=deadline_ms,
+                flavors=flavors or {},
+            ),
         )
 
     def unschedulable(self, s: Scratch, *, reasons: dict[str, int], message: str) -> None:
@@ -149,6 +160,11 @@ class _Books:
 
     def set_phase(self, job: Draft, phase: str) -> None:
         job.phase = phase
+        if phase not in phases.CHARGED:
+            self.s.release_quota(job.job)
+
+    def charge(self, job: Draft, flavors: dict[str, str]) -> None:
+        self.s.charge_quota(job.job, flavors)
 
     def started(self, job: Draft, cluster: str) -> None:
         s = self.s

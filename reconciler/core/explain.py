@@ -15,6 +15,7 @@ import numpy as np
 from msgspec import Struct, field
 
 from reconciler.core.framework.cycle import evaluate, rejection_summary, summary_message
+from reconciler.core.queues.facts import QueueFacts, queue_facts
 from reconciler.core.scratch import Scratch
 from reconciler.core.state import State
 
@@ -54,6 +55,7 @@ class JobExplanation(Struct, frozen=True, kw_only=True, omit_defaults=True):
     summary: str = ""
     clusters: list[ClusterVerdict] = field(default_factory=list)
     claims: list[str] = field(default_factory=list)  # human lines about preemption involving the job
+    queue: QueueFacts | None = None  # tenancy: its ClusterQueue, quota, share, position
 
 
 class UnknownJob(KeyError):
@@ -76,6 +78,7 @@ def explain(state: State, job_key: str) -> JobExplanation:
         nominated=list(job.nominated),
         reason=job.last_reason,
         claims=_claim_lines(state, job_key),
+        queue=queue_facts(state, job),
     )
     if profile is None:
         error = state.profile_errors.get(job.placement.profile, f"profile {job.placement.profile!r} is not defined")

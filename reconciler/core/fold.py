@@ -20,6 +20,7 @@ from reconciler.core import phases, transitions
 from reconciler.core.clusters import LOST, READY, REMOVED, ClusterRecord, taint_id
 from reconciler.core.framework.tolerations import eviction_delay_ms
 from reconciler.core.jobs import Claim, JobRecord, Report, gang_demand
+from reconciler.core.queues.admit import draining
 from reconciler.core.state import State, highest, lowest
 
 _placement_encoder = msgspec.json.Encoder(order="deterministic")
@@ -55,6 +56,8 @@ def _batch_opens(state: State) -> None:
     state.open_freed = list(state.freed)
     state.open_placed_low = state.placed_low
     state.open_unclaimed = state.unclaimed
+    state.open_quota_freed = list(state.quota_freed)
+    state.quota_freed = {}
     state.help = False  # help raised by this batch's own decisions must survive its close
     state.freed = {}
     state.placed_low = None
@@ -75,6 +78,7 @@ def _batch_closes(state: State) -> None:
     state.open_freed = []
     state.open_placed_low = None
     state.open_unclaimed = None
+    state.open_quota_freed = []
 
 
 def _batch_cut_short(state: State) -> None:
@@ -85,10 +89,13 @@ def _batch_cut_short(state: State) -> None:
         state.freed[cluster] = None
     state.placed_low = lowest(state.placed_low, state.open_placed_low)
     state.unclaimed = highest(state.unclaimed, state.open_unclaimed)
+    for root in state.open_quota_freed:
+        state.quota_freed[root] = None
     state.open_batch = None
     state.open_freed = []
     state.open_placed_low = None
     state.open_unclaimed = None
+    state.open_quota_freed = []
 
 
 def _fire_timers(state: State) -> None:
@@ -130,9 +137,12 @@ def _submitted(state: State, e: ev.JobSubmitted) -> None:
         submitted_at_ms=state.now_ms,
         suspended=e.suspended,
         runtime_ms=e.runtime_ms,
+        queue=e.queue,
+        cluster_queue=e.cluster_queue,
     )
     job.priority = state.resolve_priority(job)
     if old is not None:
+        state.release(old)
         state.pool.remove(old.ref.key)
         state.waiting.pop(old.key, None)
     state.jobs[job.key] = job
@@ -161,6 +171,8 @@ def _updated(state: State, e: ev.JobUpdated) -> None:
         job.spec_key = _spec_key(job.placement, job.demand)
         for c in counted:
             state.count(job, c)
+        if job.charge is not None:  # the quota it holds follows its demand, in the same flavors
+            state.charge(job, job.charge.flavors)
         job.spec_changed = True
         state.help = True
     if e.priority is not None:
@@ -293,6 +305,18 @@ def _policy_changed(state: State) -> None:
         job.priority = state.resolve_priority(job)
         state.pool.set_priority(key, job.priority)
     state.help = True
+
+
+def _queues(state: State, e: ev.QueuesConfigured) -> None:
+    was_on = state.tree is not None
+    state.install_queues(e)
+    if was_on or state.tree is not None:
+        state.help = True  # every waiting job is judged against the new queues
+    if state.tree is not None:  # admitted jobs of a queue now draining are evicted
+        for key in sorted(state.jobs):
+            job = state.jobs[key]
+            if job.phase in phases.CHARGED and draining(state.tree, job):
+                state.mark(key)
 
 
 # ---- decisions ---------------------------------------------------------------------------------
@@ -430,6 +454,7 @@ _HANDLERS: dict[type, Callable[[State, Any], None]] = {
     ev.RemoteFinished: _report("finished"),
     ev.RemoteGone: _report("gone"),
     ev.PolicyLoaded: _policy,
+    ev.QueuesConfigured: _queues,
     ev.Nominated: _nominated,
     ev.Placed: _placed,
     ev.Withdrawn: _withdrawn,

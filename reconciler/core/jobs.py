@@ -44,6 +44,18 @@ class Claim(Struct, kw_only=True):
         return False
 
 
+class Charge(Struct, kw_only=True):
+    """The quota a job holds (tenancy): charged once from its nomination until it is released,
+    kept on the record so the release is exactly what was charged."""
+
+    cluster_queue: str
+    amounts: list[tuple[str, str, int]] = field(default_factory=list)  # (flavor, resource, amount)
+
+    @property
+    def flavors(self) -> dict[str, str]:
+        return {resource: flavor for flavor, resource, _ in self.amounts}
+
+
 class JobRecord(Struct, kw_only=True):
     ref: JobRef
     pod_sets: list[PodSet]
@@ -76,6 +88,11 @@ class JobRecord(Struct, kw_only=True):
     evicting_for: str | None = None  # preemptor key while an Evict is outstanding
     succeeded: bool | None = None
     runtime_ms: int | None = None
+    # Tenancy: the LocalQueue named on the job and the ClusterQueue the webhook resolved (None in
+    # logs without tenancy), and the quota the job holds while nominated or placed.
+    queue: str | None = None
+    cluster_queue: str | None = None
+    charge: Charge | None = None
 
     @property
     def key(self) -> str:

@@ -18,6 +18,7 @@ from reconciler.core.framework.cycle import run_filter
 from reconciler.core.framework.interface import CycleInput
 from reconciler.core.framework.tolerations import eviction_delay_ms
 from reconciler.core.jobs import JobRecord
+from reconciler.core.queues.admit import draining
 from reconciler.core.scratch import Scratch, job_view
 from reconciler.core.state import State
 
@@ -101,6 +102,7 @@ def handle_job(s: Scratch, job: JobRecord) -> Draft:
         _half_done(s, d)
         _clusters_gone(s, d)
         _suspension(s, d)
+        _drain(s, d)
         _admission(s, d)
         _placed_checks(s, d)
         _round_timeout(s, d)
@@ -153,6 +155,7 @@ def _half_done(s: Scratch, d: Draft) -> None:
     elif d.phase == phases.NOMINATED and not d.nominated and d.admitted_on is None:
         d.timed_out = True
         d.phase = phases.QUEUED
+        s.release_quota(d.job)  # re-nominated or requeued in this pass, either way let go
 
 
 def _clusters_gone(s: Scratch, d: Draft) -> None:
@@ -179,6 +182,21 @@ def _suspension(s: Scratch, d: Draft) -> None:
     if d.cluster is not None:
         d.withdraw(s, cluster=d.cluster, attempt=d.attempt, reason="suspended on the manager")
     d.requeue(s, reason="Suspended", cluster=None, backoff=False, message="suspended on the manager")
+
+
+def _drain(s: Scratch, d: Draft) -> None:
+    """Tenancy: a ClusterQueue (or LocalQueue) with stopPolicy HoldAndDrain evicts what it
+    admitted; the jobs wait, held, until the policy is lifted."""
+    if s.usage is None or d.phase not in phases.CHARGED:
+        return
+    why = draining(s.usage.tree, d.job)
+    if not why:
+        return
+    for cluster in list(d.nominated):
+        d.withdraw(s, cluster=cluster, attempt=d.attempt, reason=why)
+    if d.cluster is not None:
+        d.withdraw(s, cluster=d.cluster, attempt=d.attempt, reason=why)
+    d.requeue(s, reason="Evicted", cluster=None, backoff=False, message=why)
 
 
 def _admission(s: Scratch, d: Draft) -> None:
@@ -254,6 +272,7 @@ def _round_timeout(s: Scratch, d: Draft) -> None:
         d.withdraw(s, cluster=cluster, attempt=d.attempt, reason="AdmissionTimeout: not admitted within the round")
     d.timed_out = True
     d.phase = phases.QUEUED
+    s.release_quota(d.job)  # re-nominated or requeued in this pass, either way let go
 
 
 def _reconcile_copies(s: Scratch, d: Draft) -> None:

@@ -11,6 +11,7 @@ UNSCHEDULABLE = "Unschedulable"
 ALL = (QUEUED, SUSPENDED, NOMINATED, PLACED, UNSCHEDULABLE, FINISHED, DELETED)
 TERMINAL = (FINISHED, DELETED)
 WAITING = (QUEUED, UNSCHEDULABLE)  # waiting to be dispatched (Suspended waits for the user)
+CHARGED = (NOMINATED, PLACED)  # holding its queue's quota (tenancy)
 
 # Copy states (one remote copy = job uid x cluster x attempt).
 COPY_NOMINATED = "nominated"  # we asked for it to be created

@@ -15,9 +15,11 @@ from eventlog import events as ev
 from eventlog.events import Resources
 from reconciler.core.clusters import LOST, READY, REMOVED, Mask
 from reconciler.core.framework.interface import CycleInput, JobView
-from reconciler.core.jobs import Claim, JobRecord
+from reconciler.core.jobs import Charge, Claim, JobRecord
 from reconciler.core.pool import RunningPool
-from reconciler.core.state import State
+from reconciler.core.queues.admit import queue_of
+from reconciler.core.queues.usage import Usage
+from reconciler.core.state import State, charge_for
 
 
 @dataclass
@@ -35,6 +37,11 @@ class Scratch:
     freed: set[int] = field(default_factory=set)  # clusters whose free capacity grew (slots)
     unclaimed: int | None = None  # claims released to jobs at or below this priority
     placed_low: int | None = None  # as fold will have it: every Placed of this pass counts
+    # Tenancy: quota usage as fold will have it, the charges this pass changed, and the roots
+    # whose usage dropped (their waiting jobs get another look).
+    usage: Usage | None = None
+    charges: dict[str, Charge | None] = field(default_factory=dict)
+    quota_freed: set[str] = field(default_factory=set)
     _holds: dict[str, tuple[int, npt.NDArray[np.int64]]] = field(default_factory=dict)
     _pool: tuple[int, RunningPool] | None = None
 
@@ -54,7 +61,35 @@ class Scratch:
             freed={table.index[c] for c in state.freed if c in table.index},
             unclaimed=state.unclaimed,
             placed_low=state.placed_low,
+            usage=state.usage.copy() if state.usage is not None else None,
+            quota_freed=set(state.quota_freed),
         )
+
+    # ---- tenancy: the same charges and releases as State's, on the pass's copy -----------------
+
+    def charge_of(self, job: JobRecord) -> Charge | None:
+        return self.charges.get(job.key, job.charge)
+
+    def charge_quota(self, job: JobRecord, flavors: dict[str, str]) -> None:
+        self.release_quota(job)
+        if self.usage is None:
+            return
+        tree = self.usage.tree
+        node = queue_of(tree, job)
+        if not isinstance(node, int):
+            return
+        charge = charge_for(tree.nodes[node].name, job.demand, flavors)
+        self.charges[job.key] = charge
+        self.usage.apply(charge, +1)
+
+    def release_quota(self, job: JobRecord) -> None:
+        charge = self.charge_of(job)
+        if charge is None:
+            return
+        self.charges[job.key] = None
+        if self.usage is not None and self.usage.apply(charge, -1):
+            tree = self.usage.tree
+            self.quota_freed.add(tree.nodes[tree.root_of(tree.queue[charge.cluster_queue])].name)
 
     def victims_below(self) -> int | None:
         """Lowest priority among jobs placed since the last batch, this pass included (even if

@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import Struct
 
-from eventlog.events import PolicyLoaded
+from eventlog.events import PolicyLoaded, QueuesConfigured
 from reconciler.core import phases
 from reconciler.core.clusters import ClusterRecord
 from reconciler.core.framework.registry import Registry
@@ -42,6 +42,9 @@ class Snapshot(Struct, kw_only=True):
     open_placed_low: int | None = None
     unclaimed: int | None = None
     open_unclaimed: int | None = None
+    queues: QueuesConfigured | None = None
+    quota_freed: list[str] = []
+    open_quota_freed: list[str] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -76,6 +79,9 @@ def dump_state(state: State) -> bytes:
             open_placed_low=state.open_placed_low,
             unclaimed=state.unclaimed,
             open_unclaimed=state.open_unclaimed,
+            queues=state.queues,
+            quota_freed=list(state.quota_freed),
+            open_quota_freed=list(state.open_quota_freed),
         )
     )
 
@@ -126,4 +132,7 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
     state.open_placed_low = snap.open_placed_low
     state.unclaimed = snap.unclaimed
     state.open_unclaimed = snap.open_unclaimed
+    state.install_queues(snap.queues)  # usage is recounted from the charges jobs hold
+    state.quota_freed = dict.fromkeys(snap.quota_freed)
+    state.open_quota_freed = list(snap.open_quota_freed)
     return state

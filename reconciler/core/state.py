@@ -9,15 +9,18 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from eventlog.events import PolicyLoaded, Resources
+from eventlog.events import PolicyLoaded, QueuesConfigured, Resources
 from reconciler.core import phases
 from reconciler.core.clusters import REMOVED, ClusterTable
 from reconciler.core.framework.interface import JobView
 from reconciler.core.framework.profile import CompiledProfile, compile_policy
 from reconciler.core.framework.registry import Registry
-from reconciler.core.jobs import Claim, Copy, JobRecord
+from reconciler.core.jobs import Charge, Claim, Copy, JobRecord
 from reconciler.core.plugins import BUILTINS
 from reconciler.core.pool import RunningPool
+from reconciler.core.queues.admit import queue_of
+from reconciler.core.queues.tree import QueueTree, compile_queues
+from reconciler.core.queues.usage import Usage
 
 DEFAULT_WORKER_LOST_TIMEOUT_MS = 60_000
 DEFAULT_CLAIM_TTL_MS = 120_000
@@ -58,6 +61,13 @@ class State:
     last_was_decision: bool = False
     open_batch: tuple[list[str], bool] | None = None  # (pending keys, help) while folding a batch
     unsubmitted: dict[str, str] = field(default_factory=dict)  # seen by the watcher, never submitted
+    # Tenancy: the last queue configuration, compiled (None: tenancy off), and quota usage.
+    queues: QueuesConfigured | None = None
+    tree: QueueTree | None = None
+    usage: Usage | None = None
+    # Root queues or cohorts whose quota usage dropped: their waiting jobs get another look.
+    quota_freed: dict[str, None] = field(default_factory=dict)
+    open_quota_freed: list[str] = field(default_factory=list)
     pool: RunningPool = field(init=False)
     # Pure memo (never affects results): job key -> (table version, spec key, priority, view).
     view_memo: dict[str, tuple[int, bytes, int, JobView]] = field(default_factory=dict)
@@ -95,6 +105,46 @@ class State:
             return p.priority_classes[job.priority_class]
         return job.event_priority
 
+    # ---- tenancy ----------------------------------------------------------------------------
+
+    def install_queues(self, config: QueuesConfigured | None) -> None:
+        """Compile the config and recount usage from the charges jobs hold. Jobs nominated or
+        placed before tenancy was on are charged now, to the first flavor of each group (they
+        are not evicted: the config changed under them, as in Kueue)."""
+        self.queues = config
+        self.tree = compile_queues(config) if config is not None else None
+        self.usage = Usage(self.tree) if self.tree is not None else None
+        if self.tree is None or self.usage is None:
+            return
+        tree = self.tree
+        for key in sorted(self.jobs):
+            job = self.jobs[key]
+            if job.charge is not None:
+                self.usage.apply(job.charge, +1)
+            elif job.phase in phases.CHARGED:
+                self.charge(job, first_flavors(tree, job))
+
+    def charge(self, job: JobRecord, flavors: dict[str, str]) -> None:
+        """The job was nominated: it holds its queue's quota in these flavors from now on."""
+        self.release(job)
+        if self.tree is None or self.usage is None:
+            return
+        node = queue_of(self.tree, job)
+        if not isinstance(node, int):
+            return
+        job.charge = charge_for(self.tree.nodes[node].name, job.demand, flavors)
+        self.usage.apply(job.charge, +1)
+
+    def release(self, job: JobRecord) -> None:
+        charge = job.charge
+        if charge is None:
+            return
+        job.charge = None
+        if self.usage is not None and self.usage.apply(charge, -1):
+            assert self.tree is not None
+            root = self.tree.root_of(self.tree.queue[charge.cluster_queue])
+            self.quota_freed[self.tree.nodes[root].name] = None
+
     # ---- bookkeeping used by fold (the state is the ``transitions.Books`` of a fold) -----------
 
     def mark(self, key: str) -> None:
@@ -106,6 +156,8 @@ class State:
 
     def set_phase(self, job: JobRecord, phase: str) -> None:
         job.phase = phase
+        if phase not in phases.CHARGED:
+            self.release(job)
         if phase in phases.WAITING and not job.suspended:
             self.waiting[job.key] = None
         else:
@@ -173,6 +225,28 @@ class State:
     def claimed_victims(self) -> dict[str, str]:
         """victim key -> preemptor key, over all live claims."""
         return {v: c.preemptor for c in self.claims.values() for v in c.victims}
+
+
+def charge_for(cluster_queue: str, demand: Resources, flavors: dict[str, str]) -> Charge:
+    return Charge(
+        cluster_queue=cluster_queue,
+        amounts=sorted((flavor, r, demand[r]) for r, flavor in flavors.items() if demand.get(r, 0) > 0),
+    )
+
+
+def first_flavors(tree: QueueTree, job: JobRecord) -> dict[str, str]:
+    """For a job charged without a decision (tenancy switched on under it): the first flavor of
+    each group that lists the resource, whether or not it fits."""
+    node = queue_of(tree, job)
+    if not isinstance(node, int):
+        return {}
+    out: dict[str, str] = {}
+    for group in tree.nodes[node].groups:
+        for r in group.covered:
+            for flavor in group.flavors:
+                if r in job.demand and r not in out and (flavor, r) in tree.column:
+                    out[r] = flavor
+    return out
 
 
 def lowest(a: int | None, b: int | None) -> int | None:

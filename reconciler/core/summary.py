@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reconciler.core.queues.facts import queues_summary
 from reconciler.core.state import State
 
 
@@ -28,6 +29,9 @@ def summary(state: State) -> dict[str, Any]:
             entry["unschedulable"] = dict(sorted(job.unschedulable.items()))
         if job.not_before_ms is not None:
             entry["not_before_ms"] = job.not_before_ms
+        if job.charge is not None:
+            entry["cluster_queue"] = job.charge.cluster_queue
+            entry["flavors"] = dict(sorted(job.charge.flavors.items()))
         jobs[key] = entry
     clusters: dict[str, Any] = {}
     for record in sorted(state.clusters.records, key=lambda r: r.name):
@@ -53,7 +57,7 @@ def summary(state: State) -> dict[str, Any]:
         }
         for _, c in sorted(state.claims.items())
     ]
-    return {
+    out: dict[str, Any] = {
         "seq": state.seq,
         "now_ms": state.now_ms,
         "jobs": jobs,
@@ -61,3 +65,6 @@ def summary(state: State) -> dict[str, Any]:
         "claims": claims,
         "unsubmitted": sorted(state.unsubmitted),
     }
+    if state.tree is not None:  # tenancy on: per ClusterQueue (read by status and metrics)
+        out["queues"] = queues_summary(state)
+    return out

@@ -85,6 +85,11 @@ class Books(Protocol[J_contra]):
         """The job runs nowhere any more (no-op if it did not run)."""
         ...
 
+    def charge(self, job: J_contra, flavors: dict[str, str]) -> None:
+        """The job holds its queue's quota in these flavors (tenancy; replaces a held charge).
+        Leaving the nominated and placed phases (``set_phase``) releases it."""
+        ...
+
     def claim_used(self, job: J_contra) -> None:
         """The job was nominated: its preemption claim, if any, has served its purpose."""
         ...
@@ -169,6 +174,7 @@ def _nominated(job: J, e: ev.Nominated, books: Books[J]) -> bool:
         copy = books.add_copy(job, cluster=cluster, attempt=e.attempt, state=phases.COPY_NOMINATED)
         if hold == "all" or (hold == "best" and i == 0):
             books.count(job, copy)
+    books.charge(job, dict(e.flavors))
     books.claim_used(job)
     books.set_phase(job, phases.NOMINATED)
     books.wake(job, e.deadline_ms)  # the round times out

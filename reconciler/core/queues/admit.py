@@ -1,0 +1,148 @@
+"""Which ClusterQueue a job is in, and whether (in which flavors) its queue can admit it now."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eventlog.events import Resources
+from reconciler.core.jobs import Charge, JobRecord
+from reconciler.core.queues.tree import QueueTree
+from reconciler.core.queues.usage import Usage
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why a job's queue does not admit it: ``key`` is stable (Unschedulable reasons, dedup),
+    ``message`` has today's numbers."""
+
+    key: str
+    message: str
+    # Whether freeing quota could help (False: the config itself rules the job out).
+    quota: bool = True
+
+
+@dataclass(frozen=True)
+class Assignment:
+    flavors: dict[str, str]  # resource -> flavor
+    amounts: list[tuple[int, int]]  # (column, amount)
+
+    def charge(self, tree: QueueTree, cluster_queue: str) -> Charge:
+        return Charge(
+            cluster_queue=cluster_queue,
+            amounts=[(tree.columns[col][0], tree.columns[col][1], amount) for col, amount in self.amounts],
+        )
+
+
+def queue_of(tree: QueueTree, job: JobRecord) -> int | Wait:
+    """The job's ClusterQueue node: the one the webhook resolved, else its LocalQueue's."""
+    name = job.cluster_queue
+    ns = job.ref.namespace
+    if name is None:
+        local = job.queue or "default"
+        lq = tree.local_queues.get((ns, local))
+        if lq is None:
+            return Wait(
+                key=f"NoLocalQueue: {ns}/{local}",
+                message=f"no LocalQueue {local!r} in namespace {ns!r}"
+                + ("" if job.queue else " (the job names no queue: label it kueue.x-k8s.io/queue-name)"),
+                quota=False,
+            )
+        name = lq.cluster_queue
+    node = tree.queue.get(name)
+    if node is None:
+        return Wait(key=f"NoClusterQueue: {name}", message=f"ClusterQueue {name} no longer exists", quota=False)
+    return node
+
+
+def hold_reason(tree: QueueTree, job: JobRecord, node: int) -> Wait | None:
+    """stopPolicy Hold/HoldAndDrain on the ClusterQueue or the job's LocalQueue."""
+    spec = tree.nodes[node].spec
+    if spec is not None and spec.stop_policy != "None":
+        return Wait(
+            key=f"Held: ClusterQueue {spec.name}",
+            message=f"ClusterQueue {spec.name} is stopped (stopPolicy {spec.stop_policy}): no new admissions",
+            quota=False,
+        )
+    if job.cluster_queue is None or job.queue is not None:
+        lq = tree.local_queues.get((job.ref.namespace, job.queue or "default"))
+        if lq is not None and lq.stop_policy != "None":
+            return Wait(
+                key=f"Held: LocalQueue {lq.namespace}/{lq.name}",
+                message=f"LocalQueue {lq.namespace}/{lq.name} is stopped (stopPolicy {lq.stop_policy}): no new admissions",
+                quota=False,
+            )
+    return None
+
+
+def draining(tree: QueueTree, job: JobRecord) -> str:
+    """Why the job's queue evicts it (stopPolicy HoldAndDrain), or ""."""
+    node = queue_of(tree, job)
+    if not isinstance(node, int):
+        return ""
+    held = hold_reason(tree, job, node)
+    if held is None or "HoldAndDrain" not in held.message:
+        return ""
+    return held.message.replace("no new admissions", "draining what it admitted")
+
+
+def assign(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:
+    """In each resource group the first flavor (in order) where the job fits, within nominal
+    quota or by borrowing; a resource no group covers makes the job inadmissible (as Kueue)."""
+    tree = usage.tree
+    n = tree.nodes[node]
+    flavors: dict[str, str] = {}
+    amounts: list[tuple[int, int]] = []
+    for resource in sorted(demand):
+        if not any(resource in g.covered for g in n.groups):
+            return Wait(
+                key=f"NotCovered: ClusterQueue {n.name} {resource}",
+                message=f"ClusterQueue {n.name} has no quota for {resource} (no resource group covers it)",
+                quota=False,
+            )
+    for group in n.groups:
+        wanted = [r for r in group.covered if demand.get(r, 0) > 0]
+        if not wanted:
+            continue
+        first: tuple[str, int, int] | None = None
+        for flavor in group.flavors:
+            cols = [(tree.column.get((flavor, r)), demand[r]) for r in wanted]
+            if any(col is None for col, _ in cols):
+                continue
+            pairs = [(col, amount) for col, amount in cols if col is not None]
+            short = next(((col, amount) for col, amount in pairs if amount > usage.available(node, col)), None)
+            if short is None:
+                for r in wanted:
+                    flavors[r] = flavor
+                amounts.extend(pairs)
+                break
+            if first is None:
+                first = (flavor, *short)
+        else:
+            if first is None:
+                return Wait(
+                    key=f"NotCovered: ClusterQueue {n.name} {','.join(wanted)}",
+                    message=f"no flavor of ClusterQueue {n.name} has quota for all of {', '.join(wanted)}",
+                    quota=False,
+                )
+            return _short(usage, node, *first)
+    return Assignment(flavors=flavors, amounts=sorted(amounts))
+
+
+def _short(usage: Usage, node: int, flavor: str, col: int, amount: int) -> Wait:
+    tree = usage.tree
+    n = tree.nodes[node]
+    resource = tree.columns[col][1]
+    used = usage.usage[node][col]
+    available = usage.available(node, col)
+    local = max(0, n.guaranteed[col] - used) if n.parent is not None else available
+    where = f"{resource}" if flavor == "default" else f"{resource} ({flavor})"
+    message = f"queue {n.name}: {where} {used + amount}/{n.nominal[col]} nominal"
+    if n.parent is not None:
+        lend = max(0, available - local)
+        message += f", cohort has {lend} to lend"
+        limit = n.borrowing_limit[col]
+        if limit is not None:
+            message += f" (borrowing limit {limit})"
+    # The key names no resource: which one runs short first may change as usage grows, and the
+    # reason must not (a decide right after its own batch repeats the same Unschedulable).
+    return Wait(key=f"QuotaExceeded: ClusterQueue {n.name}", message=message)

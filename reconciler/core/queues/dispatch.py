@@ -1,0 +1,226 @@
+"""Dispatch with tenancy: queues take turns by weighted fair share; quota gates admission.
+
+Each waiting job goes to its ClusterQueue's line (priority, then submission). A tournament
+(``order``) picks the queue whose turn it is; its next job is admitted if the queue's quota (or
+what its cohort lends) covers it, then placed on clusters exactly as without tenancy. A job that
+does not fit waits with a reason that says why in quota terms; under StrictFIFO it holds the
+jobs behind it for the pass, under BestEffortFIFO they may pass. Jobs holding a preemption claim
+go before everyone, so the quota their victims free is theirs first.
+"""
+
+from __future__ import annotations
+
+from eventlog.events import ClusterQueueSpec, Resources
+from reconciler.core import phases
+from reconciler.core.dispatch import (
+    CLAIMED,
+    LEFT,
+    QUOTA,
+    REQUEUED,
+    WAITING,
+    attempt,
+    order_key,
+    profile_for,
+    ready_to_try,
+)
+from reconciler.core.draft import Draft
+from reconciler.core.framework.cycle import evaluate
+from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
+from reconciler.core.queues.order import Tournament
+from reconciler.core.queues.victims import needed, preempt_for_quota
+from reconciler.core.scratch import Scratch
+
+
+def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
+    assert s.usage is not None
+    tree = s.usage.tree
+    left: list[Draft] = []
+    failed: set[tuple[bytes, int, str]] = set()
+    lines: dict[int, list[Draft]] = {}
+    claimants: list[tuple[int, Draft]] = []
+    for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
+        if not ready_to_try(s, d):
+            continue
+        where = queue_of(tree, d.job)
+        if isinstance(where, Wait):
+            wait(s, d, where, left)
+        elif d.job.key in s.claims:
+            claimants.append((where, d))
+        else:
+            lines.setdefault(where, []).append(d)
+    _strict_lines(s, lines, claimants, drafts)
+    for q, d in claimants:
+        outcome = _admit(s, d, q, failed, left)
+        if q in lines and _blocks(tree.nodes[q].spec, outcome):
+            _block(s, lines[q], d, left)  # a StrictFIFO head preempting holds its line
+            del lines[q]
+    tour = Tournament(s.usage, fleet_capacity(s), sorted(lines))
+    nxt = dict.fromkeys(lines, 0)
+    while (picked := tour.pick()) is not None:
+        q = picked
+        line = lines[q]
+        d = line[nxt[q]]
+        nxt[q] += 1
+        outcome = _admit(s, d, q, failed, left)
+        if _blocks(tree.nodes[q].spec, outcome):
+            _block(s, line[nxt[q] :], d, left)
+            nxt[q] = len(line)
+        if nxt[q] >= len(line):
+            tour.retire(q)
+    return left
+
+
+def final_reasons(s: Scratch, left: list[Draft]) -> None:
+    """Reasons are reported against the pass's final state: a job that waited for quota while
+    clusters would have taken it may since have lost those clusters to jobs after it (a decide
+    right after this batch would say so), so capacity comes first, as in ``_admit``."""
+    for d in left:
+        if d.queue_wait is None or not d.queue_wait.key.startswith("QuotaExceeded"):
+            continue
+        profile = profile_for(s, d.job)
+        if profile is None:
+            continue
+        evaluation = evaluate(profile, s.cycle_input(d.job), spec_key=d.job.spec_key)
+        if not len(evaluation.ranked):
+            d.queue_wait = None
+
+
+def _blocks(spec: ClusterQueueSpec | None, outcome: str) -> bool:
+    """Under StrictFIFO a head that is not admitted (waits, or preempts) holds the line."""
+    return spec is not None and spec.queueing_strategy == "StrictFIFO" and outcome in (LEFT, WAITING, CLAIMED)
+
+
+def _block(s: Scratch, rest: list[Draft], head: Draft, left: list[Draft]) -> None:
+    assert s.usage is not None
+    q = queue_of(s.usage.tree, head.job)
+    name = s.usage.tree.nodes[q].name if isinstance(q, int) else "?"
+    blocked = Wait(
+        key=f"StrictFIFO: ClusterQueue {name}",
+        message=f"behind {head.job.key} in ClusterQueue {name} (StrictFIFO)",
+        quota=False,
+    )
+    for d in rest:
+        wait(s, d, blocked, left)
+
+
+def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], left: list[Draft]) -> str:
+    assert s.usage is not None
+    job = d.job
+    held = hold_reason(s.usage.tree, job, q)
+    if held is not None:
+        return wait(s, d, held, left)
+    # Clusters first: a job no cluster can take now waits for capacity whatever its quota
+    # (reported as such), and only a job that would be placed may preempt for quota.
+    verdict: list[Wait] = []
+
+    def quota() -> dict[str, str] | None:
+        fit = _assign_around_claims(s, d, q)
+        if isinstance(fit, Wait):
+            verdict.append(fit)
+            return None
+        return fit.flavors
+
+    outcome = attempt(s, d, failed, left, quota=quota)
+    if outcome != QUOTA:
+        return outcome
+    why = verdict[0]
+    if job.key in s.claims and not d.timed_out:
+        return WAITING  # its victims still hold the quota
+    if why.quota and not d.timed_out and preempt_for_quota(s, d, q):
+        return CLAIMED
+    return wait(s, d, why, left)
+
+
+def _assign_around_claims(s: Scratch, d: Draft, q: int) -> Assignment | Wait:
+    """Quota a claim's victims have already freed is held for its preemptor (against jobs at
+    or below its priority), as claims hold cluster capacity: nothing is held when the claim is
+    made, so the claim itself changes no other job's verdict."""
+    assert s.usage is not None
+    holds = _holds(s, d)
+    for node, col, amount in holds:
+        s.usage.add(node, col, amount)
+    try:
+        return assign(s.usage, q, d.job.demand)
+    finally:
+        for node, col, amount in holds:
+            s.usage.add(node, col, -amount)
+
+
+def _holds(s: Scratch, d: Draft) -> list[tuple[int, int, int]]:
+    if not s.claims:
+        return []
+    assert s.usage is not None
+    tree = s.usage.tree
+    out: list[tuple[int, int, int]] = []
+    for key in sorted(s.claims):
+        claim = s.claims[key]
+        preemptor = s.state.jobs.get(key)
+        if key == d.job.key or preemptor is None or claim.priority < d.job.priority:
+            continue
+        node = queue_of(tree, preemptor)
+        if not isinstance(node, int):
+            continue
+        need = needed(s.usage, node, preemptor)
+        if not need:
+            continue
+        freed: dict[str, int] = {}
+        for victim_key in claim.victims:
+            victim = s.state.jobs.get(victim_key)
+            if victim is not None and s.charge_of(victim) is None:
+                for r, amount in victim.demand.items():
+                    freed[r] = freed.get(r, 0) + amount
+        for col, amount in need:
+            held = min(amount, freed.get(tree.columns[col][1], 0))
+            if held > 0:
+                out.append((node, col, held))
+    return out
+
+
+def wait(s: Scratch, d: Draft, why: Wait, left: list[Draft]) -> str:
+    """The job waits for its queue. A round that timed out is requeued instead (backing off, so
+    it does not hold a StrictFIFO line): the quota it held is released now, so it must not
+    stay nominated."""
+    if d.timed_out:
+        d.requeue(s, reason="AdmissionTimeout", cluster=None, backoff=True, message=why.message)
+        return REQUEUED
+    d.queue_wait = why
+    left.append(d)
+    return LEFT
+
+
+def _strict_lines(
+    s: Scratch, lines: dict[int, list[Draft]], claimants: list[tuple[int, Draft]], drafts: list[Draft]
+) -> None:
+    """A StrictFIFO queue with a job to try is tried from its head: jobs waiting there that
+    nothing happened to (not worth a look on their own) still come first and block the line
+    if they do not fit."""
+    assert s.usage is not None
+    tree = s.usage.tree
+    strict = [q for q in sorted(lines) if (spec := tree.nodes[q].spec) and spec.queueing_strategy == "StrictFIFO"]
+    if not strict:
+        return
+    trying = {d.job.key for line in lines.values() for d in line} | {d.job.key for _, d in claimants}
+    drafted = {d.job.key: d for d in drafts}
+    wanted = set(strict)
+    extra: dict[int, list[Draft]] = {}
+    for key in s.state.waiting:
+        if key in trying:
+            continue
+        job = s.state.jobs[key]
+        q = queue_of(tree, job)
+        if not isinstance(q, int) or q not in wanted:
+            continue
+        d = drafted.get(key) or Draft.of(job, capacity_only=True)
+        if d.phase in phases.WAITING and not job.suspended and (d.not_before_ms is None or s.now >= d.not_before_ms):
+            extra.setdefault(q, []).append(d)
+    for q in sorted(extra):
+        lines[q] = sorted([*lines[q], *extra[q]], key=lambda d: order_key(s, d.job))
+
+
+def fleet_capacity(s: Scratch) -> Resources:
+    """Capacity of every Ready cluster, per resource: the denominator of fair shares."""
+    table = s.state.clusters
+    if len(table) == 0:
+        return {}
+    totals = table.capacity[s.ready].sum(axis=0)
+    return {name: int(totals[i]) for i, name in enumerate(table.resources.names)}
