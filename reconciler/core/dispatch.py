@@ -108,7 +108,8 @@ def attempt(
         return REQUEUED
     if claim is not None:
         return WAITING
-    if job.placement.preemption_policy == "PreemptLowerPriority" and len(table):
+    # With tenancy, preempting for cluster capacity is pointless if the queue cannot admit it.
+    if job.placement.preemption_policy == "PreemptLowerPriority" and len(table) and (quota is None or quota() is not None):
         full = evaluate(profile, inp, spec_key=job.spec_key, scores=False, full=True)
         if _preempt(s, d, evaluation=full):
             return CLAIMED
