@@ -21,6 +21,7 @@ from reconciler.edge.logsource import add_source_arguments, format_ms, friendly_
 # The core and the replay machinery load when the command runs, not to build the parser.
 if TYPE_CHECKING:
     from reconciler import core
+    from reconciler.core.queues.facts import QueueFacts
     from reconciler.edge.plugins import PluginSet
     from reconciler.edge.progress import Progress
 
@@ -246,4 +247,34 @@ def render_explanation(x: core.JobExplanation, *, chosen: list[str] | None = Non
             why = "; ".join(f"{r.plugin}: {r.reason}" for r in c.rejections) or "rejected"
             rows.append(f"  {c.cluster:<{width}}  --  {why}")
     rows += [f"  {line}" for line in x.claims]
+    if x.queue is not None:
+        rows += queue_lines(x.queue)
+    return rows
+
+
+def queue_lines(q: QueueFacts) -> list[str]:
+    """Why it waits in queue terms: its ClusterQueue, usage against quota, share against weight,
+    which queues go first, its place in line."""
+    from reconciler.commands.viewcli import amount
+
+    head = f"queue: ClusterQueue {q.cluster_queue}"
+    if q.cohort is not None or q.usage or q.position is not None:
+        head += f" (cohort {q.cohort or '-'}, weight {q.weight_milli / 1000:g}, {q.strategy}"
+        head += f", stopPolicy {q.stop_policy})" if q.stop_policy != "None" else ")"
+    if q.position is not None:
+        head += f", position {q.position} in its queue"
+    rows = [head]
+    if q.usage:
+        weighted = f"{q.weighted_share:.3f}" if q.weighted_share is not None else "- (weight 0: last)"
+        rows.append(f"  share {q.share:.3f} of the fleet, {weighted} divided by its weight (lower goes first)")
+        for line in q.usage:
+            rows.append(
+                f"  {line.flavor}/{line.resource}: {amount(line.resource, line.used)} used of"
+                f" {amount(line.resource, line.nominal)} nominal"
+                + (f" ({amount(line.resource, line.borrowed)} borrowed)" if line.borrowed else "")
+                + f", {amount(line.resource, line.available)} more available"
+            )
+        rows.append("  goes after: " + (", ".join(q.ahead) if q.ahead else "no other queue (lowest share with jobs waiting)"))
+    if q.reason:
+        rows.append(f"  waits: {q.reason}")
     return rows

@@ -34,9 +34,12 @@ async def run_async(args: argparse.Namespace) -> int:
         return 0
     out = sys.stdout
     out.write(f"{where}, log seq {state.seq} ({format_ms(state.now_ms)})\n\n")
+    # With queues configured: usage and quota per flavor/resource, the cohort and the weight too
+    tenancy = any(q.weight is not None for q in queues)
+    extra = ["cohort", "weight"] if tenancy else []
     out.write(
         table(
-            ["queue", "pending", "admitted", "suspended", "finished", "usage", "quota", "fair share"],
+            ["queue", "pending", "admitted", "suspended", "finished", "usage", "quota", "fair share", *extra],
             [
                 [
                     q.name,
@@ -47,6 +50,7 @@ async def run_async(args: argparse.Namespace) -> int:
                     usage(q.usage, q.quota),
                     usage(q.quota, None) if q.quota else None,
                     f"{q.fair_share:.2f}" if q.fair_share is not None else None,
+                    *([q.cohort, f"{q.weight:g}" if q.weight is not None else None] if tenancy else []),
                 ]
                 for q in queues
             ],

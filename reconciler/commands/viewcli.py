@@ -123,7 +123,13 @@ def usage(used: dict[str, int], total: dict[str, int] | None) -> str:
     names = [n for n in (total or used) if (total or {}).get(n) or used.get(n)]
     parts = []
     for name in names:
-        short = name.rsplit("/", 1)[-1]
-        have = f"/{amount(name, total[name])}" if total and name in total else ""
-        parts.append(f"{short} {amount(name, used.get(name, 0))}{have}")
+        # "cpu", "nvidia.com/gpu", or with queues configured "flavor/cpu", "gpu/nvidia.com/gpu"
+        head, _, rest = name.partition("/")
+        flavored = bool(rest) and "." not in head
+        resource = rest if flavored else name
+        short = resource.rsplit("/", 1)[-1]
+        if flavored:
+            short = f"{head}/{short}"
+        have = f"/{amount(resource, total[name])}" if total and name in total else ""
+        parts.append(f"{short} {amount(resource, used.get(name, 0))}{have}")
     return " ".join(parts)

@@ -36,8 +36,8 @@ from prometheus_client.registry import Collector
 from eventlog import events as ev
 from reconciler import core
 from reconciler.core import phases
+from reconciler.view.rows import DEFAULT_QUEUE, job_queue
 
-DEFAULT_QUEUE = "default"  # the one queue of a log without tenancy (no QueuesConfigured)
 ADMITTED = (phases.NOMINATED, phases.PLACED)  # holding capacity (and, with tenancy, quota)
 HEALTH_STATES = ("Ready", "Lost", "Removed")
 FLEET_REFRESH_S = 15.0
@@ -143,7 +143,7 @@ class ReconcilerMetrics:
             job = state.jobs.get(event.job.key)
             if job is None or job.submitted_at_ms is None:
                 return
-            queue = job_queue(job)
+            queue = job_queue(state, job)
             child = self._waits.get(queue)
             if child is None:
                 child = self._waits[queue] = self.wait_seconds.labels(cluster_queue=queue)
@@ -164,12 +164,6 @@ class ReconcilerMetrics:
 
 # Decisions ``ReconcilerMetrics.decided`` looks at (the loop checks membership per entry).
 OBSERVED: frozenset[type] = frozenset({ev.Placed, ev.Evict, ev.Requeued})
-
-
-def job_queue(job: Any) -> str:
-    """The ClusterQueue a job is in (``cluster_queue`` on records of a core with tenancy)."""
-    queue = getattr(job, "cluster_queue", None)
-    return queue if isinstance(queue, str) and queue else DEFAULT_QUEUE
 
 
 class FleetGauges(Collector):
@@ -255,7 +249,7 @@ def fleet_families(state: core.State | None) -> list[Metric]:
     seq.add_metric([], state.seq)
     summary = core.summary(state)
     queues = _count_queues(state)
-    for name, facts in _queue_facts(summary.get("queues")).items():
+    for name, facts in (summary.get("queues") or {}).items():
         queues.setdefault(name, _QueueRow()).merge(facts)
     if not queues:  # no jobs and no queues configured: the one default queue, empty
         queues[DEFAULT_QUEUE] = _QueueRow()
@@ -293,29 +287,24 @@ class _QueueRow:
         self.fair_share: float | None = None
 
     def merge(self, facts: dict[str, Any]) -> None:
-        """What the core's summary says of the queue wins over what was counted from the jobs."""
+        """The core's figures for a ClusterQueue (``reconciler.core.queues.facts.queues_summary``)
+        win over what was counted from the jobs. Its usage and quota are per "flavor/resource";
+        the gauges are per resource (summed over flavors), in base units."""
         for name in ("pending", "admitted"):
             if isinstance(facts.get(name), int):
                 setattr(self, name, facts[name])
-        given_usage = _per_resource(facts.get("usage"))
-        if given_usage is not None:
-            self.usage = given_usage
-        for key in ("nominal_quota", "quota", "nominalQuota"):
-            given_quota = _per_resource(facts.get(key))
-            if given_quota is not None:
-                self.quota = given_quota
-                break
-        for key in ("fair_share", "share", "fairShare"):
-            value = facts.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                self.fair_share = float(value)
-                break
+        if isinstance(facts.get("usage"), dict):
+            self.usage = _per_resource(facts["usage"])
+        if isinstance(facts.get("nominal"), dict):
+            self.quota = _per_resource(facts["nominal"])
+        value = facts.get("weighted_share")
+        self.fair_share = float(value) if isinstance(value, int | float) else None
 
 
 def _count_queues(state: core.State) -> dict[str, _QueueRow]:
     rows: dict[str, _QueueRow] = {}
     for job in state.jobs.values():
-        name = job_queue(job)
+        name = job_queue(state, job)
         row = rows.get(name)
         if row is None:
             row = rows[name] = _QueueRow()
@@ -328,28 +317,12 @@ def _count_queues(state: core.State) -> dict[str, _QueueRow]:
     return rows
 
 
-def _queue_facts(given: object) -> dict[str, dict[str, Any]]:
-    """``summary["queues"]`` as name -> facts, whether the core gives a mapping or a list of
-    records with a ``name``."""
-    if isinstance(given, dict):
-        return {str(k): v for k, v in given.items() if isinstance(v, dict)}
-    if isinstance(given, list):
-        return {str(v["name"]): v for v in given if isinstance(v, dict) and "name" in v}
-    return {}
-
-
-def _per_resource(given: object) -> dict[str, int] | None:
-    """resource -> amount, summing over flavors when given per flavor ({flavor: {resource: n}})."""
-    if not isinstance(given, dict):
-        return None
+def _per_resource(given: dict[str, int]) -> dict[str, int]:
+    """resource -> amount from "flavor/resource" -> amount, summed over flavors."""
     out: dict[str, int] = {}
-    for key, value in given.items():
-        if isinstance(value, dict):
-            for resource, amount in value.items():
-                if isinstance(amount, int | float) and not isinstance(amount, bool):
-                    out[resource] = out.get(resource, 0) + int(amount)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            out[key] = out.get(key, 0) + int(value)
+    for key, amount in given.items():
+        resource = key.partition("/")[2] or key
+        out[resource] = out.get(resource, 0) + int(amount)
     return out
 
 

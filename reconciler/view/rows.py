@@ -1,9 +1,10 @@
 """Rows for queues, clusters and jobs, from a folded core state and its ``core.summary``.
 
 The summary is passed in (computed once per request) rather than recomputed here: it is the
-documented, stable shape of the state, and per-queue facts the core adds to it (``queues``: quota,
-usage, fair share per ClusterQueue) are read from it generically, so a richer core shows up here
-without a change. Until the core knows queues, every job is in one implicit queue.
+documented, stable shape of the state, and the per-ClusterQueue facts the core adds to it when
+queues are configured (``queues``: pending, admitted, usage and nominal quota per flavor/resource,
+share, weight; ``reconciler.core.queues.facts``) are read as the core gives them. A log without
+queue configuration has every job in one implicit queue, ``default``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from msgspec import Struct, field
 from reconciler import core
 from reconciler.core import phases
 from reconciler.core.jobs import JobRecord
+from reconciler.core.queues.admit import queue_of
 from reconciler.forecast import Estimate
 
 DEFAULT_QUEUE = "default"
@@ -29,9 +31,12 @@ class QueueRow(Struct, kw_only=True):
     admitted: int = 0  # nominated or placed: holding capacity somewhere
     suspended: int = 0
     finished: int = 0
-    usage: dict[str, int] = field(default_factory=dict)  # demand of its admitted jobs
-    quota: dict[str, int] | None = None  # nominal quota, when the core knows one
-    fair_share: float | None = None
+    # demand of its admitted jobs: per resource, or per "flavor/resource" with queues configured
+    usage: dict[str, int] = field(default_factory=dict)
+    quota: dict[str, int] | None = None  # nominal quota per "flavor/resource", with queues configured
+    fair_share: float | None = None  # dominant share of the fleet divided by the weight (lower goes first)
+    weight: float | None = None  # fairSharing.weight
+    cohort: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)  # everything the core's summary says of it
 
 
@@ -68,27 +73,35 @@ class JobRow(Struct, kw_only=True):
     expected_cluster: str | None = None
 
 
-def job_queue(summary_job: dict[str, Any] | None) -> str:
-    queue = (summary_job or {}).get("queue")
-    return queue if isinstance(queue, str) and queue else DEFAULT_QUEUE
+def job_queue(state: core.State, job: JobRecord) -> str:
+    """The ClusterQueue the job is in: the one it is charged to, else the one the webhook resolved
+    or its LocalQueue names (a job whose queue does not resolve is shown under the name it asked
+    for); without queue configuration, the one default queue."""
+    if job.charge is not None:
+        return job.charge.cluster_queue
+    if state.tree is None:
+        return DEFAULT_QUEUE
+    node = queue_of(state.tree, job)
+    if isinstance(node, int):
+        return state.tree.nodes[node].name
+    return job.cluster_queue or f"{job.ref.namespace}/{job.queue or 'default'}"
 
 
 def dispatch_order(state: core.State, job: JobRecord) -> tuple[int, int, int, str]:
-    """The order ``decide`` dispatches waiting jobs in (``reconciler.core.dispatch.order_key``):
+    """The order ``decide`` dispatches waiting jobs in within a queue (``reconciler.core.dispatch.order_key``):
     priority, claim holders first, then submission order."""
     return (-job.priority, 0 if job.key in state.claims else 1, job.submitted_seq, job.key)
 
 
 def positions(state: core.State, summary: dict[str, Any]) -> dict[str, int]:
     """Each waiting job's 1-based place in its queue's dispatch order."""
-    jobs = summary.get("jobs", {})
     waiting = sorted(
         (state.jobs[k] for k in state.waiting if k in state.jobs), key=lambda j: dispatch_order(state, j)
     )
     out: dict[str, int] = {}
     seen: dict[str, int] = {}
     for job in waiting:
-        queue = job_queue(jobs.get(job.key))
+        queue = job_queue(state, job)
         seen[queue] = seen.get(queue, 0) + 1
         out[job.key] = seen[queue]
     return out
@@ -110,7 +123,7 @@ def job_row(
         namespace=job.ref.namespace,
         name=job.ref.name,
         phase=job.phase,
-        queue=job_queue(summary.get("jobs", {}).get(key)),
+        queue=job_queue(state, job),
         priority=job.priority,
         attempt=job.attempt,
         submitted_seq=job.submitted_seq,
@@ -155,9 +168,8 @@ def job_rows(
 def queue_rows(state: core.State, summary: dict[str, Any]) -> list[QueueRow]:
     facts: dict[str, Any] = summary.get("queues") or {}
     rows: dict[str, QueueRow] = {name: QueueRow(name=name) for name in facts}
-    jobs = summary.get("jobs", {})
-    for key, job in state.jobs.items():
-        name = job_queue(jobs.get(key))
+    for job in state.jobs.values():
+        name = job_queue(state, job)
         row = rows.setdefault(name, QueueRow(name=name))
         if job.phase in phases.WAITING and not job.suspended:
             row.pending += 1
@@ -180,21 +192,23 @@ def queue_rows(state: core.State, summary: dict[str, Any]) -> list[QueueRow]:
 
 
 def _merge_facts(row: QueueRow, given: dict[str, Any]) -> None:
-    """What the core says of a queue wins over what is counted here; names vary by design stage,
-    so the usual spellings are accepted and everything is kept in ``facts``."""
+    """The core's figures for a ClusterQueue (``reconciler.core.queues.facts.queues_summary``) win
+    over what is counted here from the jobs; everything it says is kept in ``facts``."""
     row.facts = dict(given)
-    for name in ("pending", "admitted", "suspended", "finished"):
+    for name in ("pending", "admitted"):
         if isinstance(given.get(name), int):
             setattr(row, name, given[name])
-    usage = given.get("usage")
+    usage, nominal = given.get("usage"), given.get("nominal")
     if isinstance(usage, dict):
-        row.usage = {k: int(v) for k, v in usage.items() if isinstance(v, int | float)}
-    quota = given.get("quota", given.get("nominal_quota", given.get("nominalQuota")))
-    if isinstance(quota, dict):
-        row.quota = {k: int(v) for k, v in quota.items() if isinstance(v, int | float)}
-    share = given.get("fair_share", given.get("share", given.get("fairShare")))
-    if isinstance(share, int | float):
-        row.fair_share = float(share)
+        row.usage = {k: int(v) for k, v in usage.items()}
+    if isinstance(nominal, dict):
+        row.quota = {k: int(v) for k, v in nominal.items()}
+    share = given.get("weighted_share")
+    row.fair_share = float(share) if isinstance(share, int | float) else None
+    weight = given.get("weight")
+    row.weight = float(weight) if isinstance(weight, int | float) else None
+    cohort = given.get("cohort")
+    row.cohort = cohort if isinstance(cohort, str) else None
 
 
 def cluster_rows(state: core.State) -> list[ClusterRow]:

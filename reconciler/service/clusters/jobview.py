@@ -60,6 +60,7 @@ class JobStatus:
     reason: str = ""
     last_transition_ms: int = 0
     seq: int = 0  # the last entry that changed this status
+    label: str = ""  # how its queue is named to people ("" = from ``queue``)
 
 
 @dataclass(slots=True)
@@ -68,13 +69,30 @@ class _Bucket:
     at_ms: int
 
 
-def queue_of(submitted: ev.JobSubmitted) -> str:
-    """The queue a user knows the job by. Hook for tenancy: once the log names the ClusterQueue
-    the job was admitted to (``JobSubmitted.cluster_queue``), prefer that."""
-    return submitted.cluster_queue or submitted.queue or ""
+def queue_of(submitted: ev.JobSubmitted, local_queues: dict[tuple[str, str], str] | None = None) -> str:
+    """The queue a user knows the job by: with queues configured (``local_queues``: the latest
+    QueuesConfigured's (namespace, LocalQueue) -> ClusterQueue), its ClusterQueue, the one the
+    webhook resolved or else its LocalQueue's (``default`` when it names none, as Kueue); without,
+    the queue it names."""
+    if submitted.cluster_queue:
+        return submitted.cluster_queue
+    if local_queues is not None:
+        local = submitted.queue or "default"
+        return local_queues.get((submitted.job.namespace, local), "")
+    return submitted.queue or ""
 
 
-def describe_queue(queue: str) -> str:
+def queue_label(submitted: ev.JobSubmitted, queue: str, local_queues: dict[tuple[str, str], str] | None) -> str:
+    """"ClusterQueue research (LocalQueue research/default)" with queues configured, else ""."""
+    if local_queues is None and not submitted.cluster_queue:
+        return ""
+    local = f"LocalQueue {submitted.job.namespace}/{submitted.queue or 'default'}"
+    return f"ClusterQueue {queue} ({local})" if queue else f"no ClusterQueue ({local} does not exist)"
+
+
+def describe_queue(queue: str, label: str = "") -> str:
+    if label:
+        return label
     return f"queue {queue}" if queue else "the default queue"
 
 
@@ -106,6 +124,8 @@ class JobView:
     _buckets: dict[tuple[str, str], _Bucket] = field(default_factory=dict)
     _queues: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)  # queue -> sorted keys
     _claims: dict[str, ev.PreemptionClaimed] = field(default_factory=dict)  # preemptor uid -> claim
+    # With queues configured: (namespace, LocalQueue) -> ClusterQueue, from the latest QueuesConfigured
+    _local_queues: dict[tuple[str, str], str] | None = None
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -156,17 +176,22 @@ class JobView:
             return st
 
         match e:
+            case ev.QueuesConfigured():
+                found = {(lq.namespace, lq.name): lq.cluster_queue for lq in e.local_queues}
+                self._local_queues = found if e.cluster_queues else None  # no ClusterQueue: tenancy off
             case ev.JobSubmitted() if e.job.uid not in self.jobs:
+                queue = queue_of(e, self._local_queues)
                 st = JobStatus(
                     job=e.job,
-                    queue=queue_of(e),
+                    queue=queue,
                     priority=e.priority,
                     submitted_seq=seq,
                     last_transition_ms=at,
+                    label=queue_label(e, queue, self._local_queues),
                 )
                 self.jobs[e.job.uid] = st
-                to(e.job, "Queued", reason=f"waiting in {describe_queue(st.queue)}")
-                note = f"queued in {describe_queue(st.queue)} at position {self.position(e.job.uid)}"
+                to(e.job, "Queued", reason=f"waiting in {describe_queue(st.queue, st.label)}")
+                note = f"queued in {describe_queue(st.queue, st.label)} at position {self.position(e.job.uid)}"
                 tell(e.job, Occurrence("Queued", "Normal", "Enqueue", note))
             case ev.JobUpdated() if e.job.uid in self.jobs and e.priority is not None:
                 st = self.jobs[e.job.uid]
@@ -201,7 +226,7 @@ class JobView:
                 if back is not None:
                     tell(
                         e.job,
-                        _requeued(e, queue=describe_queue(back.queue), position=self.position(e.job.uid)),
+                        _requeued(e, queue=describe_queue(back.queue, back.label), position=self.position(e.job.uid)),
                     )
             case ev.Finished():
                 how = "succeeded" if e.succeeded else "failed"

@@ -105,17 +105,27 @@ function fleetCapacity(clusters) {
   return total;
 }
 
+// With queues configured, usage and quota are per "flavor/resource" ("default/cpu",
+// "gpu/nvidia.com/gpu"); the unit comes from the resource.
+function resourceOf(key) {
+  const cut = key.indexOf("/");
+  return cut > 0 && !key.slice(0, cut).includes(".") ? key.slice(cut + 1) : key;
+}
+
 function queueCard(q, capacity) {
   const quota = q.quota || null;
   const resources = Object.keys(quota || capacity).filter((r) => (quota || capacity)[r] > 0 || q.usage[r]);
   return el("div", { class: "card queue", "data-queue": q.name },
-    el("h3", {}, el("span", {}, q.name), q.fair_share !== null && q.fair_share !== undefined ? el("span", { class: "badge" }, "share " + q.fair_share.toFixed(2)) : null),
+    el("h3", {}, el("span", {}, q.name),
+      q.fair_share !== null && q.fair_share !== undefined ? el("span", { class: "badge" }, "share " + q.fair_share.toFixed(2)) : null,
+      q.weight !== null && q.weight !== undefined ? el("span", { class: "badge" }, "weight " + q.weight) : null,
+      q.cohort ? el("span", { class: "badge" }, "cohort " + q.cohort) : null),
     el("div", { class: "stats" },
       el("div", {}, el("b", {}, q.pending), "pending"),
       el("div", {}, el("b", {}, q.admitted), "admitted"),
       el("div", {}, el("b", {}, q.finished), "finished"),
       q.suspended ? el("div", {}, el("b", {}, q.suspended), "suspended") : null),
-    resources.map((r) => bar(r, q.usage[r] || 0, (quota || capacity)[r] || 0, r)),
+    resources.map((r) => bar(r, q.usage[r] || 0, (quota || capacity)[r] || 0, resourceOf(r))),
     q.fair_share !== null && q.fair_share !== undefined ? bar("fair share", Math.round(q.fair_share * 100), 100, "share", "share") : null,
     el("div", { class: "muted" }, quota ? "usage vs nominal quota" : "usage vs the fleet's ready capacity (no quota set)"));
 }

@@ -213,19 +213,20 @@ def _samples(families: list[Any]) -> Samples:
 
 
 def test_per_queue_figures_the_core_reports_are_used_as_given(monkeypatch: Any) -> None:
-    """With queues configured the core's summary carries per-queue facts (``queues``); they are read
-    generically (a mapping or a list, usage per resource or per flavor and resource)."""
+    """With queues configured the core's summary carries per-ClusterQueue figures (``queues``,
+    usage and quota per "flavor/resource"); the gauges sum them per resource, in base units.
+    tests/reconciler/shell/test_tenancy_views.py reads them from a real tenancy log."""
     state = _folded(*CLUSTERS_AND_A_JOB)
     plain = core.summary
     facts = {
         "team-a": {
             "pending": 3,
             "admitted": 1,
-            "usage": {"a100": {GPU: 2, "cpu": 4000}, "h100": {GPU: 1}},
-            "nominal_quota": {"cpu": 8000, GPU: 4},
-            "fair_share": 0.5,
+            "usage": {f"a100/{GPU}": 2, "a100/cpu": 4000, f"h100/{GPU}": 1},
+            "nominal": {"a100/cpu": 8000, f"a100/{GPU}": 4},
+            "weighted_share": 0.5,
         },
-        "team-b": {"pending": 0, "admitted": 0},
+        "team-b": {"pending": 0, "admitted": 0, "weighted_share": None},
     }
     monkeypatch.setattr(core, "summary", lambda s: {**plain(s), "queues": facts})
     got = _samples(fleet_families(state))
@@ -235,11 +236,9 @@ def test_per_queue_figures_the_core_reports_are_used_as_given(monkeypatch: Any) 
     assert got[("kdispatch_queue_nominal_quota", (("cluster_queue", "team-a"), ("resource", "cpu")))] == 8.0
     assert got[("kdispatch_queue_fair_share", (("cluster_queue", "team-a"),))] == 0.5
     assert got[("kdispatch_queue_admitted_jobs", (("cluster_queue", "team-b"),))] == 0
+    assert ("kdispatch_queue_fair_share", (("cluster_queue", "team-b"),)) not in got  # weight 0: no share
     # The job of a log without tenancy is in the default queue, counted from the state.
     assert got[("kdispatch_queue_pending_jobs", (("cluster_queue", "default"),))] == 1
-    monkeypatch.setattr(core, "summary", lambda s: {**plain(s), "queues": [{"name": "team-c", "pending": 7}]})
-    got = _samples(fleet_families(state))
-    assert got[("kdispatch_queue_pending_jobs", (("cluster_queue", "team-c"),))] == 7
 
 
 def test_fleet_gauges_are_computed_at_most_once_per_refresh_interval() -> None:

@@ -19,26 +19,34 @@ async def test_one_implicit_queue_until_the_core_knows_queues() -> None:
     assert row.pending + row.admitted + row.suspended + row.finished <= len(state.jobs)
 
 
-async def test_queue_facts_from_the_summary_win_and_jobs_follow_their_queue() -> None:
+async def test_queue_facts_from_the_summary_win_over_the_counts() -> None:
+    """With queues configured the core's summary has per-ClusterQueue figures
+    (``reconciler.core.queues.facts.queues_summary``); they win over what the rows count from the
+    jobs (tests/reconciler/shell/test_tenancy_views.py shows them on a real tenancy log)."""
     source = await fixture_source()
     state = source.state()
     assert state is not None
     summary = dict(source.board(state).summary)
-    jobs = {k: dict(v) for k, v in summary["jobs"].items()}
     waiting = [r.key for r in view.job_rows(state, summary, waiting_only=True)]
-    for key in waiting[::2]:
-        jobs[key]["queue"] = "team-b"
-    summary["jobs"] = jobs
     summary["queues"] = {
-        "team-b": {"nominal_quota": {"nvidia.com/gpu": 8}, "fair_share": 0.25, "weight": 2},
-        "idle": {"quota": {"cpu": 1000}},
+        "default": {
+            "pending": 3,
+            "admitted": 1,
+            "usage": {"a100/nvidia.com/gpu": 4},
+            "nominal": {"a100/nvidia.com/gpu": 8},
+            "weighted_share": 0.25,
+            "weight": 2.0,
+            "cohort": "all",
+        },
+        "idle": {"pending": 0, "admitted": 0, "weight": 1.0},
     }
     rows = {r.name: r for r in view.queue_rows(state, summary)}
-    assert sorted(rows) == ["default", "idle", "team-b"]
-    assert rows["team-b"].quota == {"nvidia.com/gpu": 8} and rows["team-b"].fair_share == 0.25
-    assert rows["team-b"].facts["weight"] == 2 and rows["idle"].pending == 0
-    assert rows["team-b"].pending == len(waiting[::2]) and rows["default"].pending == len(waiting) - len(waiting[::2])
-    # Positions count within each queue's own dispatch order.
-    b = view.job_rows(state, summary, queue="team-b", waiting_only=True)
-    assert [r.position for r in b] == list(range(1, len(b) + 1))
-    assert [r.key for r in b] == waiting[::2]
+    assert sorted(rows) == ["default", "idle"]
+    d = rows["default"]
+    assert (d.pending, d.admitted, d.usage, d.quota) == (3, 1, {"a100/nvidia.com/gpu": 4}, {"a100/nvidia.com/gpu": 8})
+    assert (d.fair_share, d.weight, d.cohort) == (0.25, 2.0, "all") and d.facts["cohort"] == "all"
+    assert rows["idle"].pending == 0 and rows["idle"].quota is None
+    # Positions count within the queue's dispatch order.
+    rows_waiting = view.job_rows(state, summary, queue="default", waiting_only=True)
+    assert [r.position for r in rows_waiting] == list(range(1, len(waiting) + 1))
+    assert [r.key for r in rows_waiting] == waiting
