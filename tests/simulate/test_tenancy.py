@@ -223,12 +223,6 @@ def test_a_team_kept_waiting_while_another_borrows_is_unfair(tmp_path: Path, fil
     assert res["jain_index"] == 0.5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="since t-queues-core ecb1ae0 (only a job clusters would take may preempt for quota): team-b's jobs "
-    "fit no cluster while team-a's borrowed jobs fill it, so they wait (ClusterHeadroom) and nothing reclaims; "
-    "passed at 839d83e",
-)
 def test_a_newly_active_team_takes_its_share_back_in_one_round(tmp_path: Path, files: dict[str, Path]) -> None:
     """team-a fills all 8 GPUs (4 of them borrowed); team-b arrives with 4 jobs: it reclaims its
     nominal 4 by preemption, in one round, and holds its share from then on."""

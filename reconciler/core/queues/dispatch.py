@@ -10,6 +10,8 @@ go before everyone, so the quota their victims free is theirs first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from eventlog.events import ClusterQueueSpec, Resources
 from reconciler.core import phases
 from reconciler.core.dispatch import (
@@ -121,6 +123,8 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
         return fit.flavors
 
     outcome = attempt(s, d, failed, left, quota=quota)
+    if outcome == LEFT and left and left[-1] is d:
+        return _reclaim_for_capacity(s, d, q, left, verdict, quota)
     if outcome != QUOTA:
         return outcome
     why = verdict[0]
@@ -129,6 +133,25 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
     if why.quota and not d.timed_out and preempt_for_quota(s, d, q):
         return CLAIMED
     return wait(s, d, why, left)
+
+
+def _reclaim_for_capacity(
+    s: Scratch, d: Draft, q: int, left: list[Draft], verdict: list[Wait], quota: Callable[[], object]
+) -> str:
+    """No cluster can take the job now. If that is because its queue's quota is lent to queues
+    that borrow it (and fill the clusters), it may still take it back: preemption for quota
+    picks victims only on a cluster where their going makes the job fit, so the claim is one
+    the next pass honours and a job no eviction could place keeps its capacity reason."""
+    if d.timed_out or d.job.key in s.claims:
+        return LEFT
+    if not verdict:
+        quota()
+    if not verdict or not verdict[0].quota:
+        return LEFT
+    if not preempt_for_quota(s, d, q):
+        return LEFT
+    left.pop()
+    return CLAIMED
 
 
 def _assign_around_claims(s: Scratch, d: Draft, q: int) -> Assignment | Wait:
