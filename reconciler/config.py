@@ -11,7 +11,6 @@ duration; ...``.
 
 from __future__ import annotations
 
-import re
 import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
@@ -23,6 +22,7 @@ from msgspec import Struct, field
 from eventlog import events as ev
 from eventlog.kube.duration import DurationError, parse_duration_ms
 from eventlog.kube.quantity import to_units
+from eventlog.kube.yamlpath import line_at
 
 # Field types of the decoded config. The markers tell the decoder which fields hold a duration or
 # a resource list in the file; the values themselves are plain ints, so they go into events
@@ -351,7 +351,6 @@ def _check_unknown_fields(raw: Any, value: Any, *, path: str) -> None:
                 _check_unknown_fields(item, value[key], path=f"{path}.{key}")
 
 
-_INDEX = re.compile(r"\[(\d+)\]")
 
 
 def line_of(text: str | None, path: str) -> int | None:
@@ -364,31 +363,4 @@ def line_of(text: str | None, path: str) -> int | None:
         node: Any = yaml.compose(text)
     except yaml.YAMLError:
         return None
-    if node is None:
-        return None
-    line: int = node.start_mark.line
-    rest = path[1:]
-    while rest:
-        if rest.startswith("[...]"):  # msgspec's "some value of this mapping": the mapping it is
-            break
-        if rest.startswith("[") and isinstance(node, yaml.SequenceNode):
-            m = _INDEX.match(rest)
-            if m is None or int(m.group(1)) >= len(node.value):
-                return None
-            node = node.value[int(m.group(1))]
-            line, rest = node.start_mark.line, rest[m.end() :]
-        elif rest.startswith(".") and isinstance(node, yaml.MappingNode):
-            keys = [
-                (k, v)
-                for k, v in node.value
-                if isinstance(k, yaml.ScalarNode)
-                and rest[1:].startswith(k.value)
-                and rest[1 + len(k.value) : 2 + len(k.value)] in ("", ".", "[")
-            ]
-            if not keys:
-                return None
-            key, node = max(keys, key=lambda kv: len(kv[0].value))
-            line, rest = key.start_mark.line, rest[1 + len(key.value) :]
-        else:
-            return None
-    return line + 1
+    return None if node is None else line_at(node, path, nearest=False)

@@ -39,6 +39,7 @@ import yaml
 from eventlog import events as ev
 from eventlog.kube.names import ALLOWED_PRIORITY_CLASSES_ANNOTATION
 from eventlog.kube.quantity import QuantityError, parse_nanos, to_units
+from eventlog.kube.yamlpath import line_at
 
 GROUP = "kueue.x-k8s.io"
 VERSIONS = ("v1beta2", "v1beta1")  # the served versions kdispatch reads, newest first
@@ -80,7 +81,6 @@ _STRATEGIES = ("BestEffortFIFO", "StrictFIFO")
 _STOP = ("None", "Hold", "HoldAndDrain")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-_INDEX = re.compile(r"\[(\d+)\]")
 
 
 class QueueConfigError(ValueError):
@@ -263,32 +263,7 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 def _line(node: yaml.Node | None, path: str) -> int | None:
     """The line of ``path`` (``$.spec.resourceGroups[0]``) in the object's YAML, or the nearest
     enclosing line that exists (a missing field points at the object holding it)."""
-    if node is None:
-        return None
-    line = node.start_mark.line
-    rest = path[1:] if path.startswith("$") else ""
-    while rest:
-        if rest.startswith("[") and isinstance(node, yaml.SequenceNode):
-            m = _INDEX.match(rest)
-            if m is None or int(m.group(1)) >= len(node.value):
-                break
-            node = node.value[int(m.group(1))]
-            line, rest = node.start_mark.line, rest[m.end() :]
-        elif rest.startswith(".") and isinstance(node, yaml.MappingNode):
-            keys = [
-                (k, v)
-                for k, v in node.value
-                if isinstance(k, yaml.ScalarNode)
-                and rest[1:].startswith(k.value)
-                and rest[1 + len(k.value) : 2 + len(k.value)] in ("", ".", "[")
-            ]
-            if not keys:
-                break
-            key, node = max(keys, key=lambda kv: len(kv[0].value))
-            line, rest = key.start_mark.line, rest[1 + len(key.value) :]
-        else:
-            break
-    return line + 1
+    return None if node is None else line_at(node, path, nearest=True)
 
 
 # ---- checks of one value ----------------------------------------------------------------------
