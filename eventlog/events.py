@@ -44,13 +44,30 @@ class JobRef(Struct, frozen=True, omit_defaults=True, gc=False):
         return f"{self.namespace}/{self.name}"
 
 
+class TopologyRequest(Struct, frozen=True, omit_defaults=True, gc=False):
+    """Kueue TAS on a pod set: a node label key naming a topology level (e.g. a rack label),
+    from ``kueue.x-k8s.io/podset-required-topology`` / ``podset-preferred-topology``."""
+
+    required: str | None = None  # all pods of the set in one domain of this level, or not there
+    preferred: str | None = None  # one domain of this level if one can hold it (scored)
+
+
 class PodSet(Struct, frozen=True, omit_defaults=True, gc=False):
     """One group of identical pods; the whole gang (all pod sets) lands on one cluster."""
 
     name: str
     count: int
     requests: Resources = field(default_factory=dict)  # per pod
+    # Fewest pods the set can start with (Kueue partial admission, or a Workload API PodGroup's
+    # ``minCount``); None = all ``count``.
     min_count: int | None = None
+    # What the pods ask of the nodes they land on (pod template's nodeSelector, required node
+    # affinity as an OR of terms, tolerations): counted against the workers' node groups.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    node_affinity: list[SelectorTerm] = field(default_factory=list)
+    tolerations: list[Toleration] = field(default_factory=list)
+    topology: TopologyRequest | None = None
+    group: str | None = None  # the Workload API PodGroup this set is, when the job declared one
 
 
 class MatchExpression(Struct, frozen=True, omit_defaults=True, gc=False):
@@ -222,6 +239,62 @@ class ClusterHeartbeat(Event, frozen=True, kw_only=True):
     cluster: str
     reachable: bool = True
     usage: Resources = field(default_factory=dict)  # what the worker reports in use (all tenants)
+
+
+class FreeBin(Struct, frozen=True, array_like=True, gc=False):
+    """``count`` nodes with at least ``free`` left (the reporter rounds down, so fits it finds
+    are real)."""
+
+    count: int
+    free: Resources
+
+
+class NodeGroup(Struct, frozen=True, omit_defaults=True, gc=False):
+    """Nodes of one worker that look the same to a pod's selector and tolerations and sit in the
+    same topology domain, with a histogram of their free capacity."""
+
+    id: str  # stable key the reporter derives from (labels, taints)
+    labels: dict[str, str] = field(default_factory=dict)  # the labels that matter (topology, GPU model, ...)
+    taints: list[Taint] = field(default_factory=list)
+    bins: list[FreeBin] = field(default_factory=list)  # empty: the group has no node any more
+
+
+class QuotaFact(Struct, frozen=True, omit_defaults=True, gc=False):
+    """One resource of one flavor of a worker's ClusterQueue (integers as in ``Resources``)."""
+
+    nominal: int = 0
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    used: int = 0  # reserved by admitted workloads (status.flavorsReservation)
+
+
+class FlavorFact(Struct, frozen=True, omit_defaults=True, gc=False):
+    name: str
+    resources: dict[str, QuotaFact] = field(default_factory=dict)
+
+
+class WorkerQueueFact(Struct, frozen=True, omit_defaults=True, gc=False):
+    """A ClusterQueue on a worker, flavors in the order Kueue tries them."""
+
+    name: str
+    cohort: str | None = None
+    flavors: list[FlavorFact] = field(default_factory=list)
+    stopped: bool = False  # spec.stopPolicy other than None: admits nothing
+
+
+class ClusterCapacityReported(Event, frozen=True, kw_only=True):
+    """What a worker can really run: its node groups (free-capacity histograms with topology
+    labels) and, when it runs Kueue, its ClusterQueues and LocalQueues. ``full`` replaces all
+    that was known of the worker; otherwise it is a change: groups and queues listed are
+    replaced (a group with no bins, a queue in ``queues_removed`` is gone), the rest kept."""
+
+    cluster: str
+    full: bool = False
+    node_groups: list[NodeGroup] = field(default_factory=list)
+    topology_levels: list[str] | None = None  # node label keys, widest first; None = unchanged
+    queues: list[WorkerQueueFact] = field(default_factory=list)
+    queues_removed: list[str] = field(default_factory=list)
+    local_queues: dict[str, str] | None = None  # "namespace/name" -> ClusterQueue; None = unchanged
 
 
 class RemoteCreated(Event, frozen=True, kw_only=True):
@@ -515,6 +588,7 @@ InputEvent = (
     | ClusterUpdated
     | ClusterRemoved
     | ClusterHeartbeat
+    | ClusterCapacityReported
     | RemoteCreated
     | RemoteAdmitted
     | RemoteRejected

@@ -70,6 +70,7 @@ _NAMES: dict[str, tuple[str, str]] = {
     "ClusterUpdated": ("cluster", "updated"),
     "ClusterRemoved": ("cluster", "removed"),
     "ClusterHeartbeat": ("cluster", "heartbeat"),
+    "ClusterCapacityReported": ("cluster", "capacity"),
     "RemoteCreated": ("remote", "created"),
     "RemoteAdmitted": ("remote", "admitted"),
     "RemoteRejected": ("remote", "rejected"),
@@ -145,6 +146,7 @@ SOURCE_TYPES: dict[str, frozenset[str]] = {
     "worker": frozenset(
         {
             "ClusterHeartbeat",
+            "ClusterCapacityReported",
             "ClusterUpdated",
             "RemoteCreated",
             "RemoteAdmitted",

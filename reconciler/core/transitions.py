@@ -395,6 +395,7 @@ TABLE: dict[type[ev.Event], Entry] = {
     ev.ClusterUpdated: NotAJobEvent("a cluster's record; fold has decide look at the jobs with copies there"),
     ev.ClusterRemoved: NotAJobEvent("a cluster's record; decide requeues the jobs that ran there"),
     ev.ClusterHeartbeat: NotAJobEvent("a cluster's usage and liveness"),
+    ev.ClusterCapacityReported: NotAJobEvent("what a worker can really run: node groups and its queues"),
     # what workers report about a job's copies
     ev.RemoteCreated: JobEvent(_job, _by_phase(_copy_seen, {phases.NOMINATED: _copy_seen_may_win})),
     ev.RemoteAdmitted: JobEvent(_job, _by_phase(_copy_seen, {phases.NOMINATED: _copy_seen_may_win})),

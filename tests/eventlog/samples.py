@@ -82,6 +82,27 @@ INPUTS: list[ev.InputEvent] = [
     ),
     ev.ClusterRemoved(cluster="west"),
     ev.ClusterHeartbeat(cluster="east", reachable=False, usage={"cpu": 12_000}),
+    ev.ClusterCapacityReported(
+        cluster="east",
+        full=True,
+        node_groups=[
+            ev.NodeGroup(
+                id="rack-1/a100",
+                labels={"example.com/rack": "rack-1", "nvidia.com/gpu.product": "A100"},
+                taints=[ev.Taint(key="nvidia.com/gpu", effect="NoSchedule")],
+                bins=[ev.FreeBin(3, {"cpu": 32_000, "nvidia.com/gpu": 8}), ev.FreeBin(1, {"cpu": 4_000})],
+            )
+        ],
+        topology_levels=["example.com/rack"],
+        queues=[
+            ev.WorkerQueueFact(
+                name="team-a",
+                cohort="all",
+                flavors=[ev.FlavorFact(name="a100", resources={"nvidia.com/gpu": ev.QuotaFact(nominal=16, used=8)})],
+            )
+        ],
+        local_queues={"team-a/default": "team-a"},
+    ),
     ev.RemoteCreated(job=JOB, cluster="east", attempt=2),
     ev.RemoteAdmitted(job=JOB, cluster="east", attempt=2),
     ev.RemoteRejected(job=JOB, cluster="west", attempt=2, reason="quota"),

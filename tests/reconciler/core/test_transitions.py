@@ -48,6 +48,7 @@ EXAMPLES: dict[type[ev.Event], Callable[[ev.JobRef, str, int], ev.Event]] = {
     ev.ClusterUpdated: lambda j, c, a: ev.ClusterUpdated(cluster=c, capacity={"cpu": 8_000}),
     ev.ClusterRemoved: lambda j, c, a: ev.ClusterRemoved(cluster=c),
     ev.ClusterHeartbeat: lambda j, c, a: ev.ClusterHeartbeat(cluster=c),
+    ev.ClusterCapacityReported: lambda j, c, a: ev.ClusterCapacityReported(cluster=c, full=True),
     ev.RemoteCreated: lambda j, c, a: ev.RemoteCreated(job=j, cluster=c, attempt=a),
     ev.RemoteAdmitted: lambda j, c, a: ev.RemoteAdmitted(job=j, cluster=c, attempt=a),
     ev.RemoteRejected: lambda j, c, a: ev.RemoteRejected(job=j, cluster=c, attempt=a),
