@@ -47,3 +47,8 @@ ATTEMPT_LABEL = PREFIX + "attempt"
 # On a ClusterQueue (beyond Kueue): the WorkloadPriorityClasses its namespaces may use, separated
 # by commas ("low,normal"); absent: any class. docs/tenancy.md.
 ALLOWED_PRIORITY_CLASSES_ANNOTATION = PREFIX + "allowed-priority-classes"
+
+# On a worker cluster in the log (ClusterUpdated.taints): its WorkerCluster object was deleted and it
+# is draining (docs/clusters.md, "Clusters as objects"). NoSchedule: copies there are left to finish;
+# NoExecute: they are withdrawn. No toleration matches it, and ClusterHealth keeps new work off it.
+DRAINING_TAINT = PREFIX + "draining"

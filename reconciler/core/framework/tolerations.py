@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from eventlog.events import Taint, Toleration
+from eventlog.kube.names import DRAINING_TAINT
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    if taint.key == DRAINING_TAINT:
+        return False  # kdispatch's own drain: not even "tolerate everything" keeps a job there
     if toleration.effect and toleration.effect != taint.effect:
         return False
     if toleration.operator == "Exists":

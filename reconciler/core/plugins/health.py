@@ -1,14 +1,19 @@
-"""ClusterHealth: only Ready clusters take new work (Lost and removed ones do not)."""
+"""ClusterHealth: only Ready clusters take new work (Lost, removed and draining ones do not).
+
+A draining cluster (the ``kdispatch.io/draining`` taint, docs/clusters.md) is Ready for what already
+runs there, so it is kept off here, in the one filter every profile has, not by ClusterTaints."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from eventlog.kube.names import DRAINING_TAINT
 from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
 from reconciler.core.framework.status import Code, Reason
 
 NAME = "ClusterHealth"
 REASON_NOT_READY = "cluster not ready (lost or removed)"
+REASON_DRAINING = "cluster draining (its WorkerCluster was deleted)"
 
 
 class ClusterHealth(FilterPlugin):
@@ -16,4 +21,14 @@ class ClusterHealth(FilterPlugin):
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         ok = np.asarray(inp.ready[slots])
-        return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_READY))
+        table = inp.clusters
+        columns = [i for i, t in enumerate(table.taints) if t.key == DRAINING_TAINT]
+        if not columns:
+            return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_READY))
+        draining = table.taint_matrix[np.ix_(slots, columns)].any(axis=1)
+        verdict = np.where(ok, np.where(draining, 2, 0), 1).astype(np.int32)
+        reasons = [
+            Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_READY),
+            Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_DRAINING),
+        ]
+        return FilterResult(verdict=verdict, reasons=reasons)
