@@ -167,6 +167,8 @@ class Actuator:
         self.metrics = metrics or ClusterMetrics()
         self.caught_up = asyncio.Event()
         self._executors: dict[str, _Executor] = {}
+        self._executor_tasks: dict[str, asyncio.Task[None]] = {}
+        self._stop: asyncio.Event | None = None  # set by run: workers added later start at once
         self.collected = 0
 
     @property
@@ -179,11 +181,10 @@ class Actuator:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the log and apply it until ``stop`` is set. A crash of any part ends the run."""
+        self._stop = stop
         for name, worker in self.workers.items():
-            self._executors[name] = _Executor(
-                worker, self.desired, concurrency=self.concurrency, stop=stop, metrics=self.metrics
-            )
-        tasks = [asyncio.create_task(ex.run(), name=f"executor-{n}") for n, ex in self._executors.items()]
+            self._start_executor(name, worker)
+        tasks = list(self._executor_tasks.values())
         tasks += [asyncio.create_task(self._follow(stop)), asyncio.create_task(self._gc_loop(stop))]
         stopper = asyncio.create_task(stop.wait())
         try:
@@ -192,9 +193,43 @@ class Actuator:
                 if task is not stopper and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
+            tasks = list({*tasks, *self._executor_tasks.values()})  # with the executors added since
             for task in [stopper, *tasks]:
                 task.cancel()
             await asyncio.gather(stopper, *tasks, return_exceptions=True)
+
+    def _start_executor(self, name: str, worker: Worker) -> None:
+        assert self._stop is not None
+        ex = _Executor(worker, self.desired, concurrency=self.concurrency, stop=self._stop, metrics=self.metrics)
+        self._executors[name] = ex
+        self._executor_tasks[name] = asyncio.create_task(ex.run(), name=f"executor-{name}")
+
+    def add_worker(self, name: str, worker: Worker) -> None:
+        """A cluster declared while running (a WorkerCluster object): drive it from now on,
+        starting with what the log already wants there."""
+        self.workers[name] = worker
+        if self._stop is None:
+            return  # run() starts it with the others
+        self._start_executor(name, worker)
+        if self.caught_up.is_set():
+            for key in self.desired.active():
+                if key[1] == name:
+                    self._submit(key)
+
+    async def remove_worker(self, name: str) -> None:
+        """Stop driving a cluster (its WorkerCluster is gone): nothing more is asked of it."""
+        self.workers.pop(name, None)
+        self._executors.pop(name, None)
+        task = self._executor_tasks.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def drained(self, cluster: str) -> bool:
+        """Caught up, no copy on ``cluster`` the log still wants, and every delete asked of it
+        done: what a draining cluster waits for before it is removed."""
+        ex = self._executors.get(cluster)
+        return self.caught_up.is_set() and self.desired.live_on(cluster) == 0 and (ex is None or ex.idle())
 
     async def _follow(self, stop: asyncio.Event) -> None:
         while not await self._read_or_wait(stop, apply=False):
@@ -264,7 +299,7 @@ class Actuator:
     async def collect_garbage(self) -> int:
         """Delete our copies the log no longer wants, on every reachable cluster."""
         removed = 0
-        for name, worker in self.workers.items():
+        for name, worker in list(self.workers.items()):  # clusters come and go meanwhile
             try:
                 copies = await worker.copies()
             except Unreachable:

@@ -134,9 +134,12 @@ class KubeApi:
     async def patch(
         self, group: str, version: str, plural: str, namespace: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any]:
-        coro = self._custom.patch_namespaced_custom_object(
-            group, version, namespace, plural, name, body, **_MERGE
-        )
+        if not namespace:  # a cluster-scoped object (a WorkerCluster)
+            coro = self._custom.patch_cluster_custom_object(group, version, plural, name, body, **_MERGE)
+        else:
+            coro = self._custom.patch_namespaced_custom_object(
+                group, version, namespace, plural, name, body, **_MERGE
+            )
         result: dict[str, Any] = await self._call(group, plural, "patch", coro)
         return result
 
@@ -149,9 +152,12 @@ class KubeApi:
     async def patch_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, body: dict[str, Any]
     ) -> dict[str, Any]:
-        coro = self._custom.patch_namespaced_custom_object_status(
-            group, version, namespace, plural, name, body, **_MERGE
-        )
+        if not namespace:
+            coro = self._custom.patch_cluster_custom_object_status(group, version, plural, name, body, **_MERGE)
+        else:
+            coro = self._custom.patch_namespaced_custom_object_status(
+                group, version, namespace, plural, name, body, **_MERGE
+            )
         result: dict[str, Any] = await self._call(group, f"{plural}/status", "patch", coro)
         return result
 

@@ -169,6 +169,10 @@ class Desired:
             manifest=job.manifest,
         )
 
+    def live_on(self, cluster: str) -> int:
+        """Copies on ``cluster`` that should exist, or be stopped (a drain waits for none)."""
+        return sum(1 for k, i in self.intents.items() if k[1] == cluster and i is not Intent.GONE)
+
     def active(self) -> list[CopyKey]:
         """Copies that should exist or be stopped (what a restarted actuator re-applies)."""
         return [k for k, i in self.intents.items() if i in (Intent.RUN, Intent.EVICT)]

@@ -104,6 +104,9 @@ class KubeWorker:
         self.wanted: Callable[[str, int], bool] = lambda _uid, _attempt: True
         self.status_listeners: list[StatusListener] = []
         self.reporter: Reporter | None = None
+        # Part of the capacity update's message id: a WorkerCluster deleted and applied again soon
+        # after (a new uid) reports its capacity anew instead of as a duplicate (clusters/declared.py).
+        self.incarnation = ""
         self.usage: ev.Resources = {}
         self.capacity: ev.Resources = {}
         self._by_remote_uid: dict[str, Origin] = {}
@@ -343,7 +346,7 @@ class KubeWorker:
                 worker_lost_timeout_ms=self.worker_lost_timeout_ms,
             )
             digest = hashlib.sha256(repr(sorted(capacity.items())).encode()).hexdigest()[:16]
-            await self._report(update, msg_id=f"{self.name}/updated/{digest}")
+            await self._report(update, msg_id=f"{self.name}/updated/{self.incarnation}{digest}")
             self._log.info("capacity_changed", capacity=capacity)
 
     def _watch(self, versions: tuple[KindInfo, ...]) -> ListWatch:

@@ -23,6 +23,12 @@ _CALLS: list[ApiCall] = [
     *(("manager", k.group, k.plural, verb) for k in SUPPORTED_KINDS for verb in _MANAGER_JOB_VERBS),
     *(("manager", k.group, f"{k.plural}/status", "patch") for k in SUPPORTED_KINDS if k.status_synced),
     ("manager", "", "secrets", "get"),  # a worker's kubeconfig given as a Secret reference
+    # Worker clusters declared as objects (clusters/declared.py): followed, a finalizer held while
+    # one drains, and the status the leader writes.
+    ("manager", "kdispatch.io", "workerclusters", "list"),
+    ("manager", "kdispatch.io", "workerclusters", "watch"),
+    ("manager", "kdispatch.io", "workerclusters", "patch"),
+    ("manager", "kdispatch.io", "workerclusters/status", "patch"),
     ("manager", "", "/version", "get"),
     # Events on the user's job (clusters.visibility): one per series, its count patched
     ("manager", "events.k8s.io", "events", "create"),
