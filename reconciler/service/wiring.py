@@ -38,6 +38,8 @@ from reconciler.edge.logging import get_logger
 from reconciler.forecast import DEFAULT_LIMIT as DEFAULT_FORECAST_LIMIT
 from reconciler.service.child import Supervised
 from reconciler.service.clusters.actuator import Actuator
+from reconciler.service.clusters.declared import DeclaredClusters, Wiring
+from reconciler.service.clusters.declaredstatus import DeclaredStatus
 from reconciler.service.clusters.kube import KubeWorker
 from reconciler.service.clusters.manager import ManagerSync, ManagerWatcher
 from reconciler.service.clusters.metrics import ClusterMetrics
@@ -88,6 +90,8 @@ class Clusters:
     watcher: ManagerWatcher | None = None
     status: StatusReporter | None = None  # Events and status on the user's job (leader only)
     queues: QueuesWatcher | None = None
+    declared: DeclaredClusters | None = None  # WorkerCluster objects (clusters/declared.py)
+    declared_status: DeclaredStatus | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         for cfg in self.configured.clusters:
@@ -105,6 +109,10 @@ class Clusters:
             tasks.append(asyncio.create_task(self.status.run(stop), name="status-reporter"))
         if self.queues is not None:
             tasks.append(asyncio.create_task(self.queues.run(stop), name="queues-watcher"))
+        if self.declared is not None:
+            tasks.append(asyncio.create_task(self.declared.run(stop), name="worker-clusters"))
+        if self.declared_status is not None:
+            tasks.append(asyncio.create_task(self.declared_status.run(stop), name="worker-cluster-status"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -113,10 +121,14 @@ class Clusters:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _remove_unconfigured(self) -> None:
-        """Once the log is read: a cluster registered there but no longer in the config file is
-        recorded as ``ClusterRemoved`` (its jobs are requeued elsewhere by the core)."""
+        """Once the log is read: a cluster registered there but no longer in the config file (nor
+        declared by a WorkerCluster) is recorded as ``ClusterRemoved`` (its jobs are requeued
+        elsewhere by the core)."""
         await self.actuator.caught_up.wait()
         configured = {c.name for c in self.configured.clusters}
+        if self.declared is not None:
+            await self.declared.listed.wait()
+            configured |= self.declared.names()
         for name, registered_at in sorted(self.actuator.desired.clusters.items()):
             if name not in configured:
                 log.warning("cluster_removed_from_config", cluster=name)
@@ -135,6 +147,7 @@ def connect_clusters(
     instance: str = "",
     watch_queues: bool = False,
     on_event: EventCounter = uncounted,
+    state: Callable[[], core.State | None] = lambda: None,
 ) -> Clusters:
     reporter = InboxReporter(log_.inbox)
     actuator = Actuator(
@@ -168,6 +181,15 @@ def connect_clusters(
             if isinstance(worker, KubeWorker):
                 worker.wanted = _wanted(actuator, name)
                 worker.status_listeners.append(sync.remote_status)
+        out.declared = DeclaredClusters(
+            configured.manager_api,
+            Wiring(actuator, reporter, status_listeners=[sync.remote_status]),
+            manager_id=configured.manager_id,
+            configured=frozenset(c.name for c in configured.clusters),
+            policy_lost_timeout_ms=configured.policy_lost_timeout_ms,
+            resync_s=configured.resync_s,
+        )
+        out.declared_status = DeclaredStatus(configured.manager_api, out.declared, state)
     return out
 
 
@@ -295,6 +317,7 @@ async def build(
             instance=settings.loop.leader_id,
             watch_queues=settings.watch_queues,
             on_event=metrics.event_written,
+            state=lambda: loop.state if loop.ready.is_set() else None,
         )
     forecasts = None
     if settings.forecast_limit > 0:

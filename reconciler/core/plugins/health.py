@@ -25,7 +25,7 @@ class ClusterHealth(FilterPlugin):
         columns = [i for i, t in enumerate(table.taints) if t.key == DRAINING_TAINT]
         if not columns:
             return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_READY))
-        draining = table.taint_matrix[np.ix_(slots, columns)].any(axis=1)
+        draining = table.taint_matrix[slots][:, columns].any(axis=1)
         verdict = np.where(ok, np.where(draining, 2, 0), 1).astype(np.int32)
         reasons = [
             Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_READY),

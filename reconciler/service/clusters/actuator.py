@@ -229,7 +229,9 @@ class Actuator:
         """Caught up, no copy on ``cluster`` the log still wants, and every delete asked of it
         done: what a draining cluster waits for before it is removed."""
         ex = self._executors.get(cluster)
-        return self.caught_up.is_set() and self.desired.live_on(cluster) == 0 and (ex is None or ex.idle())
+        if not self.caught_up.is_set() or cluster not in self.desired.draining:
+            return False  # the drain taint is not read back yet: a decision may still name it
+        return self.desired.live_on(cluster) == 0 and (ex is None or ex.idle())
 
     async def _follow(self, stop: asyncio.Event) -> None:
         while not await self._read_or_wait(stop, apply=False):

@@ -13,6 +13,7 @@ from typing import Any
 from msgspec import Struct, field
 
 from eventlog import events as ev
+from eventlog.kube.names import DRAINING_TAINT
 from reconciler.service.clusters.base import RemoteSpec
 
 CopyKey = tuple[str, str, int]  # (job uid, cluster, attempt)
@@ -46,6 +47,7 @@ class Desired:
         self._ended: set[str] = set()  # finished or deleted: its spec goes once no copy may run
         self.submitted: set[str] = set()  # every uid a JobSubmitted named (kept after its spec goes)
         self.clusters: dict[str, int] = {}  # registered cluster -> seq of its registration
+        self.draining: dict[str, int] = {}  # cluster -> seq of the entry that gave it the drain taint
         self.queues: ev.QueuesConfigured | None = None  # the latest queue config (for the watcher's backfill)
         self.seq = 0
 
@@ -88,10 +90,16 @@ class Desired:
                 changed = self._set(key, Intent.GONE)
                 self._drop_spec_if_done(event.job.uid)
                 return [key] if changed else []
-            case ev.ClusterRegistered():
-                self.clusters[event.cluster] = entry.seq
+            case ev.ClusterRegistered() | ev.ClusterUpdated():
+                if isinstance(event, ev.ClusterRegistered):
+                    self.clusters[event.cluster] = entry.seq
+                if any(t.key == DRAINING_TAINT for t in event.taints):
+                    self.draining.setdefault(event.cluster, entry.seq)
+                else:
+                    self.draining.pop(event.cluster, None)
             case ev.ClusterRemoved():
                 self.clusters.pop(event.cluster, None)
+                self.draining.pop(event.cluster, None)
             case ev.JobDeleted():
                 self._ended.add(event.job.uid)
                 self._drop_spec_if_done(event.job.uid)

@@ -56,6 +56,7 @@ class Declared:
     """One WorkerCluster, decoded."""
 
     uid: str
+    generation: int
     config: ClusterConfig
     drain_policy: DrainPolicy
     deleting: bool  # metadata.deletionTimestamp is set: drain it
@@ -116,6 +117,7 @@ def declared(obj: dict[str, Any]) -> Declared:
         raise ConfigError(err.message, path="$.spec" + err.path.removeprefix("$"), source=source) from None
     return Declared(
         uid=str(meta.get("uid") or ""),
+        generation=int(meta.get("generation") or 0),
         config=config,
         drain_policy=policy,
         deleting=bool(meta.get("deletionTimestamp")),

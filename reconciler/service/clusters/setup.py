@@ -113,6 +113,7 @@ class ClusterSet:
     resync_s: int = 300
     gc_interval_s: float = 30.0
     api_clients: list[client.ApiClient] = field(default_factory=list)
+    policy_lost_timeout_ms: int = 60_000  # for the keepalive of clusters declared later (declared.py)
 
     @classmethod
     async def from_config(
@@ -126,6 +127,7 @@ class ClusterSet:
             clusters=list(config.clusters),
             resync_s=max(resync_ms // 1000, 1),
             gc_interval_s=gc_ms / 1000,
+            policy_lost_timeout_ms=config.policy.worker_lost_timeout_ms,
         )
         try:
             await out._build(config, manager_api_client)
@@ -136,7 +138,9 @@ class ClusterSet:
 
     async def _build(self, config: Config, manager_api_client: client.ApiClient | None) -> None:
         manager = config.manager
-        if any(c.simulated is None for c in config.clusters):
+        # A manager section, or a Kubernetes worker: the manager's API is followed (and with it the
+        # WorkerCluster objects, so a fleet may start with no worker at all in the file).
+        if manager is not None or any(c.simulated is None for c in config.clusters):
             if manager_api_client is None:
                 kc = manager.kubeconfig if manager else None
                 manager_api_client = await api_client_for(kc, manager=None, what="manager")

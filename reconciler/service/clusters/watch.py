@@ -55,6 +55,8 @@ class ListWatch:
     """What identifies an object between two lists (to notice the ones deleted meanwhile)."""
     on_served: Callable[[KindInfo, bool], None] | None = None
     """Told whether the cluster serves a version, as soon as a list says so."""
+    on_listed: Callable[[], None] | None = None
+    """Told each time a list has been handed over, every object of it."""
     log: Any = None
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -107,6 +109,8 @@ class ListWatch:
                 await self.handle(kind, "DELETED", obj)
         for obj in current.values():
             await self.handle(kind, LISTED, obj)
+        if self.on_listed is not None:
+            self.on_listed()
         return rv, current
 
     async def _watch(self, kind: KindInfo, rv: str, known: dict[str, dict[str, Any]]) -> None:
