@@ -64,7 +64,7 @@ class DeclaredStatus:
         declared: DeclaredClusters,
         state: Callable[[], State | None],
         *,
-        interval_s: float = 5.0,
+        interval_s: float = 2.0,
     ) -> None:
         self.api = api
         self.declared = declared

@@ -8,6 +8,8 @@ What the real API does and kmock's own KubernetesEmulator does not (so the adapt
 - create of an existing name -> 409 AlreadyExists; delete honours ``preconditions.uid`` (409);
 - PATCH is a JSON merge patch (``null`` removes a key); the ``status`` subresource changes only
   ``status``, and a PATCH of the object itself ignores ``status``;
+- finalizers: deleting an object that has ``metadata.finalizers`` only sets its
+  ``deletionTimestamp`` (a MODIFIED event); it is deleted once a patch leaves no finalizer;
 - list and watch honour ``labelSelector`` (``k=v``, ``k!=v``, ``k``, ``!k``); a list carries the
   collection's resourceVersion; a watch from a resourceVersion replays the events after it, or
   answers 410 Gone (an ERROR event) when that version was compacted away (``compact()``);
@@ -398,6 +400,10 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
         if updated.get("spec") != current.get("spec"):
             updated["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
         updated["metadata"]["resourceVersion"] = str(self._next_rv())
+        if updated["metadata"].get("deletionTimestamp") and not updated["metadata"].get("finalizers"):
+            del self._store[key][(namespace, name)]  # the last finalizer went: now it is deleted
+            self._emit(key, "DELETED", updated)
+            return copy.deepcopy(updated)
         self._store[key][(namespace, name)] = updated
         if key == EVENTS:
             self._mirror_event(updated)
@@ -425,8 +431,12 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
             raise kmock.KubernetesError(
                 status=409, reason="Conflict", message="Precondition failed: UID mismatch"
             )
-        del self._store[key][(request.namespace or "", request.name or "")]
         current["metadata"]["resourceVersion"] = str(self._next_rv())
+        if current["metadata"].get("finalizers"):  # marked for deletion; its controllers finish it
+            current["metadata"].setdefault("deletionTimestamp", _now())
+            self._emit(key, "MODIFIED", current)
+            return copy.deepcopy(current)
+        del self._store[key][(request.namespace or "", request.name or "")]
         self._emit(key, "DELETED", current)
         return copy.deepcopy(current)
 
