@@ -26,10 +26,12 @@ sys.path.insert(0, str(DEPLOY.parent))
 from eventlog.kube.kinds import SUPPORTED_KINDS  # noqa: E402
 from eventlog.kube.names import QUEUE_LABEL  # noqa: E402
 from eventlog.natsauth import COMPONENTS, authorization_conf  # noqa: E402
+from reconciler.service.clusters.objects import SECRETS_NAMESPACE  # noqa: E402
 from reconciler.service.clusters.rbac import API_CALLS  # noqa: E402
 from webhook.placement import ALIAS_ANNOTATIONS, PREFIX  # noqa: E402
 
 NAMESPACE = "kdispatch-system"
+WORKERS_NAMESPACE = SECRETS_NAMESPACE  # the WorkerClusters' kubeconfig Secrets
 
 
 # ---- RBAC -------------------------------------------------------------------------------------
@@ -64,8 +66,10 @@ def _labels(name: str) -> str:
     return f"  labels:\n    app.kubernetes.io/name: {name}\n    app.kubernetes.io/part-of: kdispatch"
 
 
-def _binding(kind: str, role_kind: str, name: str, account: str, *, namespaced: bool) -> str:
-    namespace = f"\n  namespace: {NAMESPACE}" if namespaced else ""
+def _binding(
+    kind: str, role_kind: str, name: str, account: str, *, namespaced: bool, namespace_of_role: str = NAMESPACE
+) -> str:
+    namespace = f"\n  namespace: {namespace_of_role}" if namespaced else ""
     return f"""apiVersion: rbac.authorization.k8s.io/v1
 kind: {kind}
 metadata:
@@ -106,7 +110,8 @@ metadata:
   name: {account}
 {_labels(account)}
 rules:
-  # Watch submitted jobs, mark the chosen cluster (patch), sync the remote status back.
+  # Watch submitted jobs, mark the chosen cluster (patch), sync the remote status back; follow the
+  # WorkerCluster objects (a finalizer while one drains, the status the leader writes).
 {_rules("manager", skip=("secrets",))}
 ---
 {_binding("ClusterRoleBinding", "ClusterRole", account, account, namespaced=False)}---
@@ -125,7 +130,21 @@ rules:
     resourceNames: [{", ".join(secrets)}]
     verbs: [get]
 ---
-{_binding("RoleBinding", "Role", f"{account}-kubeconfigs", account, namespaced=True)}"""
+{_binding("RoleBinding", "Role", f"{account}-kubeconfigs", account, namespaced=True)}---
+# The kubeconfig Secrets of workers declared as WorkerCluster objects (docs/deploy.md): any Secret of
+# the kdispatch-workers namespace, which holds nothing else, so adding a worker needs no RBAC change.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {account}-worker-kubeconfigs
+  namespace: {WORKERS_NAMESPACE}
+{_labels(account)}
+rules:
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get]
+---
+{_binding("RoleBinding", "Role", f"{account}-worker-kubeconfigs", account, namespaced=True, namespace_of_role=WORKERS_NAMESPACE)}"""
     return role
 
 

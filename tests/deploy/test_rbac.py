@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from reconciler.config import decode_config
+from reconciler.service.clusters.objects import SECRETS_NAMESPACE
 from reconciler.service.clusters.rbac import API_CALLS
 from tests.deploy.conftest import OVERLAYS, find, one, rendered
 
@@ -96,7 +97,7 @@ def test_worker_rbac_is_exactly_the_worker_api_calls() -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_manager_reads_only_the_kubeconfig_secrets_the_config_names(overlay: str) -> None:
+def test_manager_reads_only_the_kubeconfig_secrets_the_config_names_and_the_workers_namespace(overlay: str) -> None:
     objects = rendered(overlay)
     _, names = granted(objects, "manager")
     (configmap,) = [
@@ -106,6 +107,14 @@ def test_manager_reads_only_the_kubeconfig_secrets_the_config_names(overlay: str
     refs = [c.kubeconfig.secret_ref for c in config.clusters if c.kubeconfig and c.kubeconfig.secret_ref]
     assert refs, "the shipped config registers a worker through a Secret"
     assert names == {("", "secrets", "get"): {ref.name for ref in refs}}
+    # Besides those, Secrets are readable only in the namespace of the WorkerClusters' kubeconfigs.
+    unnamed = [
+        role["metadata"]["namespace"]
+        for _, role in bound_rules(objects, *SUBJECTS["manager"])
+        for rule in role["rules"]
+        if "secrets" in rule.get("resources", []) and "resourceNames" not in rule
+    ]
+    assert unnamed == [SECRETS_NAMESPACE]
     for ref in refs:
         roles = [r for _, r in bound_rules(objects, *SUBJECTS["manager"]) if r["kind"] == "Role"]
         assert any(r["metadata"]["namespace"] == ref.namespace for r in roles), ref

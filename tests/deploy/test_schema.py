@@ -24,7 +24,7 @@ from kubernetes_validate.utils import latest_version
 
 from eventlog.kube.kueue import GROUP as KUEUE_GROUP
 from eventlog.kube.kueue import load_queues
-from tests.deploy import certmanager, k8sschema, promoperator
+from tests.deploy import certmanager, k8sschema, promoperator, workercluster
 from tests.deploy.conftest import DEPLOY, manifest_files, one, rendered
 
 OLDEST = "1.32"
@@ -37,6 +37,8 @@ def validate(obj: dict[str, Any], version: str) -> None:
         certmanager.validate(obj)
     elif obj["apiVersion"].startswith("monitoring.coreos.com/"):
         promoperator.validate(obj)
+    elif obj["apiVersion"].startswith("kdispatch.io/"):
+        workercluster.validate(obj)
     else:
         k8sschema.validate(obj, version)
 
@@ -126,3 +128,14 @@ def test_structural_check_catches_a_bad_certificate() -> None:
     certificate["spec"]["dnsName"] = certificate["spec"].pop("dnsNames")
     with pytest.raises(jsonschema.ValidationError):
         validate(certificate, NEWEST)
+
+
+def test_the_worker_cluster_schema_is_strict() -> None:
+    """The check above can fail: a misspelt field or drain policy is caught."""
+    (obj,) = [o for o in yaml.safe_load_all((DEPLOY / "examples" / "worker-cluster.yaml").read_text()) if o]
+    workercluster.validate(obj)
+    for spec in ({"lables": {}}, {"drainPolicy": "Evict"}, {"kubeConfig": {"locationType": "File", "location": "x"}}):
+        bad = copy.deepcopy(obj)
+        bad["spec"].update(spec)
+        with pytest.raises(jsonschema.ValidationError):
+            workercluster.validate(bad)
