@@ -36,6 +36,9 @@ def test_named_objects_exist_in_the_overlays() -> None:
         ("Service", "nats"),
         ("Service", "kdispatch-reconciler-metrics"),
         ("Role", "kdispatch-reconciler-kubeconfigs"),
+        ("Role", "kdispatch-reconciler-worker-kubeconfigs"),
+        ("Namespace", "kdispatch-workers"),
+        ("CustomResourceDefinition", "workerclusters.kdispatch.io"),
         ("Certificate", "kdispatch-webhook"),
     ]:
         assert f"{name}" in DOC, f"{kind}/{name} is described"
@@ -72,3 +75,13 @@ def test_config_fields_are_documented() -> None:
     table = DOC[DOC.index("## The config file") : DOC.index("## Security")]
     undocumented = sorted(k for k in keys(config) if not re.search(rf"`[^`\n]*\b{k}\b[^`\n]*`", table))
     assert undocumented == []
+
+
+def test_adding_a_worker_takes_at_most_two_steps_on_the_manager() -> None:
+    """Issue 15: a Secret and a WorkerCluster, no config edit, no RBAC edit, no restart."""
+    section = DOC[DOC.index("## Register a worker cluster") : DOC.index("**Remove a worker**")]
+    steps = section[section.index("**Then, on the manager") :]
+    numbered = re.findall(r"^(\d+)\. ", steps, re.M)
+    assert numbered == ["1", "2"]
+    assert "kubectl -n kdispatch-workers create secret generic" in steps
+    assert "kubectl apply -f deploy/examples/worker-cluster.yaml" in steps
