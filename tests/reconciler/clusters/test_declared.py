@@ -22,6 +22,7 @@ from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
 from eventlog.kube.names import DRAINING_TAINT
 from reconciler.config import ConfigError, decode_config
+from reconciler.history.replay import replay
 from reconciler.policy import policy_event
 from reconciler.service.clusters.objects import FINALIZER, SECRETS_NAMESPACE, declared
 from reconciler.service.loop import LoopSettings, wait_ready
@@ -205,6 +206,8 @@ async def test_a_deleted_worker_cluster_drains_leaving_running_copies_then_is_re
     assert drained_at < finished[0] < removed_at
     assert [seq for seq, _ in nominated_on(entries, "w2") if seq > drained_at] == [], "nothing new after the drain"
     assert [f.succeeded for f in decisions(entries, ev.Finished, "running")] == [True]
+    replayed = await replay(fleet.jlog.reader, verify=True)  # the drain is in the log: decided alike
+    assert replayed.mismatch is None and replayed.verified_batches > 0
 
 
 async def test_withdraw_policy_moves_running_copies_elsewhere(fleet: Fleet) -> None:
@@ -224,6 +227,8 @@ async def test_withdraw_policy_moves_running_copies_elsewhere(fleet: Fleet) -> N
     entries = await log_entries(fleet.jlog)
     withdrawn = [e.event for e in entries if isinstance(e.event, ev.Withdrawn) and e.event.job.name == "moved"]
     assert [(w.cluster, w.attempt) for w in withdrawn] == [("w2", 1)]
+    replayed = await replay(fleet.jlog.reader, verify=True)
+    assert replayed.mismatch is None and replayed.verified_batches > 0
 
 
 async def test_a_secret_created_after_its_worker_cluster_is_picked_up(fleet: Fleet) -> None:
