@@ -226,8 +226,8 @@ class Actuator:
             await asyncio.gather(task, return_exceptions=True)
 
     def drained(self, cluster: str) -> bool:
-        """Caught up, no copy on ``cluster`` the log still wants, and every delete asked of it
-        done: what a draining cluster waits for before it is removed."""
+        """Caught up, the drain taint read back, no copy on ``cluster`` the log still wants, and
+        every delete asked of it done: what a draining cluster waits for before it is removed."""
         ex = self._executors.get(cluster)
         if not self.caught_up.is_set() or cluster not in self.desired.draining:
             return False  # the drain taint is not read back yet: a decision may still name it

@@ -149,8 +149,9 @@ class DeclaredClusters:
                 await self._stop_adapter(name)
 
     def _served(self, kind: KindInfo, served: bool) -> None:
-        if not served:  # no WorkerCluster can exist: as good as an empty list
-            log.info("worker_cluster_crd_not_installed", hint="kubectl apply -k deploy/base installs it")
+        if not served and not self.listed.is_set():  # no WorkerCluster can exist: an empty list
+            log.info("worker_cluster_crd_not_installed", hint="the CRD is deploy/base/workercluster-crd.yaml")
+        if not served:
             self.listed.set()
 
     async def _on_event(self, _kind: KindInfo, type_: str, obj: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
+from eventlog.kube.names import DRAINING_TAINT
 from eventlog.store import InboxItem
 from reconciler.service.clusters.actuator import Actuator
 from reconciler.service.clusters.base import Worker
@@ -247,3 +248,29 @@ async def test_the_actuator_and_observers_ride_out_a_nats_restart(
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
         await jlog.close()
         server.stop()
+
+
+async def test_a_worker_added_while_running_gets_what_the_log_wants_and_drains(
+    jslog: JetStreamLog, actuators: Callable[..., Any]
+) -> None:
+    """WorkerCluster objects (clusters/declared.py): a cluster joins a running actuator, is first
+    given what the log already wants there, and is drained only once the drain taint is read back
+    and no copy is left there."""
+    act = await actuators({})
+    leader = Leader(jslog)
+    await leader.inputs(submitted(1), ev.ClusterRegistered(cluster="late"))
+    await leader.decide(ev.Nominated(job=job(1), clusters=["late"], attempt=1))
+    await eventually(lambda: act.desired.seq >= 3, what="decision read")
+    late = sim("late")
+    act.add_worker("late", late)
+    await eventually(lambda: ("job-1", 1) in states(late), what="copy created on the late cluster")
+    assert not act.drained("late"), "not draining: never drained"
+    taint = ev.Taint(key=DRAINING_TAINT, effect="NoSchedule")
+    await leader.inputs(ev.ClusterUpdated(cluster="late", taints=[taint]))
+    await eventually(lambda: "late" in act.desired.draining, what="drain taint read")
+    assert not act.drained("late"), "a copy is still wanted there"
+    await leader.decide(ev.CleanUp(job=job(1), cluster="late", attempt=1))
+    await eventually(lambda: act.drained("late"), what="drained once the copy is deleted")
+    assert states(late) == {}
+    await act.remove_worker("late")
+    assert "late" not in act.workers

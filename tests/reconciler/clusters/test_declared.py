@@ -198,7 +198,7 @@ async def test_a_deleted_worker_cluster_drains_leaving_running_copies_then_is_re
 
     complete = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
     fleet.workers["w2"].emulator.patch_status(*JOBS, "team-a", "running", complete)
-    await explained(fleet, eventually(lambda: fleet.object("w2") is None, what="w2 drained and deleted"))
+    await explained(fleet, eventually(lambda: fleet.object("w2") is None, timeout_s=30, what="w2 drained and deleted"))
     entries = await log_entries(fleet.jlog)
     drained_at = first(entries, ev.ClusterUpdated, "w2", where=lambda e: any(t.key == DRAINING_TAINT for t in e.taints))
     removed_at = first(entries, ev.ClusterRemoved, "w2")
@@ -221,9 +221,9 @@ async def test_withdraw_policy_moves_running_copies_elsewhere(fleet: Fleet) -> N
 
     await kubectl(fleet.kubectl_config, "delete", "workercluster", "w2", "--wait=false")
     await explained(
-        fleet, eventually(lambda: where(fleet.workers, "moved") == {"w1": 2}, what="withdrawn from w2, on w1")
+        fleet, eventually(lambda: where(fleet.workers, "moved") == {"w1": 2}, timeout_s=30, what="withdrawn from w2, on w1")
     )
-    await explained(fleet, eventually(lambda: fleet.object("w2") is None, what="w2 removed"))
+    await explained(fleet, eventually(lambda: fleet.object("w2") is None, timeout_s=30, what="w2 removed"))
     entries = await log_entries(fleet.jlog)
     withdrawn = [e.event for e in entries if isinstance(e.event, ev.Withdrawn) and e.event.job.name == "moved"]
     assert [(w.cluster, w.attempt) for w in withdrawn] == [("w2", 1)]
