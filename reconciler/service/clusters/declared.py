@@ -49,7 +49,9 @@ from reconciler.service.clusters.objects import (
     PLURAL,
     VERSION,
     Declared,
+    DrainPolicy,
     declared,
+    with_drain_taint,
 )
 from reconciler.service.clusters.setup import api_client_for, heartbeat_keepalive_s, kube_worker, registration
 from reconciler.service.clusters.watch import ListWatch, sleep_or_stop
@@ -227,8 +229,7 @@ class DeclaredClusters:
             api_client = await api_client_for(cfg.kubeconfig, manager=self.api, what=what)
         keepalive_s = heartbeat_keepalive_s(cfg, policy_lost_timeout_ms=self.policy_lost_timeout_ms)
         worker = kube_worker(cfg, api_client, manager_id=self.manager_id, resync_s=self.resync_s, keepalive_s=keepalive_s)
-        # A new adapter's first capacity report must not be taken for the last one's duplicate.
-        worker.incarnation = f"{spec.uid}/{spec.generation}/"
+        worker.incarnation = _incarnation(spec, spec.drain_policy if spec.deleting else "")
         actuator = self.wiring.actuator
         worker.wanted = lambda uid, attempt: actuator.desired.wanted(uid, spec.name, attempt)
         worker.status_listeners.extend(self.wiring.status_listeners)
@@ -254,10 +255,16 @@ class DeclaredClusters:
             await self._stop_adapter(spec.name)
             return await self._start(spec)
         live.spec = spec
-        await self._update(live, spec.config)
+        await self._update(live, spec.config, _incarnation(spec, ""))
         return live
 
-    async def _update(self, live: _Live, cfg: ClusterConfig) -> None:
+    async def _update(self, live: _Live, cfg: ClusterConfig, incarnation: str) -> None:
+        """Record the new labels, taints or lost timeout. Every replica must record the same event
+        (one message id), so it carries the capacity the log has, not this adapter's: that may be
+        older or newer than another replica's. The adapter then reports its own capacity again,
+        under a new message id, with the new labels and taints."""
+        actuator = self.wiring.actuator
+        await actuator.caught_up.wait()
         worker = live.worker
         worker.labels, worker.taints = dict(cfg.labels), list(cfg.taints)
         worker.worker_lost_timeout_ms = cfg.worker_lost_timeout_ms
@@ -265,15 +272,16 @@ class DeclaredClusters:
             cluster=cfg.name,
             labels=dict(cfg.labels),
             taints=list(cfg.taints),
-            capacity=dict(worker.capacity),
+            capacity=dict(actuator.desired.capacity.get(cfg.name, {})),
             worker_lost_timeout_ms=cfg.worker_lost_timeout_ms,
         )
         await self.wiring.reporter.report(event, msg_id=f"{cfg.name}/spec/{live.spec.uid}/{_digest(event)}")
+        worker.incarnation, worker.capacity = incarnation, {}  # reported again at its next refresh
 
-    async def _drain(self, live: _Live, policy: str, obj: dict[str, Any]) -> None:
+    async def _drain(self, live: _Live, policy: DrainPolicy, obj: dict[str, Any]) -> None:
         if live.draining != policy:
             live.draining = policy
-            await self._update(live, live.spec.draining_config())
+            await self._update(live, with_drain_taint(live.spec.config, policy), _incarnation(live.spec, policy))
             log.info("worker_cluster_draining", cluster=live.spec.name, policy=policy)
         name = live.spec.name
         if not self.wiring.actuator.drained(name):
@@ -324,6 +332,12 @@ class DeclaredClusters:
         except ApiError as err:
             if err.status != 404:
                 raise
+
+
+def _incarnation(spec: Declared, draining: str) -> str:
+    """Part of the message id of the adapter's capacity reports: new for each spec and drain, so
+    that its first report after one is not taken for a duplicate of an earlier one."""
+    return f"{spec.uid}/{spec.generation}{'/' + draining if draining else ''}/"
 
 
 def _digest(event: ev.Event) -> str:

@@ -48,6 +48,7 @@ class Desired:
         self.submitted: set[str] = set()  # every uid a JobSubmitted named (kept after its spec goes)
         self.clusters: dict[str, int] = {}  # registered cluster -> seq of its registration
         self.draining: dict[str, int] = {}  # cluster -> seq of the entry that gave it the drain taint
+        self.capacity: dict[str, ev.Resources] = {}  # cluster -> its capacity as the log has it
         self.queues: ev.QueuesConfigured | None = None  # the latest queue config (for the watcher's backfill)
         self.seq = 0
 
@@ -93,6 +94,7 @@ class Desired:
             case ev.ClusterRegistered() | ev.ClusterUpdated():
                 if isinstance(event, ev.ClusterRegistered):
                     self.clusters[event.cluster] = entry.seq
+                self.capacity[event.cluster] = event.capacity
                 if any(t.key == DRAINING_TAINT for t in event.taints):
                     self.draining.setdefault(event.cluster, entry.seq)
                 else:
@@ -100,6 +102,7 @@ class Desired:
             case ev.ClusterRemoved():
                 self.clusters.pop(event.cluster, None)
                 self.draining.pop(event.cluster, None)
+                self.capacity.pop(event.cluster, None)
             case ev.JobDeleted():
                 self._ended.add(event.job.uid)
                 self._drop_spec_if_done(event.job.uid)
