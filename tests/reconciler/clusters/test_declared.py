@@ -178,6 +178,21 @@ async def test_a_worker_cluster_applied_at_runtime_takes_work_within_one_capacit
     listed = await kubectl(fleet.kubectl_config, "get", "workerclusters", "-o", f"custom-columns={columns}")
     assert listed.split("\n")[1].split() == ["w2", "Ready", "1"], listed
 
+    # Changed labels: ClusterUpdated, keeping the capacity the log has; no second adapter.
+    await fleet.apply("w2", labels={"zone": "c"}, workerLostTimeout="5s", heartbeatInterval="200ms")
+
+    async def relabelled() -> list[ev.ClusterUpdated]:
+        return [
+            e.event
+            for e in await log_entries(fleet.jlog)
+            if isinstance(e.event, ev.ClusterUpdated) and e.event.cluster == "w2" and e.event.labels == {"zone": "c"}
+        ]
+
+    updates = await explained(fleet, eventually(relabelled, what="w2 relabelled in the log"))
+    assert updates[0].capacity == {"cpu": 64000, "nvidia.com/gpu": 8}
+    entries = await log_entries(fleet.jlog)
+    assert len([e for e in entries if isinstance(e.event, ev.ClusterRegistered) and e.event.cluster == "w2"]) == 1
+
 
 async def test_a_deleted_worker_cluster_drains_leaving_running_copies_then_is_removed(fleet: Fleet) -> None:
     fleet.secret("w2", fleet.workers["w2"])
