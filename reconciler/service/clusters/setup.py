@@ -138,14 +138,25 @@ class ClusterSet:
 
     async def _build(self, config: Config, manager_api_client: client.ApiClient | None) -> None:
         manager = config.manager
-        # A manager section, or a Kubernetes worker: the manager's API is followed (and with it the
-        # WorkerCluster objects, so a fleet may start with no worker at all in the file).
-        if manager is not None or any(c.simulated is None for c in config.clusters):
+        # A Kubernetes worker needs the manager's API; a manager section alone asks for it too (the
+        # WorkerCluster objects are followed there, so a fleet may start with no worker in the
+        # file), but a simulated fleet outside a cluster keeps running without it, as before.
+        needed = any(c.simulated is None for c in config.clusters)
+        if needed or manager is not None:
             if manager_api_client is None:
                 kc = manager.kubeconfig if manager else None
-                manager_api_client = await api_client_for(kc, manager=None, what="manager")
+                try:
+                    manager_api_client = await api_client_for(kc, manager=None, what="manager")
+                except (ConfigError, kube_config.ConfigException, OSError):
+                    if needed:
+                        raise
+                    log.info("manager_api_unavailable", hint="WorkerCluster objects are not followed")
+                    return await self._build_workers(config)
                 self.api_clients.append(manager_api_client)
             self.manager_api = KubeApi(manager_api_client, role="manager", cluster="manager")
+        await self._build_workers(config)
+
+    async def _build_workers(self, config: Config) -> None:
         for cfg in config.clusters:
             keepalive_s = heartbeat_keepalive_s(cfg, policy_lost_timeout_ms=config.policy.worker_lost_timeout_ms)
             if cfg.simulated is not None:

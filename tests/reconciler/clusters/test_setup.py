@@ -100,3 +100,24 @@ def test_a_bad_simulated_capacity_is_a_config_error_at_decode() -> None:
         ConfigError, match=r"\$\.clusters\[0\]\.simulated\.capacity: memory: 'lots' is not a quantity"
     ):
         decode_config({"clusters": [{"name": "s", "simulated": {"capacity": {"memory": "lots"}}}]})
+
+
+async def test_a_manager_section_is_followed_for_worker_clusters_but_optional_for_a_simulated_fleet(
+    api_servers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WorkerCluster objects live on the manager: a manager section alone connects to it (a fleet
+    may declare every worker as an object); a simulated fleet outside a cluster starts without."""
+    manager: ApiServer = await api_servers("manager")
+    path = tmp_path / "manager.yaml"
+    path.write_text(yaml.safe_dump(kubeconfig_doc(manager, "manager")))
+    sims = [{"name": "sim", "simulated": {"capacity": {"cpu": 8}}}]
+    with_manager = await ClusterSet.from_config(decode_config({"manager": {"kubeconfig": {"path": str(path)}}}))
+    try:
+        assert with_manager.manager_api is not None and with_manager.workers == {}
+    finally:
+        await with_manager.close()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    outside = await ClusterSet.from_config(decode_config({"manager": {"id": "m"}, "clusters": sims}))
+    assert outside.manager_api is None and list(outside.workers) == ["sim"]
+    with pytest.raises(ConfigError, match="not running in a cluster"):
+        await ClusterSet.from_config(decode_config({"manager": {"id": "m"}, "clusters": [{"name": "k"}]}))
