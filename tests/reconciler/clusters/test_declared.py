@@ -271,3 +271,36 @@ def test_a_bad_spec_names_the_field_and_what_is_accepted() -> None:
     assert d.config.kubeconfig is not None and d.config.kubeconfig.secret_ref is not None
     assert (d.config.kubeconfig.secret_ref.namespace, d.config.kubeconfig.secret_ref.name) == (SECRETS_NAMESPACE, "s")
     assert json.loads(json.dumps(d.config.labels)) == {"a": "b"}
+
+
+async def test_giving_up_on_a_drain_removes_the_cluster_and_requeues_its_jobs(fleet: Fleet) -> None:
+    """The escape hatch docs/deploy.md gives: the finalizer removed by hand ends the drain; the
+    cluster is removed at once and what ran there is placed elsewhere."""
+    fleet.secret("w2", fleet.workers["w2"])
+    await fleet.apply("w2", heartbeatInterval="200ms")
+    await explained(fleet, eventually(lambda: fleet.phase("w2") == "Ready", what="w2 Ready in its status"))
+    await fleet.submit("stuck", gpus=1)
+    await explained(fleet, eventually(lambda: where(fleet.workers, "stuck") == {"w2": 1}, what="copy on w2"))
+    kueue_admits(fleet.workers["w2"], "stuck")
+    assert await fleet.placed("stuck", attempt=1) == "w2"
+    await kubectl(fleet.kubectl_config, "delete", "workercluster", "w2", "--wait=false")
+    await explained(fleet, eventually(lambda: fleet.phase("w2") == "Draining", what="w2 Draining"))
+    patch = '{"metadata":{"finalizers":null}}'
+    await kubectl(fleet.kubectl_config, "patch", "workercluster", "w2", "--type=merge", "-p", patch)
+    assert fleet.object("w2") is None
+    await explained(
+        fleet, eventually(lambda: where(fleet.workers, "stuck").get("w1") == 2, timeout_s=30, what="re-placed on w1")
+    )
+    entries = await log_entries(fleet.jlog)
+    requeued = [e.event for e in entries if isinstance(e.event, ev.Requeued) and e.event.job.name == "stuck"]
+    assert [r.reason for r in requeued] == ["ClusterRemoved"]
+
+
+async def test_a_worker_cluster_named_like_a_config_cluster_is_an_error_not_a_second_adapter(fleet: Fleet) -> None:
+    fleet.secret("w1", fleet.workers["w1"])
+    await fleet.apply("w1")
+    await explained(fleet, eventually(lambda: fleet.phase("w1") == "Error", what="w1's object in Error"))
+    assert "config file declares a cluster 'w1' too" in (fleet.object("w1") or {})["status"]["message"]
+    assert FINALIZER not in ((fleet.object("w1") or {})["metadata"].get("finalizers") or [])
+    entries = await log_entries(fleet.jlog)
+    assert len([e for e in entries if isinstance(e.event, ev.ClusterRegistered) and e.event.cluster == "w1"]) == 1
