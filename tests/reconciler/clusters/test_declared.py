@@ -149,6 +149,13 @@ def nominated_on(entries: list[ev.LogEntry], cluster: str) -> list[tuple[int, st
     ]
 
 
+async def removed_in_log(fleet: Fleet, cluster: str) -> list[ev.LogEntry] | None:
+    """The log's entries once it has the cluster's ClusterRemoved (else None)."""
+    entries = await log_entries(fleet.jlog)
+    removed = any(isinstance(e.event, ev.ClusterRemoved) and e.event.cluster == cluster for e in entries)
+    return entries if removed else None
+
+
 def first(entries: list[ev.LogEntry], kind: type[Any], cluster: str, *, where: Any = lambda _e: True) -> int:
     seqs = [e.seq for e in entries if isinstance(e.event, kind) and e.event.cluster == cluster and where(e.event)]
     assert seqs, f"no {kind.__name__} for {cluster}"
@@ -214,7 +221,8 @@ async def test_a_deleted_worker_cluster_drains_leaving_running_copies_then_is_re
     complete = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
     fleet.workers["w2"].emulator.patch_status(*JOBS, "team-a", "running", complete)
     await explained(fleet, eventually(lambda: fleet.object("w2") is None, timeout_s=30, what="w2 drained and deleted"))
-    entries = await log_entries(fleet.jlog)
+    # The finalizer goes once the inbox holds ClusterRemoved; the leader sequences it into the log.
+    entries = await eventually(lambda: removed_in_log(fleet, "w2"), what="ClusterRemoved in the log")
     drained_at = first(entries, ev.ClusterUpdated, "w2", where=lambda e: any(t.key == DRAINING_TAINT for t in e.taints))
     removed_at = first(entries, ev.ClusterRemoved, "w2")
     finished = [e.seq for e in entries if isinstance(e.event, ev.Finished) and e.event.job.name == "running"]
@@ -239,7 +247,7 @@ async def test_withdraw_policy_moves_running_copies_elsewhere(fleet: Fleet) -> N
         fleet, eventually(lambda: where(fleet.workers, "moved") == {"w1": 2}, timeout_s=30, what="withdrawn from w2, on w1")
     )
     await explained(fleet, eventually(lambda: fleet.object("w2") is None, timeout_s=30, what="w2 removed"))
-    entries = await log_entries(fleet.jlog)
+    entries = await eventually(lambda: removed_in_log(fleet, "w2"), what="ClusterRemoved in the log")
     withdrawn = [e.event for e in entries if isinstance(e.event, ev.Withdrawn) and e.event.job.name == "moved"]
     assert [(w.cluster, w.attempt) for w in withdrawn] == [("w2", 1)]
     replayed = await replay(fleet.jlog.reader, verify=True)
