@@ -237,6 +237,10 @@ def job_view(state: State, job: JobRecord) -> JobView:
     if cached is not None and cached[0] == table.version and cached[1] is job.spec_key and cached[2] == job.priority:
         return cached[3]
     missing = tuple(k for k in job.demand if k not in table.resources.index)
+    vec = table.vector
+    pod_vecs = np.array([vec(ps.requests) for ps in job.pod_sets], dtype=np.int64).reshape(
+        len(job.pod_sets), len(table.resources)
+    )
     view = JobView(
         key=job.key,
         uid=job.ref.uid,
@@ -246,6 +250,11 @@ def job_view(state: State, job: JobRecord) -> JobView:
         demand_vec=table.vector(job.demand),
         missing=missing,
         static_key=static_key(job),
+        namespace=job.ref.namespace,
+        queue=job.queue or "default",
+        pod_sets=tuple(job.pod_sets),
+        pod_vecs=pod_vecs,
+        spec_key=job.spec_key,
     )
     if len(views) > 200_000:
         views.clear()

@@ -28,6 +28,9 @@ DEFAULT_PROFILE = Profile(
         FilterSpec(name="ClusterTaints"),
         FilterSpec(name="ClusterFeasibility"),
         FilterSpec(name="ClusterHeadroom"),
+        # Capacity as the worker reports it (nodes, its Kueue queues); a worker that reported
+        # none passes, so logs recorded before these facts existed decide as they did.
+        FilterSpec(name="NodeFit"),
     ],
     scores=[
         ScoreSpec(name="ClusterAffinityScore", weight=2),

@@ -12,6 +12,7 @@ from reconciler.core.plugins.affinity import ClusterAffinity, ClusterAffinitySco
 from reconciler.core.plugins.capacity import BinPack, CapacityScore, ClusterFeasibility, ClusterHeadroom
 from reconciler.core.plugins.health import ClusterHealth
 from reconciler.core.plugins.locality import LocalityScore
+from reconciler.core.plugins.nodefit import NodeFit
 from reconciler.core.plugins.pinning import ClusterPinning
 from reconciler.core.plugins.selector import ClusterSelector
 from reconciler.core.plugins.taints import ClusterTaints, ClusterTaintScore
@@ -29,6 +30,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     CapacityScore,
     BinPack,
     LocalityScore,
+    NodeFit,
 )
 
 BUILTINS = Registry(BUILTIN_PLUGINS)
