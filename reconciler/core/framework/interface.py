@@ -18,6 +18,7 @@ from msgspec import Struct
 from eventlog.events import Placement, PodSet, Resources
 from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.status import Reason
+from reconciler.core.inflight import InFlight
 from reconciler.core.resources import Vec
 
 Codes = npt.NDArray[np.int32]
@@ -57,6 +58,9 @@ class CycleInput:
     free: npt.NDArray[np.int64]
     ready: npt.NDArray[np.bool_]
     now_ms: int
+    # Our copies sent to workers' Kueue and not admitted there yet (None: no worker reported
+    # queues, or the caller does not track them).
+    in_flight: InFlight | None = None
 
 
 @dataclass

@@ -30,6 +30,7 @@ DEFAULT_PROFILE = Profile(
         FilterSpec(name="ClusterHeadroom"),
         # Capacity as the worker reports it (nodes, its Kueue queues); a worker that reported
         # none passes, so logs recorded before these facts existed decide as they did.
+        FilterSpec(name="WorkerQueueFit"),
         FilterSpec(name="NodeFit"),
     ],
     scores=[

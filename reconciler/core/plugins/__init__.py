@@ -16,6 +16,7 @@ from reconciler.core.plugins.nodefit import NodeFit
 from reconciler.core.plugins.pinning import ClusterPinning
 from reconciler.core.plugins.selector import ClusterSelector
 from reconciler.core.plugins.taints import ClusterTaints, ClusterTaintScore
+from reconciler.core.plugins.workerqueue import WorkerQueueFit
 
 BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     ClusterHealth,
@@ -31,6 +32,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     BinPack,
     LocalityScore,
     NodeFit,
+    WorkerQueueFit,
 )
 
 BUILTINS = Registry(BUILTIN_PLUGINS)
