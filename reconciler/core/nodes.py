@@ -67,6 +67,14 @@ class NodeArrays:
         self.row_group: Index = np.array(row_group, dtype=np.intp)
         self.row_count: Ints = np.array(row_count, dtype=np.int64)
         self.row_free: Ints = np.array(frees, dtype=np.int64).reshape(len(row_slot), len(resources))
+        # Topology levels: per level key, its position in each cluster's list (widest first;
+        # -1: not one of that cluster's levels); the host level is implicit and tightest.
+        self.level_keys = sorted({key for levels in self.levels for key in levels})
+        self.level_pos: dict[str, Ints] = {key: np.full(n, -1, dtype=np.int64) for key in self.level_keys}
+        for slot, levels in enumerate(self.levels):
+            for i, key in enumerate(levels):
+                self.level_pos[key][slot] = i
+        self.host_pos: Ints = np.array([len(levels) for levels in self.levels], dtype=np.int64)
         # Rows of one cluster are contiguous: segments for per-cluster reductions.
         if len(row_slot):
             changes = np.flatnonzero(np.diff(self.row_slot)) + 1

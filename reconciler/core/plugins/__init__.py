@@ -16,6 +16,7 @@ from reconciler.core.plugins.nodefit import NodeFit
 from reconciler.core.plugins.pinning import ClusterPinning
 from reconciler.core.plugins.selector import ClusterSelector
 from reconciler.core.plugins.taints import ClusterTaints, ClusterTaintScore
+from reconciler.core.plugins.topology import TopologyFit, TopologyScore
 from reconciler.core.plugins.workerqueue import WorkerQueueFit
 
 BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
@@ -33,6 +34,8 @@ BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     LocalityScore,
     NodeFit,
     WorkerQueueFit,
+    TopologyFit,
+    TopologyScore,
 )
 
 BUILTINS = Registry(BUILTIN_PLUGINS)
