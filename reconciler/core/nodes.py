@@ -75,6 +75,14 @@ class NodeArrays:
             for i, key in enumerate(levels):
                 self.level_pos[key][slot] = i
         self.host_pos: Ints = np.array([len(levels) for levels in self.levels], dtype=np.int64)
+        # Workers round free capacity down to steps, so the same free vector recurs on many
+        # rows: per-pod arithmetic runs on the distinct vectors and is gathered back to rows.
+        if len(row_slot):
+            self.free_vectors, inverse = np.unique(self.row_free, axis=0, return_inverse=True)
+            self.row_vector: Index = inverse.reshape(-1).astype(np.intp)
+        else:
+            self.free_vectors = np.zeros((0, len(resources)), dtype=np.int64)
+            self.row_vector = np.zeros(0, dtype=np.intp)
         # Rows of one cluster are contiguous: segments for per-cluster reductions.
         if len(row_slot):
             changes = np.flatnonzero(np.diff(self.row_slot)) + 1

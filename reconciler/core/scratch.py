@@ -309,6 +309,7 @@ def job_view(state: State, job: JobRecord) -> JobView:
         pod_sets=tuple(job.pod_sets),
         pod_vecs=pod_vecs,
         spec_key=job.spec_key,
+        pods_key=_key_encoder.encode(job.pod_sets),
     )
     if len(views) > 200_000:
         views.clear()

@@ -46,6 +46,7 @@ class JobView:
     pod_sets: tuple[PodSet, ...] = ()
     pod_vecs: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))  # per pod
     spec_key: bytes = b""  # everything above that a verdict can depend on (pure memo key)
+    pods_key: bytes = b""  # the pod sets alone (memo key of verdicts that depend only on them)
 
 
 @dataclass

@@ -78,38 +78,39 @@ def _take_nodes(arrays: NodeArrays, remaining: Ints, k: Ints, need: int) -> Ints
     return total
 
 
+def _largest_free(arrays: NodeArrays, usable: Mask) -> Ints:
+    """Per cluster and resource: the most any one usable node has free (memo per usable set)."""
+    key = ("largest", usable.tobytes())
+    cached = arrays.memo.get(key)
+    if cached is None:
+        free = arrays.row_free if usable.all() else np.where(usable[arrays.row_group][:, None], arrays.row_free, 0)
+        cached = arrays.per_cluster_max(free)
+        arrays.memo[key] = cached
+    out: Ints = cached
+    return out
+
+
 def _explain_short(
-    out: _Verdicts,
-    arrays: NodeArrays,
-    names: list[str],
-    ps: PodSet,
-    request: Ints,
-    usable: Mask,
-    k: Ints,
-    bad: Mask,
+    out: _Verdicts, arrays: NodeArrays, names: list[str], ps: PodSet, request: Ints, usable: Mask, k: Ints, room: Ints
 ) -> None:
-    """Reasons for clusters (``bad``) where the pod set has usable nodes but too little room."""
-    rows_usable = usable[arrays.row_group]
-    kmax = arrays.per_cluster_max(k)
-    none_fit = bad & (kmax == 0)
-    if none_fit.any():
-        cols = [c for c in np.flatnonzero(request > 0)]
-        if cols:
-            free = np.where(rows_usable[:, None], arrays.row_free[:, cols], 0)
-            largest = arrays.per_cluster_max(free)
-            for j, c in enumerate(cols):
-                short = none_fit & (largest[:, j] < request[c]) & out.open()
-                for value in np.unique(largest[short, j]):
-                    out.reject(
-                        short & (largest[:, j] == value),
-                        Code.UNSCHEDULABLE,
-                        f"no node with {amount(names[c], int(request[c]))} free "
-                        f"(largest: {amount(names[c], int(value), bare=True)})",
-                    )
-            wanted = ", ".join(amount(names[c], int(request[c])) for c in cols)
-            out.reject(none_fit, Code.UNSCHEDULABLE, f"no node with {wanted} free at once")
-    room = arrays.per_cluster(arrays.row_count * k)
+    """Reasons for the clusters still open where the pod set's usable nodes hold too few pods."""
     need = minimum(ps)
+    bad = arrays.has_nodes & (room < need) & out.open()
+    none_fit = bad & (arrays.per_cluster_max(k) == 0)
+    cols = np.flatnonzero(request > 0)
+    if none_fit.any() and len(cols):
+        largest = _largest_free(arrays, usable)
+        for c in cols:
+            short = none_fit & (largest[:, c] < request[c]) & out.open()
+            for value in np.unique(largest[short, c]):
+                out.reject(
+                    short & (largest[:, c] == value),
+                    Code.UNSCHEDULABLE,
+                    f"no node with {amount(names[c], int(request[c]))} free "
+                    f"(largest: {amount(names[c], int(value), bare=True)})",
+                )
+        wanted = ", ".join(amount(names[c], int(request[c])) for c in cols)
+        out.reject(none_fit, Code.UNSCHEDULABLE, f"no node with {wanted} free at once")
     short = bad & out.open()
     for value in np.unique(room[short]):
         out.reject(
@@ -149,9 +150,8 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
         )
         k = pods_per_node(arrays, request, usable)
         alone = arrays.per_cluster(arrays.row_count * k)
-        bad = arrays.has_nodes & (alone < need) & out.open()
-        if bad.any():
-            _explain_short(out, arrays, names, ps, request, usable, k, bad)
+        if (arrays.has_nodes & (alone < need) & out.open()).any():
+            _explain_short(out, arrays, names, ps, request, usable, k, alone)
         if together:
             held = _take_nodes(arrays, remaining, k, need)
             crowded = arrays.has_nodes & (held < need)
@@ -176,8 +176,8 @@ class NodeFit(FilterPlugin):
         arrays = node_arrays(inp.clusters)
         if not arrays.has_nodes.any():
             return FilterResult.passing(len(slots))
-        key = (NAME, job.spec_key)
-        cached = arrays.memo.get(key) if job.spec_key else None
+        key = (NAME, job.pods_key)
+        cached = arrays.memo.get(key) if job.pods_key else None
         if cached is None:
             if len(arrays.memo) > _MEMO_LIMIT:
                 arrays.memo.clear()

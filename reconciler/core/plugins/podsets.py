@@ -68,10 +68,12 @@ def pods_per_node(arrays: NodeArrays, request: Ints, usable: Mask) -> Ints:
     if len(cols) == 0:
         k: Ints = np.full(rows, _MANY, dtype=np.int64)
     else:
-        free = np.maximum(arrays.row_free[:, cols], 0)
-        k = (free // request[cols]).min(axis=1)
-        np.minimum(k, _MANY, out=k)
-    k[~usable[arrays.row_group]] = 0
+        free = np.maximum(arrays.free_vectors[:, cols], 0)
+        per_vector = (free // request[cols]).min(axis=1)
+        np.minimum(per_vector, _MANY, out=per_vector)
+        k = per_vector[arrays.row_vector]
+    if not usable.all():
+        k[~usable[arrays.row_group]] = 0
     return k
 
 

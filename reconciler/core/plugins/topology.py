@@ -129,7 +129,7 @@ def topology_score(job: JobView, arrays: NodeArrays) -> Ints:
 
 
 def _memo(arrays: NodeArrays, name: str, job: JobView) -> object:
-    return arrays.memo.get((name, job.spec_key)) if job.spec_key else None
+    return arrays.memo.get((name, job.pods_key)) if job.pods_key else None
 
 
 class TopologyFit(FilterPlugin):
@@ -145,8 +145,8 @@ class TopologyFit(FilterPlugin):
         cached = _memo(arrays, FIT, job)
         if cached is None:
             cached = topology_fit(job, arrays)
-            if job.spec_key:
-                arrays.memo[(FIT, job.spec_key)] = cached
+            if job.pods_key:
+                arrays.memo[(FIT, job.pods_key)] = cached
         verdict: npt.NDArray[np.int32] = cached[0]  # type: ignore[index]
         reasons: list[Reason] = cached[1]  # type: ignore[index]
         return FilterResult(verdict=verdict[slots], reasons=reasons)
@@ -163,8 +163,8 @@ class TopologyScore(ScorePlugin):
         cached = _memo(arrays, SCORE, job)
         if cached is None:
             cached = topology_score(job, arrays)
-            if job.spec_key:
-                arrays.memo[(SCORE, job.spec_key)] = cached
+            if job.pods_key:
+                arrays.memo[(SCORE, job.pods_key)] = cached
         scores: Scores = cached[candidates]  # type: ignore[index]
         return scores
 
