@@ -4,8 +4,8 @@ One row per free-capacity bin (``count`` nodes with at least ``free`` left), row
 contiguous and in slot order, so per-cluster totals are one ``np.add.reduceat``/``bincount``.
 Group attributes (labels, taints) are indexed per group, as the cluster table indexes them per
 cluster, so a pod set's node selector, affinity and tolerations are evaluated once per distinct
-group, never per node. Built from the records when the facts change (``ClusterTable.nodes``);
-heartbeats do not touch it.
+group, never per node. Built when the facts change (``node_arrays``) from per-cluster blocks, of
+which only the reporting workers' are rebuilt; heartbeats do not touch any of it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from eventlog.events import Taint
 from reconciler.core.clusters import ClusterTable, LabelColumn, Mask, taint_id
+from reconciler.core.facts import ClusterFacts
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -25,48 +26,113 @@ Ints = npt.NDArray[np.int64]
 Index = npt.NDArray[np.intp]
 
 
+class VectorPool:
+    """Distinct free vectors, each with a stable id. Workers round free capacity down to steps,
+    so the same vector recurs on many rows and across reports: per-pod arithmetic runs on the
+    distinct vectors and is gathered back to rows."""
+
+    def __init__(self, n_resources: int) -> None:
+        self.n_resources = n_resources
+        self.ids: dict[tuple[int, ...], int] = {}
+        self.vectors: list[tuple[int, ...]] = []
+        self._array: Ints = np.zeros((0, n_resources), dtype=np.int64)
+
+    def intern(self, vector: tuple[int, ...]) -> int:
+        i = self.ids.get(vector)
+        if i is None:
+            i = self.ids[vector] = len(self.vectors)
+            self.vectors.append(vector)
+        return i
+
+    def array(self) -> Ints:
+        if len(self._array) != len(self.vectors):
+            added = np.array(self.vectors[len(self._array) :], dtype=np.int64).reshape(-1, self.n_resources)
+            self._array = np.concatenate([self._array, added])
+        return self._array
+
+
+class Block:
+    """One cluster's rows, built from its facts object and kept as long as that object is its
+    facts: a report rebuilds the block of the worker that sent it, not everyone's."""
+
+    def __init__(self, facts: ClusterFacts, col: dict[str, int], pool: VectorPool) -> None:
+        self.facts = facts
+        self.levels = list(facts.topology_levels)
+        self.group_labels = [g.labels for g in facts.node_groups.values()]
+        self.group_taints = [g.taints for g in facts.node_groups.values()]
+        groups: list[int] = []
+        counts: list[int] = []
+        vectors: list[int] = []
+        width = len(col)
+        for g, group in enumerate(facts.node_groups.values()):
+            for b in group.bins:
+                if b.count <= 0:
+                    continue
+                free = [0] * width
+                for name, amount in b.free.items():
+                    c = col.get(name)
+                    if c is not None:
+                        free[c] = amount
+                groups.append(g)
+                counts.append(b.count)
+                vectors.append(pool.intern(tuple(free)))
+        self.row_group: Index = np.array(groups, dtype=np.intp)
+        self.row_count: Ints = np.array(counts, dtype=np.int64)
+        self.row_vector: Index = np.array(vectors, dtype=np.intp)
+
+
+class Blocks:
+    """Per table: the blocks of every cluster with nodes and the vector pool they share."""
+
+    def __init__(self, resources: list[str]) -> None:
+        self.col = {name: i for i, name in enumerate(resources)}
+        self.pool = VectorPool(len(resources))
+        self.by_slot: dict[int, Block] = {}
+
+    def block(self, slot: int, facts: ClusterFacts) -> Block:
+        block = self.by_slot.get(slot)
+        if block is None or block.facts is not facts:
+            block = self.by_slot[slot] = Block(facts, self.col, self.pool)
+        return block
+
+
 class NodeArrays:
-    def __init__(self, records: list[Any], resources: list[str], present: Mask) -> None:
-        col = {name: i for i, name in enumerate(resources)}
+    def __init__(self, records: list[Any], blocks: Blocks, present: Mask) -> None:
         n = len(records)
         self.n_clusters = n
-        self.n_resources = len(resources)
+        self.n_resources = blocks.pool.n_resources
         self.has_nodes: Mask = np.zeros(n, dtype=np.bool_)
         self.levels: list[list[str]] = [[] for _ in range(n)]
-        group_slot: list[int] = []
-        self.group_labels: list[dict[str, str]] = []
-        group_taints: list[list[Taint]] = []
-        row_slot: list[int] = []
-        row_group: list[int] = []
-        row_count: list[int] = []
-        frees: list[list[int]] = []
+        used: list[tuple[int, Block]] = []
         for slot, rec in enumerate(records):
             facts = rec.facts
             if facts is None or not facts.node_groups or not present[slot]:
+                blocks.by_slot.pop(slot, None)
                 continue
+            block = blocks.block(slot, facts)
+            used.append((slot, block))
             self.has_nodes[slot] = True
-            self.levels[slot] = list(facts.topology_levels)
-            for group in facts.node_groups.values():
-                g = len(group_slot)
-                group_slot.append(slot)
-                self.group_labels.append(group.labels)
-                group_taints.append(group.taints)
-                for b in group.bins:
-                    if b.count <= 0:
-                        continue
-                    row_slot.append(slot)
-                    row_group.append(g)
-                    row_count.append(b.count)
-                    free = [0] * len(resources)
-                    for name, amount in b.free.items():
-                        if name in col:
-                            free[col[name]] = amount
-                    frees.append(free)
-        self.group_slot: Index = np.array(group_slot, dtype=np.intp)
-        self.row_slot: Index = np.array(row_slot, dtype=np.intp)
-        self.row_group: Index = np.array(row_group, dtype=np.intp)
-        self.row_count: Ints = np.array(row_count, dtype=np.int64)
-        self.row_free: Ints = np.array(frees, dtype=np.int64).reshape(len(row_slot), len(resources))
+            self.levels[slot] = block.levels
+        self.group_labels: list[dict[str, str]] = [labels for _, b in used for labels in b.group_labels]
+        group_taints: list[list[Taint]] = [taints for _, b in used for taints in b.group_taints]
+        slots = np.array([slot for slot, _ in used], dtype=np.intp)
+        n_groups = np.array([len(b.group_labels) for _, b in used], dtype=np.intp)
+        n_rows = np.array([len(b.row_count) for _, b in used], dtype=np.intp)
+        offsets = np.concatenate(([0], np.cumsum(n_groups)[:-1])).astype(np.intp) if len(used) else n_groups
+        self.group_slot: Index = np.repeat(slots, n_groups)
+        self.row_slot: Index = np.repeat(slots, n_rows)
+        empty = np.zeros(0, dtype=np.intp)
+        self.row_group: Index = (
+            np.concatenate([b.row_group + off for (_, b), off in zip(used, offsets, strict=True)])
+            if used
+            else empty
+        )
+        self.row_count: Ints = (
+            np.concatenate([b.row_count for _, b in used]) if used else np.zeros(0, dtype=np.int64)
+        )
+        self.row_vector: Index = np.concatenate([b.row_vector for _, b in used]) if used else empty
+        self.free_vectors: Ints = blocks.pool.array()
+        self.row_free: Ints = self.free_vectors[self.row_vector]
         # Topology levels: per level key, its position in each cluster's list (widest first;
         # -1: not one of that cluster's levels); the host level is implicit and tightest.
         self.level_keys = sorted({key for levels in self.levels for key in levels})
@@ -75,16 +141,8 @@ class NodeArrays:
             for i, key in enumerate(levels):
                 self.level_pos[key][slot] = i
         self.host_pos: Ints = np.array([len(levels) for levels in self.levels], dtype=np.int64)
-        # Workers round free capacity down to steps, so the same free vector recurs on many
-        # rows: per-pod arithmetic runs on the distinct vectors and is gathered back to rows.
-        if len(row_slot):
-            self.free_vectors, inverse = np.unique(self.row_free, axis=0, return_inverse=True)
-            self.row_vector: Index = inverse.reshape(-1).astype(np.intp)
-        else:
-            self.free_vectors = np.zeros((0, len(resources)), dtype=np.int64)
-            self.row_vector = np.zeros(0, dtype=np.intp)
         # Rows of one cluster are contiguous: segments for per-cluster reductions.
-        if len(row_slot):
+        if len(self.row_slot):
             changes = np.flatnonzero(np.diff(self.row_slot)) + 1
             self.seg_start: Index = np.concatenate(([0], changes)).astype(np.intp)
         else:
@@ -98,7 +156,7 @@ class NodeArrays:
         self.taint_ids = sorted(distinct)
         self.taints = [distinct[k] for k in self.taint_ids]
         tcol = {k: i for i, k in enumerate(self.taint_ids)}
-        self.taint_matrix: Mask = np.zeros((len(group_slot), len(self.taints)), dtype=np.bool_)
+        self.taint_matrix: Mask = np.zeros((len(self.group_slot), len(self.taints)), dtype=np.bool_)
         for g, taints in enumerate(group_taints):
             for t in taints:
                 self.taint_matrix[g, tcol[taint_id(t)]] = True
@@ -172,6 +230,13 @@ def node_arrays(table: ClusterTable) -> NodeArrays:
     if cached is not None and cached[0] == key:
         arrays: NodeArrays = cached[1]
         return arrays
-    arrays = NodeArrays(table.records, table.resources.names, table.present)
+    width = (len(table.resources), 0)
+    kept = table.derived.get("node_blocks")
+    blocks: Blocks = kept[1] if kept is not None and kept[0] == width else Blocks(table.resources.names)
+    arrays = NodeArrays(table.records, blocks, table.present)
+    if len(blocks.pool.vectors) > 4 * len(arrays.row_slot) + 4_096:  # mostly vectors no row uses any more
+        blocks = Blocks(table.resources.names)
+        arrays = NodeArrays(table.records, blocks, table.present)
+    table.derived["node_blocks"] = (width, blocks)
     table.derived["nodes"] = (key, arrays)
     return arrays

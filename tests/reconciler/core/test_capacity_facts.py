@@ -141,3 +141,20 @@ def test_a_report_for_an_unknown_cluster_is_ignored_and_an_update_keeps_facts() 
     facts = h.state.clusters.records[0].facts
     h.inputs(ev.ClusterUpdated(cluster="a", labels={"x": "y"}, capacity={"cpu": 64_000}))
     assert h.state.clusters.records[0].facts == facts
+
+
+def test_a_report_rebuilds_only_the_reporting_workers_rows() -> None:
+    h = Harness()
+    h.inputs(cluster("a", gpu=16), cluster("b", gpu=16))
+    h.inputs(
+        report("a", group("g", (2, {"cpu": 8_000, GPU: 1}))),
+        report("b", group("g", (1, {"cpu": 8_000, GPU: 8}))),
+    )
+    node_arrays(h.state.clusters)
+    _, blocks = h.state.clusters.derived["node_blocks"]
+    a, b = blocks.by_slot[0], blocks.by_slot[1]
+    h.inputs(report("b", group("g", (2, {"cpu": 8_000, GPU: 8})), full=False))
+    arrays = node_arrays(h.state.clusters)
+    assert blocks.by_slot[0] is a and blocks.by_slot[1] is not b
+    assert arrays.row_count.tolist() == [2, 2]
+    assert arrays.row_free[:, h.state.clusters.resources.index[GPU]].tolist() == [1, 8]

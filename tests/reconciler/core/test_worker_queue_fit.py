@@ -258,3 +258,14 @@ def test_queue_fit_matches_the_reference(
     expected = reference(queues, name, demand, {name: {"cpu": flight[0], GPU: flight[1]}})
     assert (int(codes[0]) == 0) == expected
     assert not np.array([]).size
+
+
+def test_explain_does_not_count_the_jobs_own_copy_in_flight() -> None:
+    from reconciler.core import explain
+
+    h = Harness()
+    h.inputs(cluster("a", gpu=64))
+    h.inputs(queues_report("a", cq("gpu", ("f", quota(gpu=8))), local={"team/default": "gpu"}))
+    assert _nominated(h.feed(gang("one", pods("main", 1, gpu=6)))) == ["a"]
+    [verdict] = explain(h.state, "team/one").clusters
+    assert verdict.feasible, verdict.rejections
