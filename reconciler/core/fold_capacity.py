@@ -28,6 +28,8 @@ def capacity_reported(state: State, e: ev.ClusterCapacityReported) -> None:
         return
     new_columns = False
     for group in e.node_groups:
+        for name in group.allocatable:
+            new_columns |= table.resources.add(name)
         for b in group.bins:
             for name in b.free:
                 new_columns |= table.resources.add(name)

@@ -60,10 +60,23 @@ class Block:
         self.levels = list(facts.topology_levels)
         self.group_labels = [g.labels for g in facts.node_groups.values()]
         self.group_taints = [g.taints for g in facts.node_groups.values()]
+        width = len(col)
+        alloc = [[0] * width for _ in facts.node_groups]
+        for g, group in enumerate(facts.node_groups.values()):
+            for name, amount in group.allocatable.items():
+                c = col.get(name)
+                if c is not None:
+                    alloc[g][c] = amount
+        self.group_alloc: Ints = np.array(alloc, dtype=np.int64).reshape(len(alloc), width)
+        self.group_alloc_known: Mask = np.array(
+            [bool(g.allocatable) for g in facts.node_groups.values()], np.bool_
+        )
+        self.group_nodes: Ints = np.array(
+            [sum(b.count for b in g.bins if b.count > 0) for g in facts.node_groups.values()], dtype=np.int64
+        )
         groups: list[int] = []
         counts: list[int] = []
         vectors: list[int] = []
-        width = len(col)
         for g, group in enumerate(facts.node_groups.values()):
             for b in group.bins:
                 if b.count <= 0:
@@ -131,6 +144,16 @@ class NodeArrays:
             np.concatenate([b.row_count for _, b in used]) if used else np.zeros(0, dtype=np.int64)
         )
         self.row_vector: Index = np.concatenate([b.row_vector for _, b in used]) if used else empty
+        width = self.n_resources
+        self.group_alloc: Ints = (
+            np.concatenate([b.group_alloc for _, b in used]) if used else np.zeros((0, width), dtype=np.int64)
+        )
+        self.group_alloc_known: Mask = (
+            np.concatenate([b.group_alloc_known for _, b in used]) if used else np.zeros(0, dtype=np.bool_)
+        )
+        self.group_nodes: Ints = (
+            np.concatenate([b.group_nodes for _, b in used]) if used else np.zeros(0, dtype=np.int64)
+        )
         self.free_vectors: Ints = blocks.pool.array()
         self.row_free: Ints = self.free_vectors[self.row_vector]
         # Topology levels: per level key, its position in each cluster's list (widest first;

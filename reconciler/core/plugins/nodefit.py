@@ -83,15 +83,60 @@ def _largest_free(arrays: NodeArrays, usable: Mask) -> Ints:
     key = ("largest", usable.tobytes())
     cached = arrays.memo.get(key)
     if cached is None:
-        free = arrays.row_free if usable.all() else np.where(usable[arrays.row_group][:, None], arrays.row_free, 0)
+        free = (
+            arrays.row_free
+            if usable.all()
+            else np.where(usable[arrays.row_group][:, None], arrays.row_free, 0)
+        )
         cached = arrays.per_cluster_max(free)
         arrays.memo[key] = cached
     out: Ints = cached
     return out
 
 
+def _never(
+    out: _Verdicts, arrays: NodeArrays, names: list[str], ps: PodSet, request: Ints, usable: Mask, room: Ints
+) -> None:
+    """Clusters whose usable nodes could not hold the pod set even if they were empty (known
+    only where every usable group reported its allocatable): waiting or preempting is no use."""
+    known = usable & arrays.group_alloc_known
+    unknown = _groups_per_cluster(arrays, usable & ~arrays.group_alloc_known)
+    if not known.any():
+        return
+    cols = np.flatnonzero(request > 0)
+    if len(cols) == 0:
+        return
+    per_node = (arrays.group_alloc[:, cols] // request[cols]).min(axis=1)
+    per_node[~known] = 0
+    total = np.zeros(arrays.n_clusters, dtype=np.int64)
+    np.add.at(total, arrays.group_slot, np.minimum(per_node, 1 << 30) * arrays.group_nodes)
+    most = np.zeros(arrays.n_clusters, dtype=np.int64)
+    np.maximum.at(most, arrays.group_slot, per_node)
+    need = minimum(ps)
+    never = arrays.has_nodes & _groups_per_cluster(arrays, known) & ~unknown & (total < need) & (room < need)
+    wanted = ", ".join(amount(names[c], int(request[c])) for c in cols)
+    out.reject(
+        never & (most == 0),
+        Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+        f"no node can hold a pod of pod set {ps.name} ({wanted}) even when empty",
+    )
+    for value in np.unique(total[never & (most > 0) & out.open()]):
+        out.reject(
+            never & (total == value),
+            Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+            f"the nodes pod set {ps.name} may use hold at most {int(value)} of its {need} pods even when empty",
+        )
+
+
 def _explain_short(
-    out: _Verdicts, arrays: NodeArrays, names: list[str], ps: PodSet, request: Ints, usable: Mask, k: Ints, room: Ints
+    out: _Verdicts,
+    arrays: NodeArrays,
+    names: list[str],
+    ps: PodSet,
+    request: Ints,
+    usable: Mask,
+    k: Ints,
+    room: Ints,
 ) -> None:
     """Reasons for the clusters still open where the pod set's usable nodes hold too few pods."""
     need = minimum(ps)
@@ -151,6 +196,7 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
         k = pods_per_node(arrays, request, usable)
         alone = arrays.per_cluster(arrays.row_count * k)
         if (arrays.has_nodes & (alone < need) & out.open()).any():
+            _never(out, arrays, names, ps, request, usable, alone)
             _explain_short(out, arrays, names, ps, request, usable, k, alone)
         if together:
             held = _take_nodes(arrays, remaining, k, need)

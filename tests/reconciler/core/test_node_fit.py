@@ -92,3 +92,24 @@ def test_pod_sets_of_a_gang_do_not_share_a_node_they_both_need() -> None:
         ev.Unschedulable,
     )
     assert "has no room left on nodes once pod set(s) head have theirs" in u.message
+
+
+def test_a_pod_no_node_could_ever_hold_is_not_worth_preempting_for() -> None:
+    h = Harness()
+    small = msgspec.structs.replace(
+        group("g", (8, {"cpu": 16_000, GPU: 1})), allocatable={"cpu": 16_000, GPU: 1}
+    )
+    busy = msgspec.structs.replace(group("g", (8, {"cpu": 16_000})), allocatable={"cpu": 16_000, GPU: 8})
+    h.inputs(cluster("small", gpu=8), cluster("busy", gpu=8), report("small", small), report("busy", busy))
+    h.feed(gang("train", pods("main", 1, cpu=1000, gpu=8)))
+    codes = {
+        v.cluster: [(r.code, r.reason) for r in v.rejections] for v in explain(h.state, "team/train").clusters
+    }
+    assert codes["small"] == [
+        (
+            "UNSCHEDULABLE_AND_UNRESOLVABLE",
+            "no node can hold a pod of pod set main (1 cpu, 8 nvidia.com/gpu) even when empty",
+        )
+    ]
+    # Nodes that could hold it once their pods leave: waiting (or preempting) may help there.
+    assert codes["busy"] == [("UNSCHEDULABLE", "no node with 8 nvidia.com/gpu free (largest: 0)")]
