@@ -143,14 +143,18 @@ class WorkerQueues:
         out: Index = cached
         return out
 
-    def available(self, in_flight: Ints | None) -> Ints:
-        """Per flavor row and resource: what a new workload could still get there (own unused
-        quota, then what the cohort can lend up to the borrowing limit), less our copies in
-        flight to that ClusterQueue (``in_flight``: per CQ row; None = none)."""
-        used = self.used if in_flight is None else self.used + in_flight[self.fl_cq]
-        own = np.maximum(self.nominal - used, 0)
-        room = np.maximum(self.borrow_limit - np.maximum(used - self.nominal, 0), 0)
-        out: Ints = own + np.minimum(room, self.pool_other)
+    def available(self, rows: Index, cols: Index, in_flight: Ints | None) -> Ints:
+        """For flavor ``rows`` and resource ``cols``: what a new workload could still get there
+        (own unused quota, then what the cohort can lend up to the borrowing limit), less our
+        copies in flight to that ClusterQueue (``in_flight``: per CQ row; None = none)."""
+        at = np.ix_(rows, cols)
+        nominal = self.nominal[at]
+        used = self.used[at]
+        if in_flight is not None:
+            used = used + in_flight[np.ix_(self.fl_cq[rows], cols)]
+        own = np.maximum(nominal - used, 0)
+        room = np.maximum(self.borrow_limit[at] - np.maximum(used - nominal, 0), 0)
+        out: Ints = own + np.minimum(room, self.pool_other[at])
         return out
 
 

@@ -77,7 +77,7 @@ def queue_fit(
                 f"ClusterQueue {queues.cq_name[g]} on worker has no quota for {names[c]}",
             )
     per_cq = in_flight.per_cq(queues, len(names)) if in_flight is not None else None
-    avail = queues.available(per_cq)[np.ix_(rows, cols)]
+    avail = queues.available(rows, cols, per_cq)
     enough = avail >= need
     relevant = listed.any(axis=1)
     flavor_ok = relevant & (enough | ~listed).all(axis=1)
