@@ -106,9 +106,7 @@ class WorkerQueues:
             # The rest of the cohort: its pool without this row's own unused quota (its own is
             # counted as its own), less what every member already borrows, this one included.
             self.pool_other[in_cohort] = np.maximum(pool[key_of[in_cohort]] - lendable[in_cohort], 0)
-        # Per CQ row: its first flavor row and number of flavor rows (rows of a CQ contiguous).
         self.n_cq = len(self.cq_slot)
-        self.cq_first: Index = np.searchsorted(self.fl_cq, np.arange(self.n_cq)).astype(np.intp)
         self.cq_names = sorted(set(self.cq_name))
         self.cq_name_id: Index = np.array(_ids(self.cq_name, self.cq_names), dtype=np.intp)
         self.fl_names = sorted(set(fl_name))

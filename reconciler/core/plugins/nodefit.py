@@ -32,7 +32,7 @@ _MEMO_LIMIT = 4_096
 Mask = npt.NDArray[np.bool_]
 
 
-class _Verdicts:
+class Verdicts:
     """Per-cluster verdicts with reasons numbered as they are first used."""
 
     def __init__(self, n: int) -> None:
@@ -95,7 +95,7 @@ def _largest_free(arrays: NodeArrays, usable: Mask) -> Ints:
 
 
 def _never(
-    out: _Verdicts, arrays: NodeArrays, names: list[str], ps: PodSet, request: Ints, usable: Mask, room: Ints
+    out: Verdicts, arrays: NodeArrays, names: list[str], ps: PodSet, request: Ints, usable: Mask, room: Ints
 ) -> None:
     """Clusters whose usable nodes could not hold the pod set even if they were empty (known
     only where every usable group reported its allocatable): waiting or preempting is no use."""
@@ -129,7 +129,7 @@ def _never(
 
 
 def _explain_short(
-    out: _Verdicts,
+    out: Verdicts,
     arrays: NodeArrays,
     names: list[str],
     ps: PodSet,
@@ -167,7 +167,7 @@ def _explain_short(
 
 def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes, list[Reason]]:
     """Verdicts over every cluster slot (0 = fits or no node facts) and their reasons."""
-    out = _Verdicts(arrays.n_clusters)
+    out = Verdicts(arrays.n_clusters)
     remaining = arrays.row_count.copy()
     order = order_largest_first(job, arrays)
     together = len([i for i in order if minimum(job.pod_sets[i]) > 0]) > 1

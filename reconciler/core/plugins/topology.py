@@ -32,7 +32,7 @@ from reconciler.core.framework.interface import (
 )
 from reconciler.core.framework.status import Code, Reason
 from reconciler.core.nodes import HOSTNAME, NodeArrays, node_arrays
-from reconciler.core.plugins.nodefit import _Verdicts
+from reconciler.core.plugins.nodefit import Verdicts
 from reconciler.core.plugins.podsets import Ints, minimum, pods_per_node, usable_groups
 
 FIT = "TopologyFit"
@@ -68,7 +68,7 @@ def _requests(job: JobView) -> list[tuple[int, PodSet]]:
 
 
 def topology_fit(job: JobView, arrays: NodeArrays) -> tuple[npt.NDArray[np.int32], list[Reason]]:
-    out = _Verdicts(arrays.n_clusters)
+    out = Verdicts(arrays.n_clusters)
     for i, ps in _requests(job):
         level = ps.topology.required if ps.topology else None
         if level is None:

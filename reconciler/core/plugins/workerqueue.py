@@ -21,7 +21,7 @@ from reconciler.core.framework.interface import CycleInput, FilterPlugin, Filter
 from reconciler.core.framework.status import Code, Reason
 from reconciler.core.inflight import InFlight
 from reconciler.core.plugins.amounts import amount
-from reconciler.core.plugins.nodefit import _Verdicts
+from reconciler.core.plugins.nodefit import Verdicts
 from reconciler.core.workerqueues import WorkerQueues, worker_queues
 
 NAME = "WorkerQueueFit"
@@ -34,7 +34,7 @@ def queue_fit(
     job: JobView, queues: WorkerQueues, names: list[str], in_flight: InFlight | None
 ) -> tuple[npt.NDArray[np.int32], list[Reason]]:
     n = queues.n_clusters
-    out = _Verdicts(n)
+    out = Verdicts(n)
     lq = f"{job.namespace}/{job.queue}"
     cq_of = queues.cq_of(lq)
     out.reject(
