@@ -260,7 +260,9 @@ class Scratch:
             )
 
     def copy_done(self, job: JobRecord, cluster: str, attempt: int) -> None:
-        """The copy stopped counting, or was admitted: Kueue's own usage has it from now on."""
+        """The copy stopped counting. A copy placed in this pass stays in flight until the pass
+        ends (the next pass sees it admitted): within a pass, headroom only shrinks, which lets
+        dispatch skip specs that already failed in it."""
         if (flight := self.in_flight()) is not None:
             flight.remove((job.key, cluster, attempt))
 
