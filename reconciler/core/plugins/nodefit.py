@@ -9,8 +9,8 @@ next): it may reject a gang a smarter packing would fit, but every gang it accep
 onto the reported nodes. Our own copies in flight are not subtracted here: they count against
 the cluster totals (``ClusterHeadroom``), and the next report shows them on nodes.
 
-Computed over every cluster's rows at once (no loop over clusters), once per job spec and facts
-version (memo on the node arrays). A cluster whose worker reported no nodes passes.
+Computed over every cluster's rows at once (no loop over clusters), once per pod-set shape and
+facts version (memo on the node arrays). A cluster whose worker reported no nodes passes.
 """
 
 from __future__ import annotations
