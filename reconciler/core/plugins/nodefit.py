@@ -163,7 +163,7 @@ def _explain_short(
         )
 
 
-def _room(arrays: NodeArrays, request: Ints, usable: Mask) -> tuple[Ints, Ints]:
+def room_for(arrays: NodeArrays, request: Ints, usable: Mask) -> tuple[Ints, Ints]:
     """Per cluster: pods of this request its usable nodes hold, and the most one node holds.
     Shared by every pod set with the same request and usable groups, whatever its count."""
     key = ("room", request.tobytes(), usable.tobytes())
@@ -204,7 +204,7 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
             Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
             f"every node pod set {ps.name} could use has a taint it does not tolerate",
         )
-        alone, most = _room(arrays, request, usable)
+        alone, most = room_for(arrays, request, usable)
         if (arrays.has_nodes & (alone < need) & out.open()).any():
             _never(out, arrays, names, ps, request, usable, alone)
             _explain_short(out, arrays, names, ps, request, usable, most, alone)
