@@ -69,7 +69,34 @@ def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
             nxt[q] = len(line)
         if nxt[q] >= len(line):
             tour.retire(q)
+    _second_look(s, left)
     return left
+
+
+def _second_look(s: Scratch, left: list[Draft]) -> None:
+    """Queues admitted later in the pass may have started borrowing what a job that waited
+    earlier needs, making them its victims; the next decide would find that and preempt, so
+    the pass does now, against the final usage, in the order the jobs were tried. Claims do
+    not change usage, so one sweep reaches what a decide right after this batch would see."""
+    assert s.usage is not None
+    tree = s.usage.tree
+    for d in list(left):
+        why = d.queue_wait
+        if d.timed_out or d.job.key in s.claims or (why is not None and not why.quota):
+            continue
+        q = queue_of(tree, d.job)
+        if not isinstance(q, int) or profile_for(s, d.job) is None or not _may_take(tree.nodes[q].spec):
+            continue
+        fit = _assign_around_claims(s, d, q)
+        if isinstance(fit, Wait) and fit.quota and preempt_for_quota(s, d, q):
+            left.remove(d)
+
+
+def _may_take(spec: ClusterQueueSpec | None) -> bool:
+    if spec is None:
+        return False
+    p = spec.preemption
+    return p.within_cluster_queue != "Never" or p.reclaim_within_cohort != "Never" or p.borrow_within_cohort != "Never"
 
 
 def final_reasons(s: Scratch, left: list[Draft]) -> None:
