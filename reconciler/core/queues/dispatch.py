@@ -29,7 +29,8 @@ from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import evaluate
 from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.order import Tournament
-from reconciler.core.queues.victims import needed, preempt_for_quota
+from reconciler.core.queues.rules import needed
+from reconciler.core.queues.victims import preempt_for_quota, reclaim_capacity
 from reconciler.core.scratch import Scratch
 
 
@@ -88,7 +89,11 @@ def _second_look(s: Scratch, left: list[Draft]) -> None:
         if not isinstance(q, int) or profile_for(s, d.job) is None or not _may_take(tree.nodes[q].spec):
             continue
         fit = _assign_around_claims(s, d, q)
-        if isinstance(fit, Wait) and fit.quota and preempt_for_quota(s, d, q):
+        if isinstance(fit, Wait):
+            taken = fit.quota and preempt_for_quota(s, d, q)
+        else:  # it waited for clusters
+            taken = why is None and reclaim_capacity(s, d, q)
+        if taken:
             left.remove(d)
 
 
@@ -165,17 +170,19 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
 def _reclaim_for_capacity(
     s: Scratch, d: Draft, q: int, left: list[Draft], verdict: list[Wait], quota: Callable[[], object]
 ) -> str:
-    """No cluster can take the job now. If that is because its queue's quota is lent to queues
-    that borrow it (and fill the clusters), it may still take it back: preemption for quota
-    picks victims only on a cluster where their going makes the job fit, so the claim is one
-    the next pass honours and a job no eviction could place keeps its capacity reason."""
+    """No cluster can take the job now. If that is because queues that borrow fill the clusters,
+    it may still take back what they borrow: by preemption for quota when its queue is short
+    too, else (its queue within nominal) by reclaiming on one cluster where their going makes
+    the job fit. Either way the claim is one the next pass honours, and a job no eviction could
+    place keeps its capacity reason."""
     if d.timed_out or d.job.key in s.claims:
         return LEFT
     if not verdict:
         quota()
-    if not verdict or not verdict[0].quota:
-        return LEFT
-    if not preempt_for_quota(s, d, q):
+    if verdict:
+        if not verdict[0].quota or not preempt_for_quota(s, d, q):
+            return LEFT
+    elif not reclaim_capacity(s, d, q):
         return LEFT
     left.pop()
     return CLAIMED

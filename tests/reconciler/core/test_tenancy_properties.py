@@ -153,7 +153,7 @@ def ops(draw: st.DrawFn) -> Op:
 
 def worlds(policies: list[ev.QueuePreemption]) -> st.SearchStrategy[tuple[ev.QueuesConfigured, list[Op], int]]:
     steps = int(os.environ.get("KD_STEPS", "40"))
-    return st.tuples(queues(policies), st.lists(ops(), max_size=steps), st.integers(0, 10_000))
+    return st.tuples(queues(policies), st.lists(ops(), min_size=steps // 2, max_size=steps), st.integers(0, 10_000))
 
 
 def run_world(config: ev.QueuesConfigured, world: list[Op]) -> Harness:
