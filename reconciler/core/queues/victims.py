@@ -101,6 +101,7 @@ def _choose(
     claimed = {v for c in s.claims.values() for v in c.victims}
     short = {col for col, amount in need if amount > usage.available(q, col)}
     within_nominal = all(usage.usage[q][col] + amount <= tree.nodes[q].nominal[col] for col, amount in need)
+    gone = after_claims(s)
     candidates: list[_Candidate] = []
     for key in sorted(pool.row_of):
         row = pool.row_of[key]
@@ -115,7 +116,7 @@ def _choose(
         vq = in_tree[charge.cluster_queue]
         if not any(tree.column.get((f, r)) in short and a for f, r, a in charge.amounts):
             continue  # frees nothing the job is short of
-        if not allowed(usage, job, victim, q=q, vq=vq, cols=short, within_nominal=within_nominal, policy=policy):
+        if not allowed(gone, job, victim, q=q, vq=vq, cols=short, within_nominal=within_nominal, policy=policy):
             continue
         candidates.append(_Candidate(job=victim, charge=charge, queue=vq))
     if not candidates or usage.fits(q, need):
@@ -168,10 +169,12 @@ def reclaim_capacity(s: Scratch, d: Draft, q: int) -> bool:
     if not need or any(usage.usage[q][col] + amount > nominal[col] for col, amount in need):
         return False  # reclaiming is for a queue that stays within its own quota
     cols = [col for col, _ in need]
+    # What queues borrow once the victims already claimed are gone: each claim takes its own.
+    gone = after_claims(s)
     borrowers = {
         tree.nodes[n].name: n
         for n in tree.queues_under(tree.root_of(q))
-        if n != q and _borrows(usage, n, cols)
+        if n != q and _borrows(gone, n, cols)
     }
     profile = profile_for(s, job)
     if not borrowers or profile is None:
@@ -185,7 +188,7 @@ def reclaim_capacity(s: Scratch, d: Draft, q: int) -> bool:
     if not by_slot:
         return False
     fleet = _fleet(s)
-    shares = {n: weighted(usage, n, fleet) for n in borrowers.values()}
+    shares = {n: weighted(gone, n, fleet) for n in borrowers.values()}
     free = s.free_for(job)
     demand = table.vector(job.demand)
     best: tuple[tuple[int, int, int], int, list[JobRecord]] | None = None
@@ -194,7 +197,7 @@ def reclaim_capacity(s: Scratch, d: Draft, q: int) -> bool:
             by_slot[slot],
             key=lambda c: ((not shares[c.queue][0], -shares[c.queue][1]), c.job.priority, -(c.job.placed_at_ms or 0), c.job.key),
         )
-        sim = usage.copy()
+        sim = gone.copy()
         room = free[slot].copy()
         taken: list[JobRecord] = []
         for c in cands:
@@ -222,6 +225,20 @@ def reclaim_capacity(s: Scratch, d: Draft, q: int) -> bool:
         Choice(cluster=table.names[slot], victims=[v.key for v in taken], max_priority=best[0][0], lost_ms=0),
     )
     return True
+
+
+def after_claims(s: Scratch) -> Usage:
+    """Usage once the victims of the claims made so far are gone (they still hold quota until
+    they are): a queue whose borrowing they already give back is not a victim again."""
+    assert s.usage is not None
+    out = s.usage.copy()
+    for key in sorted(s.claims):
+        for victim_key in s.claims[key].victims:
+            victim = s.state.jobs.get(victim_key)
+            charge = s.charge_of(victim) if victim is not None else None
+            if charge is not None:
+                out.apply(charge, -1)
+    return out
 
 
 def _borrows(usage: Usage, node: int, cols: list[int]) -> bool:
