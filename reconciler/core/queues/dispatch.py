@@ -107,6 +107,8 @@ def _second_look(s: Scratch, left: list[Draft], turns: _Turns) -> None:
     not change usage, so one sweep reaches what a decide right after this batch would see."""
     assert s.usage is not None
     tree = s.usage.tree
+    # Claims only take victims away, so a job like one that found none finds none either.
+    failed: set[tuple[bytes, int, int]] = set()
     for d in list(left):
         why = d.queue_wait
         if not turns.changed_since(d.job.key) or d.timed_out or d.job.key in s.claims:
@@ -114,7 +116,10 @@ def _second_look(s: Scratch, left: list[Draft], turns: _Turns) -> None:
         if why is not None and not why.quota:
             continue
         q = queue_of(tree, d.job)
-        if not isinstance(q, int) or profile_for(s, d.job) is None:
+        if not isinstance(q, int) or not _takes_across(tree.nodes[q].spec) or profile_for(s, d.job) is None:
+            continue
+        memo = (d.job.spec_key, d.job.priority, q)
+        if memo in failed:
             continue
         fit = _assign_around_claims(s, d, q)
         if isinstance(fit, Wait):
@@ -123,6 +128,17 @@ def _second_look(s: Scratch, left: list[Draft], turns: _Turns) -> None:
             taken = why is None and (_preempt_by_priority(s, d) or reclaim_capacity(s, d, q))
         if taken:
             left.remove(d)
+        else:
+            failed.add(memo)
+
+
+def _takes_across(spec: ClusterQueueSpec | None) -> bool:
+    """Whether admissions elsewhere in the pass can change what the queue's jobs may preempt:
+    all its preemption rules ``Never`` leaves only priority preemption within the queue."""
+    if spec is None:
+        return False
+    p = spec.preemption
+    return p.within_cluster_queue != "Never" or p.reclaim_within_cohort != "Never" or p.borrow_within_cohort != "Never"
 
 
 def _preempt_by_priority(s: Scratch, d: Draft) -> bool:
