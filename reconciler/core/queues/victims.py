@@ -286,8 +286,9 @@ def _cluster(s: Scratch, d: Draft, victims: list[JobRecord]) -> str | None:
         return None
     free = s.free_for(job).copy()
     for v in victims:
-        if v.cluster is not None and v.cluster in table.index:
-            free[table.index[v.cluster]] += table.vector(v.demand)
+        where = s.placed_now.get(v.key, v.cluster)  # placed in this very pass: not folded yet
+        if where is not None and where in table.index:
+            free[table.index[where]] += table.vector(v.demand)
     demand = table.vector(job.demand)
     ok = evaluation.resolvable & s.ready & (free >= demand).all(axis=1)
     slots = np.flatnonzero(ok)

@@ -201,9 +201,10 @@ def _check_world(config: ev.QueuesConfigured, world: list[Op], cut: int) -> None
     assert summary(fold_via_snapshot(h.log, cut)) == summary(h.state)
 
 
-def _three(*specs: ev.ClusterQueueSpec) -> ev.QueuesConfigured:
+def _three(*specs: ev.ClusterQueueSpec, cohorts: list[ev.CohortSpec] | None = None) -> ev.QueuesConfigured:
     return ev.QueuesConfigured(
         cluster_queues=list(specs),
+        cohorts=cohorts or [],
         local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in TEAMS],
         source="test",
     )
@@ -238,6 +239,44 @@ BORROWED_AFTER_ITS_TURN = (
 )
 
 
+# Found by hypothesis: a job of priority 10 preempts for quota within its queue a job Placed in
+# the same pass; the victim's cluster was read from the state (not folded yet), so no cluster
+# was found for the claim, and a decide right after the batch made it.
+VICTIM_PLACED_IN_THE_PASS = (
+    _three(
+        cq(
+            "team-a",
+            gpu=4,
+            weight_milli=0,
+            preemption=ev.QueuePreemption(reclaim_within_cohort="Any", within_cluster_queue="LowerPriority"),
+        ),
+        cq("team-b", gpu=8, weight_milli=0),
+        cq("team-c", gpu=0, cohort=None, weight_milli=0),
+        cohorts=[ev.CohortSpec(name="infra", parent="org"), ev.CohortSpec(name="research", parent="org")],
+    ),
+    [
+        ("submit", "team-b", 1, 0),
+        ("submit", "team-a", 1, 10),
+        ("submit", "team-a", 2, 10),
+        ("submit", "team-a", 4, 10),
+        ("submit", "team-a", 4, 0),
+        ("submit", "team-a", 0, 0),
+        ("fact", 15, "evicted", 2),
+        ("submit", "team-c", 1, 10),
+        ("submit", "team-c", 4, 0),
+        ("submit", "team-a", 4, 0),
+        ("time", 15000),
+        ("submit", "team-c", 1, 0),
+        ("submit", "team-b", 0, 5),
+        ("submit", "team-a", 2, 0),
+        ("submit", "team-b", 2, 0),
+        ("submit", "team-a", 2, 0),
+        ("fact", 36, "admitted", 2),
+    ],
+    0,
+)
+
+
 @settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds(POLICIES[:1]))
 def test_quota_holds_order_is_drf_and_replay_is_exact(world: tuple[ev.QueuesConfigured, list[Op], int]) -> None:
@@ -247,6 +286,7 @@ def test_quota_holds_order_is_drf_and_replay_is_exact(world: tuple[ev.QueuesConf
 @settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds(POLICIES))
 @example(BORROWED_AFTER_ITS_TURN)
+@example(VICTIM_PLACED_IN_THE_PASS)
 def test_with_quota_preemption_quota_holds_and_replay_is_exact(world: tuple[ev.QueuesConfigured, list[Op], int]) -> None:
     _check_world(*world)
 
