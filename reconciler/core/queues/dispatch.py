@@ -153,8 +153,6 @@ def _preempt_by_priority(s: Scratch, d: Draft) -> bool:
     return True
 
 
-
-
 def final_reasons(s: Scratch, left: list[Draft]) -> None:
     """Reasons are reported against the pass's final state: a job that waited for quota while
     clusters would have taken it may since have lost those clusters to jobs after it (a decide
