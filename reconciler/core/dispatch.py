@@ -228,7 +228,8 @@ def claim_for(s: Scratch, d: Draft, choice: Choice) -> None:
         claim=dict(job.demand),
     )
     for victim in victims:  # a quota victim may run elsewhere than where the preemptor goes
-        s.emit(evict_event(victim, preemptor=job, cluster=victim.cluster or choice.cluster))
+        where = s.placed_now.get(victim.key) or victim.cluster or choice.cluster  # placed in this pass: not folded
+        s.emit(evict_event(victim, preemptor=job, cluster=where))
 
 
 def report_unschedulable(s: Scratch, drafts: list[Draft]) -> None:

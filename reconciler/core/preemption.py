@@ -17,6 +17,7 @@ import numpy.typing as npt
 from reconciler.core.framework.cycle import Evaluation
 from reconciler.core.jobs import JobRecord
 from reconciler.core.pool import RunningPool
+from reconciler.core.queues.rules import keep_priority_victims
 from reconciler.core.scratch import Scratch
 
 
@@ -46,6 +47,8 @@ def select_victims(s: Scratch, job: JobRecord, *, evaluation: Evaluation) -> Cho
             row = pool.row_of.get(victim)
             if row is not None:
                 eligible[row] = False
+    if s.usage is not None:  # tenancy: other queues' jobs only per Kueue's cohort rules
+        keep_priority_victims(s, job, pool, eligible)
     for key in s.gone_jobs:  # requeued or finished earlier in this pass: not running any more
         row = pool.row_of.get(key)
         if row is not None:

@@ -237,3 +237,24 @@ def test_a_newly_active_team_takes_its_share_back_in_one_round(tmp_path: Path, f
     assert joined["preemption_rounds"] == 1
     assert joined["reached_after_s"] == 0.0  # no admission latency: preempted and started at once
     assert all(q["starved"] == 0 for q in res["queues"].values())
+
+
+def test_quotas_above_the_fleet_a_team_within_its_quota_reclaims_what_fills_the_cluster(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    """6 GPUs of quota each on the 8-GPU cluster: team-a fills it (2 borrowed); team-b's jobs fit
+    its quota but not the cluster. It reclaims by preemption only what team-a borrows (2), in one
+    round; its other 2 jobs wait for team-a's own (no thrash: team-a at its nominal quota is
+    nobody's victim)."""
+    files["queues"].write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: default}\n"
+        + _queue("team-a", weight=1, gpus=6, borrow=6)
+        + _queue("team-b", weight=1, gpus=6, borrow=6)
+    )
+    res = _simulate(files, tmp_path / "out", trace=_late_team_trace(tmp_path))
+    a, b = res["queues"]["team-a"], res["queues"]["team-b"]
+    assert a["max_usage"]["default/nvidia.com/gpu"] == 8
+    assert a["preemptions"] == 2 and b["preemptions_caused"] == 2
+    assert res["newly_active"]["first"]["team-b"]["preemption_rounds"] == 1
+    assert b["wait_p95_s"] >= 500  # two of its jobs waited for team-a's own to finish
+    assert all(q["starved"] == 0 for q in res["queues"].values())

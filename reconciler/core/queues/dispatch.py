@@ -17,19 +17,23 @@ from reconciler.core import phases
 from reconciler.core.dispatch import (
     CLAIMED,
     LEFT,
+    NOMINATED,
     QUOTA,
     REQUEUED,
     WAITING,
     attempt,
+    claim_for,
     order_key,
     profile_for,
     ready_to_try,
 )
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import evaluate
+from reconciler.core.preemption import select_victims
 from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.order import Tournament
-from reconciler.core.queues.victims import needed, preempt_for_quota
+from reconciler.core.queues.rules import needed
+from reconciler.core.queues.victims import preempt_for_quota, reclaim_capacity
 from reconciler.core.scratch import Scratch
 
 
@@ -51,8 +55,9 @@ def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
         else:
             lines.setdefault(where, []).append(d)
     _strict_lines(s, lines, claimants, drafts)
+    turns = _Turns()
     for q, d in claimants:
-        outcome = _admit(s, d, q, failed, left)
+        outcome = turns.admit(s, d, q, failed, left)
         if q in lines and _blocks(tree.nodes[q].spec, outcome):
             _block(s, lines[q], d, left)  # a StrictFIFO head preempting holds its line
             del lines[q]
@@ -63,13 +68,89 @@ def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
         line = lines[q]
         d = line[nxt[q]]
         nxt[q] += 1
-        outcome = _admit(s, d, q, failed, left)
+        outcome = turns.admit(s, d, q, failed, left)
         if _blocks(tree.nodes[q].spec, outcome):
             _block(s, line[nxt[q] :], d, left)
             nxt[q] = len(line)
         if nxt[q] >= len(line):
             tour.retire(q)
+    _second_look(s, left, turns)
     return left
+
+
+class _Turns:
+    """How many jobs each cohort tree admitted before each job's turn, so the second look is
+    only for jobs whose tree admitted more after it."""
+
+    def __init__(self) -> None:
+        self.admitted: dict[int, int] = {}
+        self.seen: dict[str, tuple[int, int]] = {}
+
+    def admit(self, s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], left: list[Draft]) -> str:
+        assert s.usage is not None
+        root = s.usage.tree.root_of(q)
+        self.seen[d.job.key] = (root, self.admitted.get(root, 0))
+        outcome = _admit(s, d, q, failed, left)
+        if outcome == NOMINATED:
+            self.admitted[root] = self.admitted.get(root, 0) + 1
+        return outcome
+
+    def changed_since(self, key: str) -> bool:
+        seen = self.seen.get(key)
+        return seen is not None and self.admitted.get(seen[0], 0) > seen[1]
+
+
+def _second_look(s: Scratch, left: list[Draft], turns: _Turns) -> None:
+    """Queues admitted later in the pass may have started borrowing what a job that waited
+    earlier needs, making them its victims; the next decide would find that and preempt, so
+    the pass does now, against the final usage, in the order the jobs were tried. Claims do
+    not change usage, so one sweep reaches what a decide right after this batch would see."""
+    assert s.usage is not None
+    tree = s.usage.tree
+    # Claims only take victims away, so a job like one that found none finds none either.
+    failed: set[tuple[bytes, int, int]] = set()
+    for d in list(left):
+        why = d.queue_wait
+        if not turns.changed_since(d.job.key) or d.timed_out or d.job.key in s.claims:
+            continue
+        if why is not None and not why.quota:
+            continue
+        q = queue_of(tree, d.job)
+        if not isinstance(q, int) or not _takes_across(tree.nodes[q].spec) or profile_for(s, d.job) is None:
+            continue
+        memo = (d.job.spec_key, d.job.priority, q)
+        if memo in failed:
+            continue
+        fit = _assign_around_claims(s, d, q)
+        if isinstance(fit, Wait):
+            taken = fit.quota and preempt_for_quota(s, d, q)
+        else:  # it waited for clusters: which jobs of other queues it may take depends on usage
+            taken = why is None and (_preempt_by_priority(s, d) or reclaim_capacity(s, d, q))
+        if taken:
+            left.remove(d)
+        else:
+            failed.add(memo)
+
+
+def _takes_across(spec: ClusterQueueSpec | None) -> bool:
+    """Whether admissions elsewhere in the pass can change what the queue's jobs may preempt:
+    all its preemption rules ``Never`` leaves only priority preemption within the queue."""
+    if spec is None:
+        return False
+    p = spec.preemption
+    return p.within_cluster_queue != "Never" or p.reclaim_within_cohort != "Never" or p.borrow_within_cohort != "Never"
+
+
+def _preempt_by_priority(s: Scratch, d: Draft) -> bool:
+    profile = profile_for(s, d.job)
+    if profile is None or d.job.placement.preemption_policy != "PreemptLowerPriority" or not len(s.state.clusters):
+        return False
+    full = evaluate(profile, s.cycle_input(d.job), spec_key=d.job.spec_key, scores=False, full=True)
+    choice = select_victims(s, d.job, evaluation=full)
+    if choice is None:
+        return False
+    claim_for(s, d, choice)
+    return True
 
 
 def final_reasons(s: Scratch, left: list[Draft]) -> None:
@@ -138,17 +219,19 @@ def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], le
 def _reclaim_for_capacity(
     s: Scratch, d: Draft, q: int, left: list[Draft], verdict: list[Wait], quota: Callable[[], object]
 ) -> str:
-    """No cluster can take the job now. If that is because its queue's quota is lent to queues
-    that borrow it (and fill the clusters), it may still take it back: preemption for quota
-    picks victims only on a cluster where their going makes the job fit, so the claim is one
-    the next pass honours and a job no eviction could place keeps its capacity reason."""
+    """No cluster can take the job now. If that is because queues that borrow fill the clusters,
+    it may still take back what they borrow: by preemption for quota when its queue is short
+    too, else (its queue within nominal) by reclaiming on one cluster where their going makes
+    the job fit. Either way the claim is one the next pass honours, and a job no eviction could
+    place keeps its capacity reason."""
     if d.timed_out or d.job.key in s.claims:
         return LEFT
     if not verdict:
         quota()
-    if not verdict or not verdict[0].quota:
-        return LEFT
-    if not preempt_for_quota(s, d, q):
+    if verdict:
+        if not verdict[0].quota or not preempt_for_quota(s, d, q):
+            return LEFT
+    elif not reclaim_capacity(s, d, q):
         return LEFT
     left.pop()
     return CLAIMED

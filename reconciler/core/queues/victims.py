@@ -12,6 +12,11 @@ the same jobs back and forth. Victims come from the queues most above their shar
 lowest priority, then the most recently started, then name: the same state always picks the same
 set. The claim goes to the cluster the job will run on (one where it fits now, else one where
 its victims there make room).
+
+A job its queue admits within nominal quota but that no cluster has room for (the queues that
+borrow its quota fill the clusters) reclaims too, per ``reclaimWithinCohort``: on one cluster,
+jobs of queues still borrowing what it needs, in the same order, until it fits there; the
+cluster whose set is cheapest (highest victim priority, count, name) wins.
 """
 
 from __future__ import annotations
@@ -20,14 +25,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
-from eventlog.events import QueuePreemption
 from reconciler.core.dispatch import claim_for, profile_for
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import evaluate
 from reconciler.core.jobs import Charge, JobRecord
 from reconciler.core.preemption import Choice
 from reconciler.core.queues.order import weighted
+from reconciler.core.queues.rules import allowed, needed
 from reconciler.core.queues.usage import Usage
 from reconciler.core.scratch import Scratch
 
@@ -74,27 +80,6 @@ def preempt_for_quota(s: Scratch, d: Draft, q: int) -> bool:
     return True
 
 
-def needed(usage: Usage, q: int, job: JobRecord) -> list[tuple[int, int]] | None:
-    """The columns the job would take: in each group, the first flavor listing all it needs."""
-    tree = usage.tree
-    out: list[tuple[int, int]] = []
-    for group in tree.nodes[q].groups:
-        wanted = [r for r in group.covered if job.demand.get(r, 0) > 0]
-        if not wanted:
-            continue
-        for flavor in group.flavors:
-            cols = [tree.column.get((flavor, r)) for r in wanted]
-            if all(c is not None for c in cols):
-                out.extend((c, job.demand[r]) for c, r in zip(cols, wanted, strict=True) if c is not None)
-                break
-        else:
-            return None
-    covered = {r for g in tree.nodes[q].groups for r in g.covered}
-    if any(r not in covered for r in job.demand):
-        return None
-    return sorted(out)
-
-
 def _fleet(s: Scratch) -> dict[str, int]:
     table = s.state.clusters
     if len(table) == 0:
@@ -116,6 +101,7 @@ def _choose(
     claimed = {v for c in s.claims.values() for v in c.victims}
     short = {col for col, amount in need if amount > usage.available(q, col)}
     within_nominal = all(usage.usage[q][col] + amount <= tree.nodes[q].nominal[col] for col, amount in need)
+    gone = after_claims(s)
     candidates: list[_Candidate] = []
     for key in sorted(pool.row_of):
         row = pool.row_of[key]
@@ -130,7 +116,7 @@ def _choose(
         vq = in_tree[charge.cluster_queue]
         if not any(tree.column.get((f, r)) in short and a for f, r, a in charge.amounts):
             continue  # frees nothing the job is short of
-        if not _allowed(usage, job, victim, q=q, vq=vq, cols=short, within_nominal=within_nominal, policy=policy):
+        if not allowed(gone, job, victim, q=q, vq=vq, cols=short, within_nominal=within_nominal, policy=policy):
             continue
         candidates.append(_Candidate(job=victim, charge=charge, queue=vq))
     if not candidates or usage.fits(q, need):
@@ -158,37 +144,6 @@ def _choose(
     return []
 
 
-def _allowed(
-    usage: Usage,
-    job: JobRecord,
-    victim: JobRecord,
-    *,
-    q: int,
-    vq: int,
-    cols: set[int],
-    within_nominal: bool,
-    policy: QueuePreemption,
-) -> bool:
-    tree = usage.tree
-    if vq == q:
-        if policy.within_cluster_queue == "LowerPriority":
-            return victim.priority < job.priority
-        if policy.within_cluster_queue == "LowerOrNewerEqualPriority":
-            return victim.priority < job.priority or (
-                victim.priority == job.priority and victim.submitted_seq > job.submitted_seq
-            )
-        return False
-    node = tree.nodes[vq]
-    if not any(usage.usage[vq][col] > node.nominal[col] for col in cols):
-        return False  # only queues that borrow what the job needs give it back
-    if within_nominal and policy.reclaim_within_cohort != "Never":
-        return policy.reclaim_within_cohort == "Any" or victim.priority < job.priority
-    if policy.borrow_within_cohort == "LowerPriority":
-        threshold = policy.borrow_max_priority_threshold
-        return victim.priority < job.priority and (threshold is None or victim.priority <= threshold)
-    return False
-
-
 def _fair(sim: Usage, *, q: int, vq: int, need: list[tuple[int, int]], fleet: dict[str, int], strict: bool) -> bool:
     """The preemptor's queue, admitted, against the victim's queue without the victim."""
     for col, amount in need:
@@ -199,6 +154,123 @@ def _fair(sim: Usage, *, q: int, vq: int, need: list[tuple[int, int]], fleet: di
     theirs = weighted(sim, vq, fleet)
     a, b = mine[:2], theirs[:2]
     return a < b if strict else a <= b
+
+
+def reclaim_capacity(s: Scratch, d: Draft, q: int) -> bool:
+    assert s.usage is not None
+    usage = s.usage
+    tree = usage.tree
+    spec = tree.nodes[q].spec
+    if spec is None or spec.preemption.reclaim_within_cohort == "Never":
+        return False
+    job = d.job
+    need = needed(usage, q, job)
+    nominal = tree.nodes[q].nominal
+    if not need or any(usage.usage[q][col] + amount > nominal[col] for col, amount in need):
+        return False  # reclaiming is for a queue that stays within its own quota
+    cols = [col for col, _ in need]
+    # What queues borrow once the victims already claimed are gone: each claim takes its own.
+    gone = after_claims(s)
+    borrowers = {
+        tree.nodes[n].name: n
+        for n in tree.queues_under(tree.root_of(q))
+        if n != q and _borrows(gone, n, cols)
+    }
+    profile = profile_for(s, job)
+    if not borrowers or profile is None:
+        return False
+    evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, full=True)
+    if evaluation.resolvable is None:
+        return False
+    table = s.state.clusters
+    where = evaluation.resolvable & s.ready
+    by_slot = _borrowed_by_cluster(s, job, borrowers, where, any_priority=spec.preemption.reclaim_within_cohort == "Any")
+    if not by_slot:
+        return False
+    fleet = _fleet(s)
+    shares = {n: weighted(gone, n, fleet) for n in borrowers.values()}
+    free = s.free_for(job)
+    demand = table.vector(job.demand)
+    best: tuple[tuple[int, int, int], int, list[JobRecord]] | None = None
+    for slot in sorted(by_slot):
+        cands = sorted(
+            by_slot[slot],
+            key=lambda c: ((not shares[c.queue][0], -shares[c.queue][1]), c.job.priority, -(c.job.placed_at_ms or 0), c.job.key),
+        )
+        sim = gone.copy()
+        room = free[slot].copy()
+        taken: list[JobRecord] = []
+        for c in cands:
+            if not _borrows(sim, c.queue, cols):
+                continue  # it gave back all it borrowed: the rest of its jobs are its own
+            sim.apply(c.charge, -1)
+            if not _fair(sim, q=q, vq=c.queue, need=need, fleet=fleet, strict=False):
+                sim.apply(c.charge, +1)
+                continue
+            taken.append(c.job)
+            room += table.vector(c.job.demand)
+            if (room >= demand).all():
+                break
+        else:
+            continue
+        cost = (max(v.priority for v in taken), len(taken), int(table.name_rank[slot]))
+        if best is None or cost < best[0]:
+            best = (cost, slot, taken)
+    if best is None:
+        return False
+    _, slot, taken = best
+    claim_for(
+        s,
+        d,
+        Choice(cluster=table.names[slot], victims=[v.key for v in taken], max_priority=best[0][0], lost_ms=0),
+    )
+    return True
+
+
+def after_claims(s: Scratch) -> Usage:
+    """Usage once the victims of the claims made so far are gone (they still hold quota until
+    they are): a queue whose borrowing they already give back is not a victim again."""
+    assert s.usage is not None
+    out = s.usage.copy()
+    for key in sorted(s.claims):
+        for victim_key in s.claims[key].victims:
+            victim = s.state.jobs.get(victim_key)
+            charge = s.charge_of(victim) if victim is not None else None
+            if charge is not None:
+                out.apply(charge, -1)
+    return out
+
+
+def _borrows(usage: Usage, node: int, cols: list[int]) -> bool:
+    nominal = usage.tree.nodes[node].nominal
+    return any(usage.usage[node][col] > nominal[col] for col in cols)
+
+
+def _borrowed_by_cluster(
+    s: Scratch, job: JobRecord, borrowers: dict[str, int], where: npt.NDArray[np.bool_], *, any_priority: bool
+) -> dict[int, list[_Candidate]]:
+    """Running jobs of borrowing queues that reclaiming may take, by cluster slot."""
+    pool = s.running()
+    claimed = {v for c in s.claims.values() for v in c.victims}
+    wanted = {r for r, amount in job.demand.items() if amount > 0}
+    out: dict[int, list[_Candidate]] = {}
+    for key in sorted(pool.row_of):
+        row = pool.row_of[key]
+        slot = int(pool.cluster[row])
+        if not pool.alive[row] or pool.evicting[row] or not where[slot]:
+            continue
+        if key in s.gone_jobs or key in claimed or key == job.key:
+            continue
+        victim = s.state.jobs.get(key)
+        if victim is None or not (any_priority or victim.priority < job.priority):
+            continue
+        charge = s.charge_of(victim)
+        if charge is None or charge.cluster_queue not in borrowers:
+            continue
+        if not any(victim.demand.get(r, 0) > 0 for r in wanted):
+            continue
+        out.setdefault(slot, []).append(_Candidate(job=victim, charge=charge, queue=borrowers[charge.cluster_queue]))
+    return out
 
 
 def _cluster(s: Scratch, d: Draft, victims: list[JobRecord]) -> str | None:
@@ -214,8 +286,9 @@ def _cluster(s: Scratch, d: Draft, victims: list[JobRecord]) -> str | None:
         return None
     free = s.free_for(job).copy()
     for v in victims:
-        if v.cluster is not None and v.cluster in table.index:
-            free[table.index[v.cluster]] += table.vector(v.demand)
+        where = s.placed_now.get(v.key, v.cluster)  # placed in this very pass: not folded yet
+        if where is not None and where in table.index:
+            free[table.index[where]] += table.vector(v.demand)
     demand = table.vector(job.demand)
     ok = evaluation.resolvable & s.ready & (free >= demand).all(axis=1)
     slots = np.flatnonzero(ok)

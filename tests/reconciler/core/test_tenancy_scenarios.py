@@ -187,3 +187,65 @@ def test_hierarchical_cohorts_lend_across_branches_and_snapshots_keep_usage() ->
     assert restored.usage is not None and h.state.usage is not None
     assert restored.usage.usage == h.state.usage.usage
     assert decide(restored) == []
+
+
+def test_a_team_within_its_quota_reclaims_a_cluster_the_borrowers_fill() -> None:
+    # 2 + 6 GPUs of quota on two 4-GPU clusters: team-a's 3-GPU jobs borrow and leave 1 GPU free
+    # on each cluster, so team-b's 2-GPU job fits its quota but no cluster.
+    h = world(
+        config(cq("team-a", gpu=2), cq("team-b", gpu=6, preemption=RECLAIM)),
+        clusters=2,
+        gpu=4,
+    )
+    h.feed(team_job("team-a", "a0", gpu=3), team_job("team-a", "a1", gpu=3))
+    admit_all(h)
+    assert usage(h.state, "team-a") == 6  # 4 borrowed
+    out = h.feed(team_job("team-b", "b0", gpu=2))
+    (claim,) = of_type(out, ev.PreemptionClaimed)
+    # One victim is enough on either cluster; started together, the cluster's name decides.
+    (victim,) = claim.victims
+    assert claim.cluster == "c0" == h.state.jobs[victim.key].cluster
+    (evict,) = of_type(out, ev.Evict)
+    h.inputs(ev.RemoteEvicted(job=evict.job, cluster=evict.cluster, attempt=evict.attempt))
+    out = h.step()
+    assert nominated_keys(out) == ["team-b/b0"]
+    # team-a still borrows (3 of 2), but its job no longer fits anywhere: it waits, no thrash.
+    admit_all(h)
+    assert not of_type(h.advance(20_000), ev.PreemptionClaimed)
+    assert (usage(h.state, "team-a"), usage(h.state, "team-b")) == (3, 2)
+
+
+def test_no_capacity_reclaim_from_a_team_within_its_quota() -> None:
+    # Quotas above the fleet: team-a uses its own 4 GPUs (borrows nothing), so team-b, though
+    # within quota, waits for capacity rather than preempting.
+    h = world(config(cq("team-a", gpu=4), cq("team-b", gpu=4, preemption=RECLAIM)), clusters=1, gpu=4)
+    h.feed(*(team_job("team-a", f"a{i}") for i in range(4)))
+    admit_all(h)
+    out = h.feed(team_job("team-b", "b0"))
+    assert not of_type(out, ev.PreemptionClaimed)
+    assert h.state.jobs["team-b/b0"].phase == "Unschedulable"
+
+
+def test_priority_preemption_takes_from_another_queue_only_by_the_cohort_rules() -> None:
+    # One 4-GPU cluster, more quota than the fleet: capacity, not quota, runs out.
+    def fill(team_b_gpu: int, policy: ev.QueuePreemption | None = None) -> list[ev.DecisionEvent]:
+        h = world(config(cq("team-a", gpu=4, preemption=policy), cq("team-b", gpu=team_b_gpu)), clusters=1, gpu=4)
+        h.feed(*(team_job("team-b", f"b{i}") for i in range(4)))
+        admit_all(h)
+        return h.feed(team_job("team-a", "urgent", priority=10))
+
+    # team-b uses its own quota: a higher priority elsewhere does not take it.
+    assert not of_type(fill(4, ev.QueuePreemption(borrow_within_cohort="LowerPriority")), ev.PreemptionClaimed)
+    # team-b borrows, but team-a's policy takes nothing from other queues.
+    assert not of_type(fill(2), ev.PreemptionClaimed)
+    # team-b borrows and team-a may take from borrowers of lower priority (borrowWithinCohort).
+    (claim,) = of_type(fill(2, ev.QueuePreemption(borrow_within_cohort="LowerPriority")), ev.PreemptionClaimed)
+    assert [v.namespace for v in claim.victims] == ["team-b"]
+
+
+def test_priority_preemption_within_a_queue_is_as_without_queues() -> None:
+    h = world(config(cq("team-a", gpu=8)), clusters=1, gpu=4)
+    h.feed(*(team_job("team-a", f"low{i}") for i in range(4)))
+    admit_all(h)
+    (claim,) = of_type(h.feed(team_job("team-a", "urgent", priority=10)), ev.PreemptionClaimed)
+    assert claim.victims[0].namespace == "team-a"

@@ -1,7 +1,9 @@
 """Three teams through ``kdispatch serve --queues`` with a real nats-server and a simulated cluster:
 fair ordering (weighted DRF) when all three wait, borrowing (one team alone uses more than its
 quota), reclaim by preemption (a team under its quota takes it back), as the log records it and as
-``kdispatch status`` and ``explain`` show it; ``replay --verify`` holds over the whole log.
+``kdispatch status`` and ``explain`` show it; then a fleet smaller than the quotas, which a
+borrowing team fills, and the teams under their quota reclaim it by preemption.
+``replay --verify`` holds over each whole log.
 
 Every wait is on log entries or command output, bounded by a deadline (a loaded machine is slow,
 not wrong); every check is on what was decided, never on when."""
@@ -30,7 +32,7 @@ policy:
 clusters:
   - name: east
     heartbeatInterval: 500ms
-    simulated: {capacity: {cpu: "16"}, admissionLatency: 20ms, defaultRuntime: 1h}
+    simulated: {capacity: {cpu: "%d"}, admissionLatency: 20ms, defaultRuntime: 1h}
 """
 
 TEAMS = {"a": 1, "b": 1, "c": 2}  # fairSharing.weight
@@ -38,12 +40,12 @@ NOMINAL = 2  # cores each; the cohort adds 6 of its own: 12 to share, on a 16-co
 FLEET, QUOTA = 16, 12
 
 
-def _queues() -> str:
+def _queues(nominal: int = NOMINAL, cohort: int = 6) -> str:
     docs = [
         "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: default}\n",
         "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {name: all}\nspec:\n"
         "  resourceGroups:\n  - coveredResources: [cpu]\n    flavors:\n    - name: default\n"
-        "      resources: [{name: cpu, nominalQuota: 6}]\n",
+        f"      resources: [{{name: cpu, nominalQuota: {cohort}}}]\n",
     ]
     for team, weight in TEAMS.items():
         docs.append(
@@ -60,7 +62,7 @@ spec:
     flavors:
     - name: default
       resources:
-      - {{name: cpu, nominalQuota: {NOMINAL}}}
+      - {{name: cpu, nominalQuota: {nominal}}}
 """
         )
         docs.append(
@@ -121,7 +123,7 @@ async def test_three_teams_borrow_reclaim_and_share_fairly(
     jslog: JetStreamLog, nats_url: str, log_root: str, tmp_path: Path
 ) -> None:
     config, queues = tmp_path / "kdispatch.yaml", tmp_path / "queues.yaml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG % FLEET)
     queues.write_text(_queues())
     # All three teams wait before the fleet exists: when the cluster registers, the cohort's 12
     # cores of quota are handed out in one go, in the fair order; every team ends above its own
@@ -189,3 +191,53 @@ async def test_three_teams_borrow_reclaim_and_share_fairly(
     recorded = [e for e in await read_all(jslog) if isinstance(e.event, ev.QueuesConfigured)]
     assert len(recorded) == 1
 
+
+
+def placed(entries: list[ev.LogEntry], team: str) -> int:
+    return sum(1 for e in entries if isinstance(e.event, ev.Placed) and e.event.job.namespace == f"team-{team}")
+
+
+async def test_teams_under_their_quota_reclaim_a_fleet_a_borrower_fills(
+    jslog: JetStreamLog, nats_url: str, log_root: str, tmp_path: Path
+) -> None:
+    # 4 cores of quota each (12) on an 8-core fleet: a borrows all 8 cores; b and c then fit their
+    # quota but no cluster, and take back what a borrows by preemption (reclaimWithinCohort).
+    config, queues = tmp_path / "kdispatch.yaml", tmp_path / "queues.yaml"
+    config.write_text(CONFIG % 8)
+    queues.write_text(_queues(nominal=4, cohort=0))
+    for i in range(10):
+        await jslog.inbox.publish(submitted("a", i), msg_id=f"submit/a/{i}")
+    log_file = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "reconciler", "serve", "--nats", nats_url, "--root", log_root),
+            *("--config", str(config), "--queues", str(queues), "--data-dir", str(tmp_path / "data")),
+        ],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        # 1. a alone fills the fleet: 8 run (4 of them borrowed), 2 wait for capacity.
+        entries = await wait_for(jslog, lambda es: placed(es, "a") >= 8, timeout_s=90)
+        assert admitted_by_team(entries) == {"a": 8}
+        mark = entries[-1].seq
+
+        # 2. b and c come, each under its quota: each reclaims 2 cores of the 4 a borrows.
+        for team in ("b", "c"):
+            for i in range(2):
+                await jslog.inbox.publish(submitted(team, i), msg_id=f"submit/{team}/{i}")
+        entries = await wait_for(jslog, lambda es: admitted_by_team(es) == {"a": 4, "b": 2, "c": 2}, timeout_s=90)
+        evicted = [e.event for e in entries if e.seq > mark and isinstance(e.event, ev.Evict)]
+        assert len(evicted) == 4 and {v.job.namespace for v in evicted} == {"team-a"}, evicted
+        preemptors = Counter(v.preemptor.namespace for v in evicted if v.preemptor is not None)
+        assert preemptors == {"team-b": 2, "team-c": 2}, preemptors
+        # a is back at its quota: the jobs it lost wait in its queue.
+        why = kd(nats_url, log_root, "explain", evicted[0].job.key)
+        assert why.returncode == 0, why.stderr
+        assert "queue: ClusterQueue a (cohort all, weight 1, BestEffortFIFO), position " in why.stdout, why.stdout
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log_file.close()
+    verify = kd(nats_url, log_root, "replay", "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
