@@ -35,6 +35,8 @@ from reconciler.core.scratch import Scratch
 
 def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
     assert s.usage is not None
+    if not drafts:
+        return []  # nothing to order (StrictFIFO heads are only tried alongside a job to try)
     tree = s.usage.tree
     left: list[Draft] = []
     failed: set[tuple[bytes, int, str]] = set()
