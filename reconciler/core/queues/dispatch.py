@@ -26,7 +26,7 @@ from reconciler.core.dispatch import (
     ready_to_try,
 )
 from reconciler.core.draft import Draft
-from reconciler.core.framework.cycle import evaluate
+from reconciler.core.framework.cycle import feasible
 from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.order import Tournament
 from reconciler.core.queues.victims import needed, preempt_for_quota
@@ -84,8 +84,7 @@ def final_reasons(s: Scratch, left: list[Draft]) -> None:
         profile = profile_for(s, d.job)
         if profile is None:
             continue
-        evaluation = evaluate(profile, s.cycle_input(d.job), spec_key=d.job.spec_key)
-        if not len(evaluation.ranked):
+        if not len(feasible(profile, s.cycle_input(d.job), spec_key=d.job.spec_key)):
             d.queue_wait = None
 
 
