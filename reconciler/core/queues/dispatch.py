@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from eventlog.events import ClusterQueueSpec, Resources
 from reconciler.core import phases
 from reconciler.core.dispatch import (
@@ -246,5 +248,5 @@ def fleet_capacity(s: Scratch) -> Resources:
     table = s.state.clusters
     if len(table) == 0:
         return {}
-    totals = table.capacity[s.ready].sum(axis=0)
+    totals = s.ready.astype(np.int64) @ table.capacity  # the same sum as capacity[ready], without the copy
     return {name: int(totals[i]) for i, name in enumerate(table.resources.names)}
