@@ -44,7 +44,10 @@ POLICY = ev.PolicyLoaded(
     profiles=[
         ev.Profile(
             name="default",
-            filters=[ev.FilterSpec(name=n) for n in ("ClusterHealth", "ClusterSelector", "ClusterFeasibility", "ClusterHeadroom")],
+            filters=[
+                ev.FilterSpec(name=n)
+                for n in ("ClusterHealth", "ClusterSelector", "ClusterFeasibility", "ClusterHeadroom")
+            ],
             scores=[ev.ScoreSpec(name="CapacityScore")],
             strategy=ev.StrategySpec(type="TopK", k=1),
         )
@@ -58,7 +61,9 @@ def clusters(n: int) -> list[ev.InputEvent]:
     for c in range(n):
         name = f"c{c:04d}"
         out.append(
-            ev.ClusterRegistered(cluster=name, labels={"zone": f"z{c % 4}"}, capacity={"cpu": 10_000_000, GPU: 100_000})
+            ev.ClusterRegistered(
+                cluster=name, labels={"zone": f"z{c % 4}"}, capacity={"cpu": 10_000_000, GPU: 100_000}
+            )
         )
         out.append(ev.ClusterHeartbeat(cluster=name))
     return out
@@ -86,7 +91,9 @@ async def publish_all(jlog: JetStreamLog, events: Sequence[ev.InputEvent], *, ta
 async def plain_publish(jlog: JetStreamLog, payloads: list[tuple[str, bytes]], *, window: int) -> float:
     """nats-py's pipelined publish (``publish_async``, ``window`` at a time) to a plain stream."""
     js = jlog.js
-    await js.add_stream(StreamConfig(name="BENCH_PLAIN", subjects=["bench.plain.>"], storage=StorageType.FILE))
+    await js.add_stream(
+        StreamConfig(name="BENCH_PLAIN", subjects=["bench.plain.>"], storage=StorageType.FILE)
+    )
     t0 = time.perf_counter()
     for start in range(0, len(payloads), window):
         futures = [await js.publish_async(f"bench.plain.{s}", p) for s, p in payloads[start : start + window]]
@@ -133,7 +140,10 @@ async def paced(jlog: JetStreamLog, events: list[ev.JobSubmitted], *, rate: floa
             await asyncio.sleep(delay)
         chunk = events[i : i + per_slice]
         stamp = time.perf_counter()
-        batch = [(jlog.inbox.subject(e), codec.encode(e), {"Nats-Msg-Id": f"lat-{i + k}"}) for k, e in enumerate(chunk)]
+        batch = [
+            (jlog.inbox.subject(e), codec.encode(e), {"Nats-Msg-Id": f"lat-{i + k}"})
+            for k, e in enumerate(chunk)
+        ]
         acks = await pub.publish(batch, timeout_s=30)
         assert all(a is not None and a.error is None for a in acks)
         for e in chunk:
@@ -159,7 +169,10 @@ async def main() -> None:
         await server.start_async()
         try:
             jlog = await connect(server.url, root="benchloop")
-            entries = [ev.LogEntry(seq=i + 1, at_ms=1, event=e, inbox_seq=i + 1, leader="bench") for i, e in enumerate(backlog)]
+            entries = [
+                ev.LogEntry(seq=i + 1, at_ms=1, event=e, inbox_seq=i + 1, leader="bench")
+                for i, e in enumerate(backlog)
+            ]
             payloads = [(f"{type(e.event).__name__}.x", codec.encode(e)) for e in entries]
             plain_rate = await plain_publish(jlog, payloads, window=500)
             await publish_all(jlog, world, tag="w")
@@ -183,7 +196,12 @@ async def main() -> None:
             loop_s = time.perf_counter() - started
             if profiler is not None:
                 profiler.disable()
-            decide_s = sum(s.value for m in loop.metrics.decide_seconds.collect() for s in m.samples if s.name.endswith("_sum"))
+            decide_s = sum(
+                s.value
+                for m in loop.metrics.decide_seconds.collect()
+                for s in m.samples
+                if s.name.endswith("_sum")
+            )
             # Latency: inputs offered at a steady rate well under the ceiling.
             base = inputs_seen(loop)
             sent = await paced(jlog, later, rate=args.rate)
@@ -211,9 +229,13 @@ async def main() -> None:
     rate = n / loop_s
     ratio = rate / plain_rate
     decisions = verified.decisions
-    print(f"inputs: {n:,} jobs in {QUEUES} ClusterQueues / 10 cohorts, {args.clusters} clusters; log {last_seq:,} entries, {decisions:,} decisions")
+    print(
+        f"inputs: {n:,} jobs in {QUEUES} ClusterQueues / 10 cohorts, {args.clusters} clusters; log {last_seq:,} entries, {decisions:,} decisions"
+    )
     print(f"nats-py publish_async, plain stream:        {plain_rate:10,.0f} msgs/s")
-    print(f"leader loop (inbox -> log -> decide -> log): {rate:10,.0f} inputs/s  ({decide_s / loop_s:.0%} of it in decide)")
+    print(
+        f"leader loop (inbox -> log -> decide -> log): {rate:10,.0f} inputs/s  ({decide_s / loop_s:.0%} of it in decide)"
+    )
     print(f"  ratio leader loop / plain publish: {ratio:.2f}")
     p50, p99 = percentile(latencies, 50) or 0.0, percentile(latencies, 99) or 0.0
     print(
@@ -221,10 +243,14 @@ async def main() -> None:
         f"  ({len(latencies):,} of {len(sent):,} decided)"
     )
     print(f"replay (fold only):       {last_seq / plain_s:10,.0f} entries/s")
-    print(f"replay --verify (decide): {last_seq / verify_s:10,.0f} entries/s  ({verified.verified_batches} batches recomputed)")
+    print(
+        f"replay --verify (decide): {last_seq / verify_s:10,.0f} entries/s  ({verified.verified_batches} batches recomputed)"
+    )
     ok = rate >= 20_000 and ratio >= 0.6
     print(f"floors: >= 20,000 inputs/s and >= 0.6 x plain publish: {'met' if ok else 'NOT met'}")
-    print(f"leader_loop: {rate:,.0f} inputs/s with tenancy = {ratio:.2f} x nats-py pipelined publish; p99 input->decision {p99:.1f} ms")
+    print(
+        f"leader_loop: {rate:,.0f} inputs/s with tenancy = {ratio:.2f} x nats-py pipelined publish; p99 input->decision {p99:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,10 @@ POLICY = ev.PolicyLoaded(
     profiles=[
         ev.Profile(
             name="default",
-            filters=[ev.FilterSpec(name=n) for n in ("ClusterHealth", "ClusterSelector", "ClusterFeasibility", "ClusterHeadroom")],
+            filters=[
+                ev.FilterSpec(name=n)
+                for n in ("ClusterHealth", "ClusterSelector", "ClusterFeasibility", "ClusterHeadroom")
+            ],
             scores=[ev.ScoreSpec(name="CapacityScore")],
             strategy=ev.StrategySpec(type="TopK", k=1),
         )
@@ -104,6 +107,8 @@ def dense_log(entries: int, *, cache: Path | None = None) -> Path:
     )
     run.run()
     writer.close()
-    print(f"(generated {path}: {run.seq:,} entries, {run.decisions:,} decisions in {run.batches:,} batches, "
-          f"{time.perf_counter() - t0:.0f} s; cached)")
+    print(
+        f"(generated {path}: {run.seq:,} entries, {run.decisions:,} decisions in {run.batches:,} batches, "
+        f"{time.perf_counter() - t0:.0f} s; cached)"
+    )
     return path

@@ -13,7 +13,12 @@ from reconciler.core.queues.order import ShareKey, order_key
 # Shares as the tournament makes them: usage / capacity * 1000 / weight, often equal or nearly so.
 fractions = st.one_of(
     st.builds(Fraction, st.integers(0, 10**12), st.integers(1, 10**12)),
-    st.builds(lambda n, d, w: Fraction(n, d) * 1000 / w, st.integers(0, 50), st.integers(1, 50), st.integers(1, 4000)),
+    st.builds(
+        lambda n, d, w: Fraction(n, d) * 1000 / w,
+        st.integers(0, 50),
+        st.integers(1, 50),
+        st.integers(1, 4000),
+    ),
     st.builds(lambda n: Fraction(10**17 + n, 10**17), st.integers(0, 3)),  # equal as floats
 )
 keys = st.tuples(st.booleans(), fractions, st.sampled_from(["a", "b", "team-001"]))
