@@ -33,7 +33,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
-from eventlog.jetstream.publish import Publisher
+from eventlog.jetstream.publish import Outgoing, Publisher
 from reconciler.edge.percentile import percentile
 from reconciler.history.replay import replay
 from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
@@ -140,7 +140,7 @@ async def paced(jlog: JetStreamLog, events: list[ev.JobSubmitted], *, rate: floa
             await asyncio.sleep(delay)
         chunk = events[i : i + per_slice]
         stamp = time.perf_counter()
-        batch = [
+        batch: list[Outgoing] = [
             (jlog.inbox.subject(e), codec.encode(e), {"Nats-Msg-Id": f"lat-{i + k}"})
             for k, e in enumerate(chunk)
         ]
