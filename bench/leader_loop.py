@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nats.js.api import StorageType, StreamConfig
 
-from bench.dispatch import queues_config
+from bench.dispatch import Leader, queues_config
 from eventlog import codec
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
@@ -151,11 +151,24 @@ async def paced(jlog: JetStreamLog, events: list[ev.JobSubmitted], *, rate: floa
     return sent
 
 
+def core_only(world: list[ev.InputEvent], backlog: list[ev.JobSubmitted], *, batch: int = 500) -> float:
+    """The same inputs through the pure core alone (fold, decide, fold the decisions; batches of
+    the loop's pull size): inputs per CPU second. The loop cannot go faster than this."""
+    leader = Leader()
+    leader.inputs([POLICY, queues_config(QUEUES, 10), *world])
+    leader.decide()
+    t0 = time.process_time()
+    for i in range(0, len(backlog), batch):
+        leader.inputs(list(backlog[i : i + batch]))
+        leader.decide()
+    return len(backlog) / (time.process_time() - t0)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--clusters", type=int, default=50)
-    parser.add_argument("--rate", type=float, default=5_000, help="offered inputs/s in the latency phase")
+    parser.add_argument("--rate", type=float, default=2_000, help="offered inputs/s in the latency phase")
     parser.add_argument("--latency-jobs", type=int, default=10_000)
     parser.add_argument("--profile", action="store_true", help="cProfile the throughput phase")
     args = parser.parse_args()
@@ -228,6 +241,7 @@ async def main() -> None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     rate = n / loop_s
     ratio = rate / plain_rate
+    ceiling = core_only(world, backlog)
     decisions = verified.decisions
     print(
         f"inputs: {n:,} jobs in {QUEUES} ClusterQueues / 10 cohorts, {args.clusters} clusters; log {last_seq:,} entries, {decisions:,} decisions"
@@ -237,6 +251,7 @@ async def main() -> None:
         f"leader loop (inbox -> log -> decide -> log): {rate:10,.0f} inputs/s  ({decide_s / loop_s:.0%} of it in decide)"
     )
     print(f"  ratio leader loop / plain publish: {ratio:.2f}")
+    print(f"the core alone on the same inputs (no NATS): {ceiling:10,.0f} inputs/s of CPU time")
     p50, p99 = percentile(latencies, 50) or 0.0, percentile(latencies, 99) or 0.0
     print(
         f"input -> decision appended at {args.rate:,.0f} inputs/s offered: p50 {p50:.1f} ms  p99 {p99:.1f} ms"
