@@ -10,7 +10,8 @@
    (floor: 20 ms).
 4. Tenancy: the dispatch world with 100 ClusterQueues in 10 cohorts (quota per queue, borrowing
    through the cohort, weighted fair order): decisions/s at 5,000 clusters, and the ratio to the
-   same world without queues (floor: 2,000 decisions/s).
+   same world without queues (floor: 5,000 decisions/s, issue 16); p99 of one decision at 1,000
+   clusters (floor: 1 ms, issue 16).
 5. Node facts (#15): the dispatch world where every cluster also reported 100 nodes as free-
    capacity histograms (varied bins in four racks, a GPU product label), so NodeFit, TopologyFit
    and TopologyScore judge every job on nodes: decisions/s and the ratio to the same clusters
@@ -335,8 +336,20 @@ def bench_tenancy(n_clusters: int, n_jobs: int, *, seed: int = 7, n_queues: int 
     elapsed = cpu() - t0
     nominated = sum(1 for d in decisions if isinstance(d, ev.Nominated))
     waiting = sum(1 for d in decisions if isinstance(d, ev.Unschedulable))
+    # Latency with tenancy (issue 16): one job at a time, folding each decision, on a fresh leader.
+    single = Leader()
+    single.inputs([queues_config(n_queues), *clusters])
+    single.decide()
+    latencies = []
+    for job in jobs[:1_000]:
+        single.inputs([job])
+        t0 = cpu()
+        out = decide(single.state)
+        latencies.append((cpu() - t0) * 1000)
+        for i, d in enumerate(out):
+            single._fold(d, (i, len(out)))
     return {"clusters": n_clusters, "jobs": n_jobs, "decisions": len(decisions), "nominated": nominated,
-            "waiting": waiting, "rate": len(decisions) / elapsed}
+            "waiting": waiting, "rate": len(decisions) / elapsed, "p99_ms": percentile(latencies, 99)}
 
 
 def node_reports(
@@ -548,10 +561,16 @@ def main() -> int:
     t = bench_tenancy(5_000 // scale, 10_000 // scale)
     base = results[5_000]["rate"]
     print(f"{t['clusters']} clusters, {t['jobs']} jobs: {t['rate']:.0f} decisions/s ({t['rate'] / base:.2f}x without "
-          f"queues), nominated {t['nominated']}, waiting {t['waiting']} (floor 2,000 decisions/s)")
-    if t["rate"] < 2_000:
+          f"queues), nominated {t['nominated']}, waiting {t['waiting']} (floor 5,000 decisions/s, issue 16)")
+    t1 = bench_tenancy(1_000 // scale, 10_000 // scale)
+    print(f"{t1['clusters']} clusters: p99 of one decision {t1['p99_ms']:.2f} ms (floor 1 ms, issue 16); "
+          f"at {t['clusters']}: {t['p99_ms']:.2f} ms")
+    if t["rate"] < 5_000:
         ok = False
-        print(f"   FLOOR MISSED: {t['rate']:.0f} decisions/s < 2,000 with 100 ClusterQueues")
+        print(f"   FLOOR MISSED: {t['rate']:.0f} decisions/s < 5,000 with 100 ClusterQueues")
+    if t1["p99_ms"] >= 1.0:
+        ok = False
+        print(f"   FLOOR MISSED: p99 {t1['p99_ms']:.2f} ms >= 1 ms at {t1['clusters']} clusters with 100 ClusterQueues")
 
     nf = bench_node_facts(5_000 // scale, 10_000 // scale)
     ok &= _print_node_facts(nf)
@@ -562,7 +581,8 @@ def main() -> int:
         f"HEADLINE: {r['rate']:.0f} decisions/s at {r['clusters']} clusters "
         f"({r['rate'] / r['naive_rate']:.0f}x naive), p99 {results[1_000]['p99_ms']:.2f} ms at 1,000 clusters, "
         f"re-place {w['placed']} in {w['seconds'] * 1000:.0f} ms, preempt {p['max_ms']:.1f} ms, "
-        f"{t['rate']:.0f} decisions/s with 100 queues, {nf['rate'] / nf['base']:.2f}x with node facts"
+        f"{t['rate']:.0f} decisions/s with 100 queues, p99 {t1['p99_ms']:.2f} ms at 1,000 clusters with queues, "
+        f"{nf['rate'] / nf['base']:.2f}x with node facts"
         + ("" if ok else " [FLOORS MISSED]")
     )
     return 0 if ok else 1

@@ -6,12 +6,21 @@ export. All in this process, against one nats-server (file storage).
 
 Floors (issue 2): >= 30,000 events/s and >= 0.7 x the bare drain; JSONL >= 200,000 events/s.
 The last line is the headline figure.
+
+    .venv/bin/python bench/log_replay.py --verify [--events 1000000] [--profile]
+
+``replay --verify`` (fold, and decide again at every decision batch, compared byte for byte) of
+a log as dense in decisions as a real run, made by the core (``bench/verify_log.py``, cached
+under the temp dir), side by side with a plain replay (fold only) of the same JSONL file.
+Floor (issue 16): >= 50,000 entries/s on 1,000,000 entries.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import statistics
 import sys
 import tempfile
@@ -32,6 +41,7 @@ from eventlog.jetstream import JetStreamLog, connect
 from eventlog.jetstream.publish import Publisher
 from eventlog.jetstream.sequencer import INBOX_LAST_HEADER
 from reconciler.edge.percentile import percentile
+from reconciler.history import replay as history
 
 
 def log_entries(n: int) -> list[ev.LogEntry]:
@@ -132,13 +142,57 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+async def verify_bench(n: int, *, profile: bool) -> None:
+    from bench.verify_log import dense_log
+
+    path = dense_log(n)
+    log = jsonl.JsonlLog(path)
+    t0, c0 = time.perf_counter(), time.process_time()
+    plain = await history.replay(log)
+    plain_s, plain_cpu = time.perf_counter() - t0, time.process_time() - c0
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
+        profiler.enable()
+    t0, c0 = time.perf_counter(), time.process_time()
+    verified = await history.replay(log, verify=True)
+    verify_s, verify_cpu = time.perf_counter() - t0, time.process_time() - c0
+    if profiler is not None:
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    assert verified.mismatch is None, verified.mismatch.reason
+    entries = verified.entries
+    rate = entries / verify_s
+    print(
+        f"log: {entries:,} entries, {verified.inputs:,} inputs, {verified.decisions:,} decisions in "
+        f"{verified.batches:,} batches ({path})"
+    )
+    print(f"replay, fold only:             {plain.entries / plain_s:>10,.0f} entries/s")
+    print(
+        f"replay --verify:               {rate:>10,.0f} entries/s  ({verified.verified_batches:,} batches "
+        f"recomputed, {verified.verified_quiet:,} quiet input batches checked)"
+    )
+    print(f"  ratio verify / fold only: {plain_s / verify_s:.2f}")
+    print(
+        f"  per CPU second (a loaded machine counts less): verify {entries / verify_cpu:,.0f} entries/s, "
+        f"fold only {plain.entries / plain_cpu:,.0f} entries/s"
+    )
+    print(f"floor: >= 50,000 entries/s: {'met' if rate >= 50_000 else 'NOT met'}")
+    print(f"log_replay --verify: {rate:,.0f} entries/s = {plain_s / verify_s:.2f} x a fold-only replay")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1000, help="entries per batch yielded by read()")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of drain and replay")
+    parser.add_argument("--verify", action="store_true", help="replay --verify of a dense log (issue 16)")
+    parser.add_argument("--profile", action="store_true", help="with --verify: cProfile the verifying replay")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    if args.verify:
+        await verify_bench(args.events, profile=args.profile)
+        return
 
     entries = log_entries(args.events)
     n = len(entries)

@@ -12,8 +12,11 @@ Folding the batch and deciding again yields nothing (the fixpoint replay relies 
 
 from __future__ import annotations
 
+import numpy as np
+
 from eventlog import events as ev
 from reconciler.core import phases
+from reconciler.core.clusters import LOST
 from reconciler.core.dispatch import dispatch, report_unschedulable, worth_a_look
 from reconciler.core.draft import Draft
 from reconciler.core.lifecycle import cluster_health, evict_claimed, expire_claims, handle_job
@@ -23,8 +26,37 @@ from reconciler.core.state import State
 
 
 def decide(state: State) -> list[ev.DecisionEvent]:
+    if quiet(state):
+        return []
     s, _ = decide_pass(state)
     return s.out
+
+
+def quiet(state: State) -> bool:
+    """Whether a pass would decide nothing, known without starting one: no job marked, no claim,
+    no capacity or quota news, and no cluster due to be lost or recovered. (The leader decides
+    after every input batch, and most batches are heartbeats and reports that ask for nothing;
+    replay --verify checks each of those boundaries too.) Mirrors ``decide_pass``: any of
+    these would make it look at a job or emit a cluster event."""
+    if (
+        state.pending
+        or state.claims
+        or state.help
+        or state.freed
+        or state.unclaimed is not None
+        or state.placed_low is not None
+        or state.quota_freed
+    ):
+        return False
+    table = state.clusters
+    if len(table) == 0:
+        return True
+    if (table.ready & (state.now_ms >= table.lost_deadlines(state.worker_lost_timeout_ms))).any():
+        return False
+    return not any(
+        table.records[i].health == LOST and table.records[i].heard_while_lost
+        for i in np.flatnonzero(table.present & ~table.ready)
+    )
 
 
 def decide_pass(state: State) -> tuple[Scratch, list[Draft]]:

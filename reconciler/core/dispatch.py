@@ -18,10 +18,13 @@ from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import (
     Evaluation,
     evaluate,
+    feasible,
+    rank,
     rejection_summary,
     static_survivors,
     summary_message,
 )
+from reconciler.core.framework.interface import Slots
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
@@ -92,14 +95,21 @@ def attempt(
         left.append(d)
         return LEFT
     inp = s.cycle_input(job)
-    evaluation = evaluate(profile, inp, spec_key=job.spec_key)
+    candidates = feasible(profile, inp, spec_key=job.spec_key)
     table = s.state.clusters
     claim = s.claims.get(job.key)
-    chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim.cluster if claim else None)
-    if chosen:
-        flavors = quota() if quota is not None else {}
+    claim_cluster = claim.cluster if claim else None
+    # Quota before scores: a job its queue cannot admit now (most of them, when queues are
+    # full) needs no ranking. Which clusters it would get does not change what quota says.
+    flavors: dict[str, str] | None = {}
+    if quota is not None and _any_choice(s, d, candidates, claim_cluster=claim_cluster):
+        flavors = quota()
         if flavors is None:
             return QUOTA
+    evaluation = rank(profile, inp, candidates=candidates)
+    chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim_cluster)
+    if chosen:
+        assert flavors is not None
         deadline = round_deadline(profile.spec.strategy, now_ms=s.now, timeout_ms=profile.spec.round_timeout_ms)
         d.nominate(s, clusters=chosen, deadline_ms=deadline, flavors=flavors)
         return NOMINATED
@@ -178,6 +188,19 @@ def could_fit(s: Scratch, job: JobRecord, profile: CompiledProfile) -> bool:
     slots = slots[ok]
     free = s.free_for(job)[slots]
     return bool((free >= view.demand_vec).all(axis=1).any())
+
+
+def _any_choice(s: Scratch, d: Draft, candidates: Slots, *, claim_cluster: str | None) -> bool:
+    """Whether ``_choose`` will choose any cluster among these (ranked or not: the same set)."""
+    table = s.state.clusters
+    if claim_cluster is not None:
+        slot = table.index.get(claim_cluster)
+        if slot is not None and bool((candidates == slot).any()):
+            return True
+    if d.tried:
+        tried = np.array([table.index[c] for c in d.tried if c in table.index], dtype=np.intp)
+        candidates = candidates[~np.isin(candidates, tried)]
+    return len(candidates) > 0  # a strategy's width is at least 1 when any cluster is left
 
 
 def _choose(

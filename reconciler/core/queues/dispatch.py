@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from eventlog.events import ClusterQueueSpec, Resources
 from reconciler.core import phases
 from reconciler.core.dispatch import (
@@ -28,7 +30,7 @@ from reconciler.core.dispatch import (
     ready_to_try,
 )
 from reconciler.core.draft import Draft
-from reconciler.core.framework.cycle import evaluate
+from reconciler.core.framework.cycle import evaluate, feasible
 from reconciler.core.preemption import select_victims
 from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.order import Tournament
@@ -39,6 +41,8 @@ from reconciler.core.scratch import Scratch
 
 def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
     assert s.usage is not None
+    if not drafts:
+        return []  # nothing to order (StrictFIFO heads are only tried alongside a job to try)
     tree = s.usage.tree
     left: list[Draft] = []
     failed: set[tuple[bytes, int, str]] = set()
@@ -163,8 +167,7 @@ def final_reasons(s: Scratch, left: list[Draft]) -> None:
         profile = profile_for(s, d.job)
         if profile is None:
             continue
-        evaluation = evaluate(profile, s.cycle_input(d.job), spec_key=d.job.spec_key)
-        if not len(evaluation.ranked):
+        if not len(feasible(profile, s.cycle_input(d.job), spec_key=d.job.spec_key)):
             d.queue_wait = None
 
 
@@ -328,5 +331,5 @@ def fleet_capacity(s: Scratch) -> Resources:
     table = s.state.clusters
     if len(table) == 0:
         return {}
-    totals = table.capacity[s.ready].sum(axis=0)
+    totals = s.ready.astype(np.int64) @ table.capacity  # the same sum as capacity[ready], without the copy
     return {name: int(totals[i]) for i, name in enumerate(table.resources.names)}

@@ -15,6 +15,12 @@ from eventlog.events import Resources
 from reconciler.core.queues.usage import Usage
 
 ShareKey = tuple[bool, Fraction, str]
+# What the tournament compares: the share key with the share's float in front. float() of a
+# Fraction is correctly rounded, hence monotonic: where the floats differ they order the shares
+# as the fractions would, and where they are equal the exact fractions decide. Same order as
+# ShareKey, without a Python-level Fraction comparison for every pair of nodes.
+# (A whole share is kept as an int: equal ints compare in C, and ints and Fractions compare exactly.)
+OrderKey = tuple[bool, float, Fraction | int, str]
 
 
 def share(usage: Usage, node: int, fleet: Resources) -> Fraction:
@@ -35,6 +41,11 @@ def weighted(usage: Usage, node: int, fleet: Resources) -> ShareKey:
     return (False, raw * 1000 / n.weight_milli, n.name)
 
 
+def order_key(key: ShareKey) -> OrderKey:
+    zero, frac, name = key
+    return (zero, float(frac), frac.numerator if frac.denominator == 1 else frac, name)
+
+
 class Tournament:
     """Picks the ClusterQueue to dispatch from next, among those still active in this pass."""
 
@@ -46,14 +57,14 @@ class Tournament:
         for q in active:
             for a in tree.ancestors(q):
                 self.count[a] += 1
-        self._keys: dict[int, tuple[int, ShareKey]] = {}
+        self._keys: dict[int, tuple[int, OrderKey]] = {}
 
-    def key(self, node: int) -> ShareKey:
+    def key(self, node: int) -> OrderKey:
         version = self.usage.version[node]
         cached = self._keys.get(node)
         if cached is not None and cached[0] == version:
             return cached[1]
-        k = weighted(self.usage, node, self.fleet)
+        k = order_key(weighted(self.usage, node, self.fleet))
         self._keys[node] = (version, k)
         return k
 

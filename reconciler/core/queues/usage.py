@@ -19,19 +19,33 @@ class Usage:
         self.usage: list[list[int]] = [[0] * width for _ in tree.nodes]
         self.total: list[list[int]] = [[0] * width for _ in tree.nodes]
         self.version: list[int] = [0] * len(tree.nodes)  # bumped when a node's usage changes
+        # Rows this object may write to; a copy shares the others' rows with its original until
+        # it first writes them (every decide pass copies the usage and most change a few nodes).
+        self._owned: set[int] | None = None  # None: every row
 
     def copy(self) -> Usage:
+        """Copy-on-write, per node: writes to either object afterwards are not seen by the other."""
         other = Usage.__new__(Usage)
         other.tree = self.tree
-        other.usage = [list(u) for u in self.usage]
-        other.total = [list(t) for t in self.total]
+        other.usage = list(self.usage)
+        other.total = list(self.total)
         other.version = list(self.version)
+        other._owned = set()
+        self._owned = set()  # the rows are shared both ways now
         return other
+
+    def _own(self, node: int) -> None:
+        owned = self._owned
+        if owned is not None and node not in owned:
+            self.usage[node] = list(self.usage[node])
+            self.total[node] = list(self.total[node])
+            owned.add(node)
 
     def add(self, node: int, col: int, delta: int) -> None:
         nodes = self.tree.nodes
         total = delta
         while True:
+            self._own(node)
             n = nodes[node]
             old = self.usage[node][col]
             new = old + delta
@@ -46,6 +60,7 @@ class Usage:
             if delta == 0:
                 # Nothing more reaches the cohorts above, but their totals still move.
                 while True:
+                    self._own(node)
                     self.total[node][col] += total
                     self.version[node] += 1
                     parent = nodes[node].parent
