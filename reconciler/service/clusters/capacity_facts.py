@@ -322,6 +322,10 @@ class ReportDiffer:
     reports: int = 0
     bytes: int = 0
 
+    @property
+    def pending_full(self) -> bool:
+        return self._full
+
     def reset(self) -> None:
         """The next report is full (after a reconnect, or when the log may have missed some)."""
         self._full = True

@@ -133,7 +133,6 @@ class KubeWorker:
         # Capacity facts (docs/capacity-reports.md): the watched objects, and what was reported.
         self.capacity_state = WorkerState(extra_labels=node_labels, default_levels=topology_levels)
         self.capacity_reports = ReportDiffer(name, min_interval_ms=int(capacity_interval_s * 1000))
-        self._capacity_wake = asyncio.Event()
         self._capacity_expected: dict[str, int] = {}  # resource -> how many versions it is tried in
         self._capacity_listed: set[str] = set()  # resources whose first list answered (or none is served)
         self._capacity_unserved: Counter[str] = Counter()
@@ -332,7 +331,6 @@ class KubeWorker:
                 if self._unreachable:
                     self._unreachable = False
                     self.capacity_reports.reset()  # back after an outage: report everything again
-                    self._capacity_wake.set()
             except (Unreachable, ApiError) as err:
                 self._log.info("heartbeat_failed", error=str(err))
                 hb = ev.ClusterHeartbeat(cluster=self.name, reachable=False)
@@ -415,7 +413,6 @@ class KubeWorker:
     ) -> Callable[[KindInfo, str, dict[str, Any]], Awaitable[None]]:
         async def handle(_kind: KindInfo, type_: str, obj: dict[str, Any]) -> None:
             on(type_, obj)
-            self._capacity_wake.set()
 
         return handle
 
@@ -427,33 +424,29 @@ class KubeWorker:
             if self._capacity_unserved[kind.plural] < self._capacity_expected.get(kind.plural, 1):
                 return  # another version may be served
         self._capacity_listed.add(kind.plural)
-        self._capacity_wake.set()
 
     async def _capacity_loop(self, stop: asyncio.Event) -> None:
-        """Publish what changed, at most once per ``capacity_interval_s``. The first (full) report
-        waits (up to ``FIRST_REPORT_WAIT_S``) for every capacity list to answer once, so that it
-        is not a half-listed worker."""
+        """Publish what changed, at most once per ``capacity_interval_s``: the state is checked
+        once per interval (one wake-up per worker, however busy it is), and a report goes out only
+        when something changed since the last. The first
+        (full) report waits (up to ``FIRST_REPORT_WAIT_S``) for every capacity list to answer
+        once, so that it is not a half-listed worker."""
         deadline = time.monotonic() + FIRST_REPORT_WAIT_S
+        while not stop.is_set() and time.monotonic() < deadline:
+            if set(self._capacity_expected) <= self._capacity_listed:
+                break
+            await sleep_or_stop(stop, 0.05)
         while not stop.is_set():
-            first = self.capacity_reports.reports == 0
-            listed = set(self._capacity_expected) <= self._capacity_listed
-            timeout = max(deadline - time.monotonic(), 0) if first and not listed else None
-            woken = await _wait_either(self._capacity_wake, stop, timeout_s=timeout)
-            if stop.is_set():
-                return
-            if first and woken and not set(self._capacity_expected) <= self._capacity_listed:
-                self._capacity_wake.clear()
-                continue  # a list is still under way
-            delay_ms = self.capacity_reports.wait_ms(wall_ms())
-            if delay_ms:
-                await sleep_or_stop(stop, delay_ms / 1000)
-            self._capacity_wake.clear()
-            try:
-                report = self.capacity_reports.next_report(self.capacity_state, wall_ms())
-                if report is not None:
-                    await self._report(report[0], msg_id=report[1])
-            except Exception as err:  # an object kdispatch cannot read must not end the reports
-                self._log.exception("capacity_report_error", error=str(err))
+            if self.capacity_state.changed or self.capacity_reports.pending_full:
+                self.capacity_state.changed = False
+                try:
+                    report = self.capacity_reports.next_report(self.capacity_state, wall_ms())
+                    if report is not None:
+                        await self._report(report[0], msg_id=report[1])
+                except Exception as err:  # an object kdispatch cannot read must not end the reports
+                    self._log.exception("capacity_report_error", error=str(err))
+            interval_ms = self.capacity_reports.min_interval_ms
+            await sleep_or_stop(stop, max(self.capacity_reports.wait_ms(wall_ms()), interval_ms) / 1000)
 
     def _watch(self, versions: tuple[KindInfo, ...]) -> ListWatch:
         """List + watch one resource (docs/clusters.md): our copies by the origin label, and every
@@ -514,17 +507,6 @@ class KubeWorker:
         self._workloads[owner] = workload
         for fact in workload_facts(workload, origin, cluster=self.name):
             await self._report(fact)
-
-
-async def _wait_either(wake: asyncio.Event, stop: asyncio.Event, *, timeout_s: float | None) -> bool:
-    """Wait for ``wake`` or ``stop`` (or the timeout); True if ``wake`` is set."""
-    waiting = [asyncio.create_task(wake.wait()), asyncio.create_task(stop.wait())]
-    try:
-        await asyncio.wait(waiting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in waiting:
-            task.cancel()
-    return wake.is_set()
 
 
 def _workload_copy(obj: dict[str, Any], origin: Origin | None) -> bool:
