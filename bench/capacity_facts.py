@@ -26,9 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eventlog import codec  # noqa: E402
-from eventlog import events as ev  # noqa: E402
-from reconciler.service.clusters.capacity_facts import ReportDiffer, WorkerState  # noqa: E402
+from eventlog import codec
+from eventlog import events as ev
+from reconciler.service.clusters.capacity_facts import ReportDiffer, WorkerState
 
 GI = 1024**3
 RACK = "cloud.example.com/rack"

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from eventlog import events as ev
-from reconciler.service.clusters.capacity_facts import ReportDiffer, WorkerState, coarse, queue_fact, round_down
+from reconciler.service.clusters.capacity_facts import (
+    ReportDiffer,
+    WorkerState,
+    coarse,
+    queue_fact,
+    round_down,
+)
 from reconciler.service.clusters.kube import KubeWorker
 from tests.reconciler.clusters.conftest import ApiServer, Recorder
 from tests.waiting import eventually
