@@ -100,12 +100,9 @@ def _limit(raw: Any, resource: str) -> int | None:
 
 
 def queue_fact(cq: Mapping[str, Any]) -> ev.WorkerQueueFact:
-    """A Kueue ClusterQueue (v1beta1 or v1beta2) as the core reads it.
-
-    Kueue assigns one flavor per resource group, trying each group's flavors in order. The fact
-    has one flat flavor list, so with several resource groups each entry is one combination (one
-    flavor of each group, named ``a+b``), in the order Kueue's first-fit per group would find it.
-    """
+    """A Kueue ClusterQueue (v1beta1 or v1beta2) as the core reads it: flavors in the order Kueue
+    tries them, resource group after resource group (the core tells the groups apart by the
+    resources their flavors list, as Kueue requires them to)."""
     spec = cq.get("spec") or {}
     status = cq.get("status") or {}
     used: dict[tuple[str, str], int] = {}
@@ -113,9 +110,8 @@ def queue_fact(cq: Mapping[str, Any]) -> ev.WorkerQueueFact:
         for res in flavor.get("resources") or []:
             name = str(res.get("name"))
             used[(str(flavor.get("name")), name)] = to_units(name, res.get("total", 0))
-    groups: list[list[ev.FlavorFact]] = []
+    flavors = []
     for group in spec.get("resourceGroups") or []:
-        flavors = []
         for flavor in group.get("flavors") or []:
             fname = str(flavor.get("name"))
             resources = {}
@@ -128,23 +124,12 @@ def queue_fact(cq: Mapping[str, Any]) -> ev.WorkerQueueFact:
                     used=used.get((fname, name), 0),
                 )
             flavors.append(ev.FlavorFact(name=fname, resources=resources))
-        if flavors:
-            groups.append(flavors)
-    combos: list[ev.FlavorFact] = [ev.FlavorFact(name="")]
-    for flavors in groups:
-        combos = [
-            ev.FlavorFact(
-                name=f"{a.name}+{b.name}" if a.name else b.name, resources={**a.resources, **b.resources}
-            )
-            for a in combos
-            for b in flavors
-        ]
     cohort = spec.get("cohort") or spec.get("cohortName")
     stop = spec.get("stopPolicy")
     return ev.WorkerQueueFact(
         name=str((cq.get("metadata") or {}).get("name", "")),
         cohort=str(cohort) if cohort else None,
-        flavors=combos if groups else [],
+        flavors=flavors,
         stopped=stop not in (None, "None"),
     )
 
