@@ -96,6 +96,7 @@ class Draft:
     def place(self, s: Scratch, cluster: str) -> None:
         others = [c for c in self.nominated if c != cluster]
         self._apply(s, ev.Placed(job=self.job.ref, cluster=cluster, attempt=self.attempt))
+        s.copy_done(self.job, cluster, self.attempt)  # admitted: the worker's Kueue counts it
         for other in others:
             self.withdraw(s, cluster=other, attempt=self.attempt, reason=f"admitted on {cluster}")
 
@@ -139,11 +140,13 @@ class _Books:
         if not copy.counted and copy.cluster in self.s.state.clusters.index:
             self.s.assume(copy.cluster, job.job.demand)
             copy.counted = True
+            self.s.copy_counted(job.job, copy)
 
     def uncount(self, job: Draft, copy: Copy) -> None:
         if copy.counted:
             copy.counted = False
             self.s.release(copy.cluster, job.job.demand)
+            self.s.copy_done(job.job, copy.cluster, copy.attempt)
 
     def add_copy(self, job: Draft, *, cluster: str, attempt: int, state: str) -> Copy:
         copy = job.copy(cluster, attempt)
