@@ -155,8 +155,9 @@ class WorkerState:
     _nodes: dict[str, _Node] = field(default_factory=dict)
     _pods: dict[str, tuple[str, ev.Resources]] = field(default_factory=dict)  # key -> (node, requests)
     _used: dict[str, ev.Resources] = field(default_factory=dict)  # node -> requests of its pods
-    _counted: dict[str, tuple[str, FreeKey]] = field(default_factory=dict)  # node -> (group, free) in _bins
+    _counted: dict[str, tuple[str, FreeKey, FreeKey]] = field(default_factory=dict)  # node -> (group, free, allocatable)
     _bins: dict[str, Counter[FreeKey]] = field(default_factory=dict)
+    _allocatable: dict[str, Counter[FreeKey]] = field(default_factory=dict)  # group -> its nodes' allocatable
     _groups: dict[str, tuple[dict[str, str], tuple[ev.Taint, ...]]] = field(default_factory=dict)
     _dirty: set[str] = field(default_factory=set)
     _topologies: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -259,7 +260,15 @@ class WorkerState:
         for gid, counts in self._bins.items():
             labels, taints = self._groups[gid]
             bins = [ev.FreeBin(count=n, free=dict(key)) for key, n in sorted(counts.items()) if n > 0]
-            out[gid] = ev.NodeGroup(id=gid, labels=labels, taints=list(taints), bins=bins)
+            # The most one node of the group holds when empty, per resource: never below what a
+            # node really holds, so "no node could ever hold it" is only said when true.
+            allocatable: ev.Resources = {}
+            for key in self._allocatable[gid]:
+                for name, amount in key:
+                    allocatable[name] = max(allocatable.get(name, 0), amount)
+            out[gid] = ev.NodeGroup(
+                id=gid, labels=labels, taints=list(taints), bins=bins, allocatable=dict(sorted(allocatable.items()))
+            )
         return out
 
     def _settle(self) -> None:
@@ -280,17 +289,18 @@ class WorkerState:
             used = self._used.get(name, {})
             free = round_down({r: a - used.get(r, 0) for r, a in node.allocatable.items()}, self.steps, bits=self.bits)
             self._bins.setdefault(gid, Counter())[free] += 1
-            self._counted[name] = (gid, free)
+            alloc = tuple((r, a) for r, a in sorted(node.allocatable.items()) if r not in IGNORED and a > 0)
+            self._allocatable.setdefault(gid, Counter())[alloc] += 1
+            self._counted[name] = (gid, free, alloc)
         self._dirty.clear()
 
-    def _uncount(self, gid: str, free: FreeKey) -> None:
-        counts = self._bins[gid]
-        counts[free] -= 1
-        if counts[free] <= 0:
-            del counts[free]
-        if not counts:
-            del self._bins[gid]
-            del self._groups[gid]
+    def _uncount(self, gid: str, free: FreeKey, alloc: FreeKey) -> None:
+        for counts, key in ((self._bins[gid], free), (self._allocatable[gid], alloc)):
+            counts[key] -= 1
+            if counts[key] <= 0:
+                del counts[key]
+        if not self._bins[gid]:
+            del self._bins[gid], self._allocatable[gid], self._groups[gid]
 
 
 @dataclass

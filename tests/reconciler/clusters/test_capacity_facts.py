@@ -157,6 +157,7 @@ async def test_the_first_report_is_the_whole_worker_grouped_by_topology_and_roun
         ev.FreeBin(count=1, free={"cpu": 8000, "memory": mem, "nvidia.com/gpu": 8}),
     ]
     assert by_rack["r2"].bins == [ev.FreeBin(count=2, free={"cpu": 8000, "memory": mem, "nvidia.com/gpu": 8})]
+    assert r1.allocatable == {"cpu": 8000, "memory": mem, "nvidia.com/gpu": 8}  # one node when empty, exact
     (queue,) = first.queues
     gpu = queue.flavors[0].resources["nvidia.com/gpu"]
     assert (queue.name, queue.cohort, gpu.nominal, gpu.used, gpu.lending_limit) == ("gpu-cq", "all", 16, 8, 1)
