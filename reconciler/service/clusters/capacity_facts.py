@@ -166,6 +166,9 @@ class WorkerState:
     local_queues: dict[str, str] = field(default_factory=dict)
     changed: bool = False
     """Set by every event that may change a report; the reporter clears it."""
+    kueue: bool = False
+    """Does the worker run Kueue? Without, no queue facts are reported at all: the core reads any
+    LocalQueue map (even an empty one) as "this worker admits through Kueue"."""
 
     def __post_init__(self) -> None:
         self._levels = list(self.default_levels)
@@ -356,14 +359,14 @@ class ReportDiffer:
                 node_groups=[groups[g] for g in sorted(groups)],
                 topology_levels=levels,
                 queues=[state.queues[q] for q in sorted(state.queues)],
-                local_queues=dict(sorted(state.local_queues.items())),
+                local_queues=dict(sorted(state.local_queues.items())) if state.kueue else None,
             )
         else:
             changed = [groups[g] for g in sorted(groups) if self._groups.get(g) != groups[g]]
             gone = [ev.NodeGroup(id=g) for g in sorted(self._groups) if g not in groups]  # no bins: gone
             queues = [state.queues[q] for q in sorted(state.queues) if self._queues.get(q) != state.queues[q]]
             removed = sorted(q for q in self._queues if q not in state.queues)
-            lqs = state.local_queues if state.local_queues != self._local_queues else None
+            lqs = state.local_queues if state.kueue and state.local_queues != self._local_queues else None
             event = ev.ClusterCapacityReported(
                 cluster=self.cluster,
                 node_groups=changed + gone,

@@ -384,6 +384,7 @@ class KubeWorker:
         """Nodes and pods of every worker (per-node fit counts with or without Kueue); Kueue's
         ClusterQueues, LocalQueues and Topologies where it runs."""
         state = self.capacity_state
+        state.kueue = self.kueue
         follow: list[tuple[tuple[KindInfo, ...], Callable[[str, dict[str, Any]], None]]] = [
             (NODES, state.on_node),
             (PODS, state.on_pod),

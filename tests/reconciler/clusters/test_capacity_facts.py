@@ -211,6 +211,13 @@ def test_rounding_is_down_to_steps_and_three_significant_binary_digits_leaving_o
     assert [coarse(n) for n in (7, 8, 9, 15, 16, 19, 24, 31)] == [7, 8, 8, 14, 16, 16, 24, 28]
 
 
+def test_a_worker_without_kueue_reports_no_queue_facts() -> None:
+    state = WorkerState()
+    state.on_node("LISTED", node("a"))
+    full, _ = ReportDiffer("w").next_report(state, now_ms=0) or pytest.fail("no full report")
+    assert full.local_queues is None and full.queues == [] and len(full.node_groups) == 1
+
+
 def test_taints_split_groups_and_a_vanished_group_is_reported_without_bins() -> None:
     state = WorkerState()
     tainted = node("t", spec={"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]})
