@@ -69,6 +69,9 @@ PODS = _coordinates("", ("v1",), "Pod", "pods")
 CLUSTER_QUEUES = _coordinates(KUEUE_GROUP, ("v1beta2", "v1beta1"), "ClusterQueue", "clusterqueues")
 LOCAL_QUEUES = _coordinates(KUEUE_GROUP, ("v1beta2", "v1beta1"), "LocalQueue", "localqueues")
 TOPOLOGIES = _coordinates(KUEUE_GROUP, ("v1beta2", "v1beta1", "v1alpha1"), "Topology", "topologies")
+CAPACITY_RESYNC_S = 300
+"""Capacity objects are relisted at most this often: the watch carries every change, a relist only
+catches deletions a dropped watch missed, and a worker's nodes and pods are its largest lists."""
 FIRST_REPORT_WAIT_S = 30.0
 """How long the first capacity report waits for every capacity list to have answered once."""
 
@@ -401,7 +404,7 @@ class KubeWorker:
                 self.api,
                 versions,
                 handle=self._capacity_handler(on),
-                resync_s=self.resync_s,
+                resync_s=max(self.resync_s, CAPACITY_RESYNC_S),
                 key=by_name,
                 on_served=self._capacity_served,
                 log=self._log,
