@@ -96,7 +96,6 @@ class Draft:
     def place(self, s: Scratch, cluster: str) -> None:
         others = [c for c in self.nominated if c != cluster]
         self._apply(s, ev.Placed(job=self.job.ref, cluster=cluster, attempt=self.attempt))
-        s.copy_done(self.job, cluster, self.attempt)  # admitted: the worker's Kueue counts it
         for other in others:
             self.withdraw(s, cluster=other, attempt=self.attempt, reason=f"admitted on {cluster}")
 

@@ -47,11 +47,8 @@ class InFlight:
             sums = np.zeros((queues.n_cq, n_resources), dtype=np.int64)
             start = 0
         for slot, lq, demand, sign in self.log[start:]:
-            cq = (
-                queues.cq_index[slot].get(queues.local_queues[slot].get(lq, ""), -1)
-                if queues.kueue[slot]
-                else -1
-            )
+            name = queues.local_queues[slot].get(lq)
+            cq = queues.cq_row(slot, name) if name is not None else -1
             if cq >= 0:
                 sums[cq] += sign * demand
         self._per_cq = (queues, len(self.log), sums)

@@ -22,6 +22,10 @@ from reconciler.core.facts import ClusterFacts
 
 HOSTNAME = "kubernetes.io/hostname"
 
+# Per-cluster results memoized on the arrays: about this many numbers at most (a few per
+# cluster per entry), so a world of many clusters keeps fewer entries.
+_MEMO_NUMBERS = 8_000_000
+
 Ints = npt.NDArray[np.int64]
 Index = npt.NDArray[np.intp]
 
@@ -184,7 +188,7 @@ class NodeArrays:
             for t in taints:
                 self.taint_matrix[g, tcol[taint_id(t)]] = True
         # Pure memo of per-job results over all clusters, valid as long as these arrays are.
-        self.memo: dict[tuple[str, bytes], Any] = {}
+        self.memo: dict[tuple[Any, ...], Any] = {}
 
     def per_cluster(self, values: Ints) -> Ints:
         """Per cluster slot: the sum of ``values`` (one per row) over its rows."""
@@ -200,6 +204,12 @@ class NodeArrays:
         if len(self.seg_start):
             out[self.seg_slot] = np.maximum.reduceat(values, self.seg_start)
         return out
+
+    def remember(self, key: tuple[Any, ...], value: Any) -> None:
+        """Memo a per-cluster result, forgetting all when they would hold too many numbers."""
+        if len(self.memo) * max(self.n_clusters, 1) > _MEMO_NUMBERS:
+            self.memo.clear()
+        self.memo[key] = value
 
     @property
     def n_groups(self) -> int:
@@ -241,7 +251,7 @@ class NodeArrays:
             group_domain[has] = inverse
             domain_slot = (uniq // (len(column.ids) + 1)).astype(np.intp)
         out = (group_domain, domain_slot)
-        self.memo[memo_key] = out
+        self.remember(memo_key, out)
         return out
 
 

@@ -39,6 +39,7 @@ DEFAULT_PROFILE = Profile(
         ScoreSpec(name="ClusterTaintScore", weight=1),
         ScoreSpec(name="CapacityScore", weight=1),
         ScoreSpec(name="TopologyScore", weight=1),
+        ScoreSpec(name="GangScore", weight=1),
     ],
     strategy=StrategySpec(type="TopK", k=1, nominated_hold="all"),
     round_timeout_ms=60_000,

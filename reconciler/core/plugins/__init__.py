@@ -10,6 +10,7 @@ from reconciler.core.framework.interface import Plugin
 from reconciler.core.framework.registry import Registry
 from reconciler.core.plugins.affinity import ClusterAffinity, ClusterAffinityScore
 from reconciler.core.plugins.capacity import BinPack, CapacityScore, ClusterFeasibility, ClusterHeadroom
+from reconciler.core.plugins.gang import GangScore
 from reconciler.core.plugins.health import ClusterHealth
 from reconciler.core.plugins.locality import LocalityScore
 from reconciler.core.plugins.nodefit import NodeFit
@@ -36,6 +37,7 @@ BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     WorkerQueueFit,
     TopologyFit,
     TopologyScore,
+    GangScore,
 )
 
 BUILTINS = Registry(BUILTIN_PLUGINS)

@@ -9,8 +9,8 @@ next): it may reject a gang a smarter packing would fit, but every gang it accep
 onto the reported nodes. Our own copies in flight are not subtracted here: they count against
 the cluster totals (``ClusterHeadroom``), and the next report shows them on nodes.
 
-Computed over every cluster's rows at once (no loop over clusters), once per job spec and facts
-version (memo on the node arrays). A cluster whose worker reported no nodes passes.
+Computed over every cluster's rows at once (no loop over clusters), once per pod-set shape and
+facts version (memo on the node arrays). A cluster whose worker reported no nodes passes.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from reconciler.core.plugins.amounts import amount
 from reconciler.core.plugins.podsets import Ints, minimum, order_largest_first, pods_per_node, usable_groups
 
 NAME = "NodeFit"
-
-_MEMO_LIMIT = 4_096
 
 Mask = npt.NDArray[np.bool_]
 
@@ -89,7 +87,7 @@ def _largest_free(arrays: NodeArrays, usable: Mask) -> Ints:
             else np.where(usable[arrays.row_group][:, None], arrays.row_free, 0)
         )
         cached = arrays.per_cluster_max(free)
-        arrays.memo[key] = cached
+        arrays.remember(key, cached)
     out: Ints = cached
     return out
 
@@ -135,13 +133,13 @@ def _explain_short(
     ps: PodSet,
     request: Ints,
     usable: Mask,
-    k: Ints,
+    most: Ints,
     room: Ints,
 ) -> None:
     """Reasons for the clusters still open where the pod set's usable nodes hold too few pods."""
     need = minimum(ps)
     bad = arrays.has_nodes & (room < need) & out.open()
-    none_fit = bad & (arrays.per_cluster_max(k) == 0)
+    none_fit = bad & (most == 0)
     cols = np.flatnonzero(request > 0)
     if none_fit.any() and len(cols):
         largest = _largest_free(arrays, usable)
@@ -165,12 +163,25 @@ def _explain_short(
         )
 
 
+def room_for(arrays: NodeArrays, request: Ints, usable: Mask) -> tuple[Ints, Ints]:
+    """Per cluster: pods of this request its usable nodes hold, and the most one node holds.
+    Shared by every pod set with the same request and usable groups, whatever its count."""
+    key = ("room", request.tobytes(), usable.tobytes())
+    cached = arrays.memo.get(key)
+    if cached is None:
+        k = pods_per_node(arrays, request, usable)
+        cached = (arrays.per_cluster(arrays.row_count * k), arrays.per_cluster_max(k))
+        arrays.remember(key, cached)
+    out: tuple[Ints, Ints] = cached
+    return out
+
+
 def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes, list[Reason]]:
     """Verdicts over every cluster slot (0 = fits or no node facts) and their reasons."""
     out = Verdicts(arrays.n_clusters)
-    remaining = arrays.row_count.copy()
     order = order_largest_first(job, arrays)
     together = len([i for i in order if minimum(job.pod_sets[i]) > 0]) > 1
+    remaining = arrays.row_count.copy() if together else arrays.row_count
     placed: list[str] = []
     for i in order:
         ps = job.pod_sets[i]
@@ -193,13 +204,12 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
             Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
             f"every node pod set {ps.name} could use has a taint it does not tolerate",
         )
-        k = pods_per_node(arrays, request, usable)
-        alone = arrays.per_cluster(arrays.row_count * k)
+        alone, most = room_for(arrays, request, usable)
         if (arrays.has_nodes & (alone < need) & out.open()).any():
             _never(out, arrays, names, ps, request, usable, alone)
-            _explain_short(out, arrays, names, ps, request, usable, k, alone)
+            _explain_short(out, arrays, names, ps, request, usable, most, alone)
         if together:
-            held = _take_nodes(arrays, remaining, k, need)
+            held = _take_nodes(arrays, remaining, pods_per_node(arrays, request, usable), need)
             crowded = arrays.has_nodes & (held < need)
             if placed:
                 others = ", ".join(placed)
@@ -225,9 +235,7 @@ class NodeFit(FilterPlugin):
         key = (NAME, job.pods_key)
         cached = arrays.memo.get(key) if job.pods_key else None
         if cached is None:
-            if len(arrays.memo) > _MEMO_LIMIT:
-                arrays.memo.clear()
             cached = node_fit(job, arrays, inp.clusters.resources.names)
-            arrays.memo[key] = cached
+            arrays.remember(key, cached)
         verdict, reasons = cached
         return FilterResult(verdict=verdict[slots], reasons=reasons)

@@ -146,7 +146,7 @@ class TopologyFit(FilterPlugin):
         if cached is None:
             cached = topology_fit(job, arrays)
             if job.pods_key:
-                arrays.memo[(FIT, job.pods_key)] = cached
+                arrays.remember((FIT, job.pods_key), cached)
         verdict: npt.NDArray[np.int32] = cached[0]  # type: ignore[index]
         reasons: list[Reason] = cached[1]  # type: ignore[index]
         return FilterResult(verdict=verdict[slots], reasons=reasons)
@@ -164,7 +164,7 @@ class TopologyScore(ScorePlugin):
         if cached is None:
             cached = topology_score(job, arrays)
             if job.pods_key:
-                arrays.memo[(SCORE, job.pods_key)] = cached
+                arrays.remember((SCORE, job.pods_key), cached)
         scores: Scores = cached[candidates]  # type: ignore[index]
         return scores
 

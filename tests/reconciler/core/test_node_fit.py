@@ -113,3 +113,19 @@ def test_a_pod_no_node_could_ever_hold_is_not_worth_preempting_for() -> None:
     ]
     # Nodes that could hold it once their pods leave: waiting (or preempting) may help there.
     assert codes["busy"] == [("UNSCHEDULABLE", "no node with 8 nvidia.com/gpu free (largest: 0)")]
+
+
+def test_gang_score_prefers_room_for_all_replicas_over_min_count() -> None:
+    h = Harness()
+    h.inputs(cluster("a-some", gpu=16), cluster("b-all", gpu=16))
+    h.inputs(
+        report("a-some", group("g", (3, {"cpu": 8_000, GPU: 2}))),
+        report("b-all", group("g", (4, {"cpu": 8_000, GPU: 2}))),
+    )
+    # Both hold the minCount of 3; only b-all holds all 4 (a-some sorts first and wins ties).
+    assert _nominated(h.feed(gang("ray", pods("workers", 4, min_count=3, cpu=1000, gpu=2)))) == ["b-all"]
+    scores = {
+        v.cluster: {s.plugin: s.score for s in v.scores}["GangScore"]
+        for v in explain(h.state, "team/ray").clusters
+    }
+    assert scores == {"a-some": 0, "b-all": 100}
