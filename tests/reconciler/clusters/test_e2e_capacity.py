@@ -74,7 +74,7 @@ class World:
 
     async def copies(self, name: str) -> dict[str, int]:
         try:
-            return await eventually(lambda: where(self.workers, name), timeout_s=20, what=f"a copy of {name}")
+            return await eventually(lambda: where(self.workers, name), timeout_s=60, what=f"a copy of {name}")
         except AssertionError:
             for e in await log_entries(self.jlog):
                 if not isinstance(e.event, ev.ClusterHeartbeat):
