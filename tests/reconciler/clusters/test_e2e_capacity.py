@@ -21,7 +21,7 @@ from reconciler.policy import policy_event
 from reconciler.service.loop import LoopSettings, wait_ready
 from reconciler.service.wiring import Settings, running
 from tests.reconciler.clusters.conftest import ApiServer, batch_job
-from tests.reconciler.clusters.test_e2e_kube import JOBS, decisions, kubeconfig, log_entries, where
+from tests.reconciler.clusters.test_e2e_kube import JOBS, kubeconfig, log_entries, where
 from tests.waiting import eventually
 
 CQ = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
@@ -80,11 +80,6 @@ class World:
                 if not isinstance(e.event, ev.ClusterHeartbeat):
                     print("log", e.seq, str(e.event)[:400])
             raise
-
-    async def rejections(self, name: str) -> list[str]:
-        """What the log says about the clusters not chosen (Nominated carries no reasons: the
-        Unschedulable / explain text is only written when nothing fits)."""
-        return [str(d) for d in decisions(await log_entries(self.jlog), ev.Nominated, name)]
 
 
 @pytest.fixture
