@@ -6,7 +6,8 @@ millicores), and the watcher reads it back for any kind (backfill, ``JobUpdated`
 recomputes both at every CREATE and UPDATE: a value a user writes is simply overwritten.
 
 - ``kdispatch.io/pod-sets``: ``[{"count": 2, "minCount": 1, "name": "main", "requests": {"cpu": 500}}]``
-  (``minCount`` only when set), in the kind's pod-set order;
+  (``minCount`` only when set), in the kind's pod-set order; ``nodeSelector``, ``nodeAffinity``,
+  ``tolerations``, ``topology`` and ``group`` too when set (values as the log encodes them);
 - ``kdispatch.io/priority``: ``{"class": "high", "value": 1000}`` (``class`` only when the job
   names one; ``value`` as configured here, else 0 and the reconciler resolves the class).
 
@@ -31,6 +32,16 @@ def pod_sets_json(sets: list[ev.PodSet]) -> str:
         item: dict[str, Any] = {"count": s.count, "name": s.name, "requests": dict(s.requests)}
         if s.min_count is not None:
             item["minCount"] = s.min_count
+        # What the pods ask of nodes (#15), only when set: the stamps of other jobs stay as they were.
+        for key, value in (
+            ("nodeSelector", s.node_selector),
+            ("nodeAffinity", s.node_affinity),
+            ("tolerations", s.tolerations),
+            ("topology", s.topology),
+            ("group", s.group),
+        ):
+            if value:
+                item[key] = msgspec.to_builtins(value)
         out.append(item)
     return _encoder.encode(out).decode()
 

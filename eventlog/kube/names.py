@@ -38,6 +38,7 @@ STATUS_ANNOTATION = PREFIX + "status"  # what kdispatch knows, as JSON (docs/clu
 # per-kind code): recomputed at every UPDATE so a user cannot forge them.
 POD_SETS_ANNOTATION = PREFIX + "pod-sets"
 PRIORITY_ANNOTATION = PREFIX + "priority"
+WORKLOAD_ANNOTATION = PREFIX + "workload"  # a Workload API object (JSON) naming the job's pod groups
 
 # On a worker copy: whose copy it is.
 ORIGIN_LABEL = PREFIX + "origin"  # the manager's id

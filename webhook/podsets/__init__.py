@@ -13,6 +13,7 @@ from typing import Any
 from eventlog import events as ev
 from eventlog.kube.kinds import KindInfo
 from webhook.objects import ObjectError, ObjectMeta, metadata
+from webhook.podsets import constraints
 from webhook.podsets.appwrapper import appwrapper
 from webhook.podsets.batch import (
     MIN_PARALLELISM_ANNOTATION,
@@ -78,7 +79,7 @@ def extract(info: KindInfo, obj: dict[str, Any], *, meta: ObjectMeta | None = No
             meta = metadata(obj)
         except ObjectError as err:
             raise PodSetError(err.message, path=err.path) from None
-    sets = _EXTRACTORS[info.kind](obj.get("spec"), meta, info.kind)
+    sets = constraints.with_groups(_EXTRACTORS[info.kind](obj.get("spec"), meta, info.kind), meta)
     seen: dict[str, PodSetSpec] = {}
     for s in sets:
         if s.name in seen:
@@ -96,7 +97,17 @@ def to_pod_sets(specs: Iterable[PodSetSpec]) -> list[ev.PodSet]:
     for s in specs:
         requests = pod_requests(s.spec, path=s.path, sidecars=s.sidecars, pod_level=s.pod_level)
         out.append(
-            ev.PodSet(name=s.name, count=s.count, requests=to_integers(requests), min_count=s.min_count)
+            ev.PodSet(
+                name=s.name,
+                count=s.count,
+                requests=to_integers(requests),
+                min_count=s.min_count,
+                node_selector=constraints.node_selector(s.spec),
+                node_affinity=constraints.node_affinity(s.spec),
+                tolerations=constraints.tolerations(s.spec),
+                topology=constraints.topology(s),
+                group=s.group,
+            )
         )
     return out
 

@@ -8,7 +8,15 @@ from msgspec import Struct
 
 from eventlog.kube.names import MIN_PARALLELISM_ANNOTATION, POD_GROUP_NAME, POD_GROUP_TOTAL
 from webhook.objects import Count, ObjectMeta, member
-from webhook.podsets.common import PodSetError, PodSetSpec, PodSpec, PodTemplate, decode, pod_spec
+from webhook.podsets.common import (
+    PodSetError,
+    PodSetSpec,
+    PodSpec,
+    PodTemplate,
+    decode,
+    pod_spec,
+    template_annotations,
+)
 from webhook.quote import short
 
 
@@ -51,6 +59,7 @@ def batch_job(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
             count=spec.count,
             spec=pod_spec(spec.template),
             path="$.spec.template.spec",
+            annotations=template_annotations(spec.template),
             min_count=_positive(meta, MIN_PARALLELISM_ANNOTATION),
         )
     ]
@@ -59,7 +68,7 @@ def batch_job(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
 def pod(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
     spec = decode(raw, PodSpec, path="$.spec")
     count = (_positive(meta, POD_GROUP_TOTAL) or 1) if pod_group_name(meta) else 1
-    return [PodSetSpec(name="main", count=count, spec=spec, path="$.spec")]
+    return [PodSetSpec(name="main", count=count, spec=spec, path="$.spec", annotations=meta.annotation_map)]
 
 
 def pod_group_name(meta: ObjectMeta) -> str:
@@ -78,6 +87,7 @@ def workload(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
             count=1 if ps.count is None else ps.count,
             spec=pod_spec(ps.template),
             path=f"$.spec.podSets[{i}].template.spec",
+            annotations=template_annotations(ps.template),
             min_count=ps.min_count,
         )
         for i, ps in enumerate(spec.pod_sets or ())

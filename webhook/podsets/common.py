@@ -10,7 +10,7 @@ path of a bad one is put together only then.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from msgspec import Struct
 
@@ -45,15 +45,69 @@ class Container(Struct, frozen=True, gc=False, rename="camel"):
     restart_policy: str | None = None  # "Always" on an init container makes it a sidecar
 
 
+class MatchExpression(Struct, frozen=True, gc=False):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] | None = None
+
+
+class NodeSelectorTerm(Struct, frozen=True, gc=False, rename="camel"):
+    match_expressions: list[MatchExpression] | None = None
+    match_fields: list[MatchExpression] | None = None  # metadata.name: nodes are not named in the facts
+
+
+class NodeSelector(Struct, frozen=True, gc=False, rename="camel"):
+    node_selector_terms: list[NodeSelectorTerm] | None = None
+
+
+class NodeAffinity(Struct, frozen=True, gc=False, rename="camel"):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class Affinity(Struct, frozen=True, gc=False, rename="camel"):
+    node_affinity: NodeAffinity | None = None
+
+
+class Toleration(Struct, frozen=True, gc=False, rename="camel"):
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] | None = None
+    value: str | None = None
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class SchedulingGroup(Struct, frozen=True, gc=False, rename="camel"):
+    """``spec.schedulingGroup`` (Kubernetes 1.36, Workload API v1alpha2): the PodGroup of the pod."""
+
+    pod_group_name: str | None = None
+
+
+class WorkloadReference(Struct, frozen=True, gc=False, rename="camel"):
+    """``spec.workloadRef`` (Kubernetes 1.35, Workload API v1alpha1): Workload and pod group."""
+
+    name: str | None = None
+    pod_group: str | None = None
+
+
 class PodSpec(Struct, frozen=True, gc=False, rename="camel"):
     containers: list[Container] | None = None
     init_containers: list[Container] | None = None
     resources: ResourceRequirements | None = None  # pod-level resources
     overhead: Quantities | None = None
     priority_class_name: str | None = None
+    node_selector: dict[str, str] | None = None
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] | None = None
+    scheduling_group: SchedulingGroup | None = None
+    workload_ref: WorkloadReference | None = None
+
+
+class TemplateMeta(Struct, frozen=True, gc=False):
+    annotations: dict[str, str] | None = None
 
 
 class PodTemplate(Struct, frozen=True, gc=False):
+    metadata: TemplateMeta | None = None
     spec: PodSpec | None = None
 
 
@@ -62,6 +116,13 @@ EMPTY_POD = PodSpec()
 
 def pod_spec(template: PodTemplate | None) -> PodSpec:
     return template.spec if template is not None and template.spec is not None else EMPTY_POD
+
+
+def template_annotations(template: PodTemplate | None) -> dict[str, str]:
+    """The pod template's own annotations (Kueue reads a pod set's topology request there)."""
+    if template is None or template.metadata is None:
+        return {}
+    return template.metadata.annotations or {}
 
 
 def decode(raw: Any, into: type[T], *, path: str) -> T:
@@ -77,6 +138,8 @@ class PodSetSpec(Struct, frozen=True, kw_only=True, gc=False):
     min_count: int | None = None
     sidecars: bool = True  # restartPolicy Always on init containers makes them sidecars
     pod_level: bool = True  # pod-level resources (spec.resources) apply
+    annotations: dict[str, str] = {}  # the pod template's (topology requests)
+    group: str | None = None  # the Workload API pod group (podsets.constraints)
 
 
 # ---- the per-pod request rule ----------------------------------------------------------------

@@ -8,7 +8,7 @@ from msgspec import Struct
 
 from webhook.objects import Count, ObjectMeta
 from webhook.podsets.batch import JobSpec
-from webhook.podsets.common import PodSetSpec, decode, pod_spec
+from webhook.podsets.common import PodSetSpec, decode, pod_spec, template_annotations
 
 
 class JobTemplate(Struct, frozen=True, gc=False):
@@ -40,6 +40,7 @@ def jobset_sets(spec: JobSetSpec, path: str) -> list[PodSetSpec]:
                 name=rj.name or "",
                 count=replicas * min(parallelism, completions),
                 spec=pod_spec(job.template),
+                annotations=template_annotations(job.template),
                 path=f"{path}.replicatedJobs[{i}].template.spec.template.spec",
             )
         )

@@ -17,6 +17,7 @@ from webhook.podsets.common import (
     decode,
     pod_spec,
     requests_of,
+    template_annotations,
 )
 
 # Kind -> (the field of ``spec`` holding the replica specs, the roles that are pod sets in Kueue's
@@ -55,7 +56,15 @@ def kubeflow_sets(kind: str, raw: Any, *, path: str) -> list[PodSetSpec]:
         rpath = member(f"{path}.{field_name}", key)
         rs = decode(replicas[key], ReplicaSpec, path=rpath)
         count = 1 if rs.replicas is None else rs.replicas
-        out.append(PodSetSpec(name=role, count=count, spec=pod_spec(rs.template), path=f"{rpath}.template.spec"))
+        out.append(
+            PodSetSpec(
+                name=role,
+                count=count,
+                spec=pod_spec(rs.template),
+                path=f"{rpath}.template.spec",
+                annotations=template_annotations(rs.template),
+            )
+        )
     return out
 
 

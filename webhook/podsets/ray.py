@@ -19,6 +19,7 @@ from webhook.podsets.common import (
     max_of,
     pod_spec,
     requests_of,
+    template_annotations,
 )
 
 
@@ -80,7 +81,8 @@ def ray_cluster_sets(rspec: RayClusterSpec, path: str, *, ft_annotation: bool, h
         hspec = _with_gcs_minimum(hspec, hpath)
     if head_extra is not None:
         hspec = _with_container(hspec, head_extra)
-    out = [PodSetSpec(name="head", count=1, spec=hspec, path=hpath)]
+    head = PodSetSpec(name="head", count=1, spec=hspec, path=hpath, annotations=template_annotations(head_template(rspec)))
+    out = [head]
     for i, wg in enumerate(rspec.worker_group_specs or ()):
         # The CRD defaults replicas to 0 before any webhook runs; a missing value means 0 here too.
         replicas = wg.replicas or 0
@@ -91,6 +93,7 @@ def ray_cluster_sets(rspec: RayClusterSpec, path: str, *, ft_annotation: bool, h
                 count=replicas * max(hosts, 1),
                 spec=pod_spec(wg.template),
                 path=f"{path}.workerGroupSpecs[{i}].template.spec",
+                annotations=template_annotations(wg.template),
             )
         )
     return out
@@ -132,5 +135,6 @@ def rayjob(raw: Any, meta: ObjectMeta, kind: str) -> list[PodSetSpec]:
             sspec, spath = pod_spec(spec.submitter_pod_template), "$.spec.submitterPodTemplate.spec"
         else:
             sspec, spath = PodSpec(containers=[_RAY_SUBMITTER]), "$.spec.submitterPodTemplate"
-        sets.append(PodSetSpec(name="submitter", count=1, spec=sspec, path=spath))
+        annotations = template_annotations(spec.submitter_pod_template)
+        sets.append(PodSetSpec(name="submitter", count=1, spec=sspec, path=spath, annotations=annotations))
     return sets

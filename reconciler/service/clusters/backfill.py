@@ -94,6 +94,11 @@ class _PodSetStamp(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     count: int
     requests: dict[str, int] = msgspec.field(default_factory=dict)
     min_count: int | None = None
+    node_selector: dict[str, str] = msgspec.field(default_factory=dict)
+    node_affinity: list[ev.SelectorTerm] = msgspec.field(default_factory=list)
+    tolerations: list[ev.Toleration] = msgspec.field(default_factory=list)
+    topology: ev.TopologyRequest | None = None
+    group: str | None = None
 
 
 class _PriorityStamp(msgspec.Struct, rename={"class_": "class"}):
@@ -122,7 +127,20 @@ def pod_sets_of(obj: dict[str, Any]) -> list[ev.PodSet]:
         stamps = _pod_sets_decoder.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise NotBackfillable(f"unreadable {POD_SETS_ANNOTATION}: {err}") from None
-    return [ev.PodSet(name=s.name, count=s.count, requests=s.requests, min_count=s.min_count) for s in stamps]
+    return [
+        ev.PodSet(
+            name=s.name,
+            count=s.count,
+            requests=s.requests,
+            min_count=s.min_count,
+            node_selector=s.node_selector,
+            node_affinity=s.node_affinity,
+            tolerations=s.tolerations,
+            topology=s.topology,
+            group=s.group,
+        )
+        for s in stamps
+    ]
 
 
 def priority_of(obj: dict[str, Any]) -> tuple[str | None, int]:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ from reconciler.service.clusters.base import (
     Unreachable,
     remote_fact_id,
 )
+from reconciler.service.clusters.capacity_facts import DEFAULT_LEVELS, ReportDiffer, WorkerState
 from reconciler.service.clusters.heartbeats import HeartbeatGate
 from reconciler.service.clusters.remote import (
     Origin,
@@ -48,13 +50,30 @@ from reconciler.service.clusters.remote import (
     workload_owner_uid,
 )
 from reconciler.service.clusters.usage import from_cluster_queues, from_nodes_and_pods
-from reconciler.service.clusters.watch import ListWatch, by_name
+from reconciler.service.clusters.watch import ListWatch, by_name, sleep_or_stop
 
 log = get_logger("reconciler.clusters.kube")
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
 WORKLOAD_VERSIONS = tuple(k for k in SUPPORTED_KINDS if k.plural == "workloads")
 MAX_UNMATCHED_WORKLOADS = 2_000
+
+
+def _coordinates(group: str, versions: tuple[str, ...], kind: str, plural: str) -> tuple[KindInfo, ...]:
+    # ListWatch reads only the API coordinates of a KindInfo; the job-specific fields are unused.
+    return tuple(KindInfo(group=group, version=v, kind=kind, plural=plural, family="workload") for v in versions)
+
+
+NODES = _coordinates("", ("v1",), "Node", "nodes")
+PODS = _coordinates("", ("v1",), "Pod", "pods")
+CLUSTER_QUEUES = _coordinates(KUEUE_GROUP, ("v1beta2", "v1beta1"), "ClusterQueue", "clusterqueues")
+LOCAL_QUEUES = _coordinates(KUEUE_GROUP, ("v1beta2", "v1beta1"), "LocalQueue", "localqueues")
+TOPOLOGIES = _coordinates(KUEUE_GROUP, ("v1beta2", "v1beta1", "v1alpha1"), "Topology", "topologies")
+CAPACITY_RESYNC_S = 300
+"""Capacity objects are relisted at most this often: the watch carries every change, a relist only
+catches deletions a dropped watch missed, and a worker's nodes and pods are its largest lists."""
+FIRST_REPORT_WAIT_S = 30.0
+"""How long the first capacity report waits for every capacity list to have answered once."""
 
 StatusListener = Callable[[str, Origin, dict[str, Any]], Awaitable[None]]
 """Called with (cluster, origin, remote status) whenever one of our copies changes."""
@@ -81,6 +100,9 @@ class KubeWorker:
         heartbeat_keepalive_s: float | None = None,
         usage_interval_s: float = 15.0,
         resync_s: int = 300,
+        capacity_interval_s: float = 5.0,
+        node_labels: tuple[str, ...] = (),
+        topology_levels: tuple[str, ...] = DEFAULT_LEVELS,
     ) -> None:
         self.name = name
         self.api = api
@@ -114,6 +136,13 @@ class KubeWorker:
         self._sent: dict[tuple[str, int], set[str]] = {}  # (uid, attempt) -> facts reported
         self._served: dict[str, bool] = {}  # kind name -> served by this cluster (learned)
         self._log = log.bind(cluster=name)
+        # Capacity facts (docs/capacity-reports.md): the watched objects, and what was reported.
+        self.capacity_state = WorkerState(extra_labels=node_labels, default_levels=topology_levels)
+        self.capacity_reports = ReportDiffer(name, min_interval_ms=int(capacity_interval_s * 1000))
+        self._capacity_expected: dict[str, int] = {}  # resource -> how many versions it is tried in
+        self._capacity_listed: set[str] = set()  # resources whose first list answered (or none is served)
+        self._capacity_unserved: Counter[str] = Counter()
+        self._unreachable = False
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -264,6 +293,8 @@ class KubeWorker:
         self.reporter = reporter
         await self._detect_kueue()
         tasks = [asyncio.create_task(self._heartbeats(stop)), asyncio.create_task(self._usage_loop(stop))]
+        tasks += [asyncio.create_task(w.run(stop)) for w in self._capacity_watches()]
+        tasks.append(asyncio.create_task(self._capacity_loop(stop)))
         for versions in by_resource(self.kinds):
             if versions[0].plural != "workloads":  # the Workload watch below sees our Workload copies
                 tasks.append(asyncio.create_task(self._watch(versions).run(stop)))
@@ -303,9 +334,13 @@ class KubeWorker:
             try:
                 await self.api.version(timeout_s=self.heartbeat_timeout_s)
                 hb = ev.ClusterHeartbeat(cluster=self.name, reachable=True, usage=dict(self.usage))
+                if self._unreachable:
+                    self._unreachable = False
+                    self.capacity_reports.reset()  # back after an outage: report everything again
             except (Unreachable, ApiError) as err:
                 self._log.info("heartbeat_failed", error=str(err))
                 hb = ev.ClusterHeartbeat(cluster=self.name, reachable=False)
+                self._unreachable = True
             msg_id = self.heartbeats.observe(hb, now)
             if msg_id is not None:  # only news, or a keepalive: see reconciler.service.clusters.heartbeats
                 await self._report(hb, msg_id=msg_id)
@@ -348,6 +383,77 @@ class KubeWorker:
             digest = hashlib.sha256(repr(sorted(capacity.items())).encode()).hexdigest()[:16]
             await self._report(update, msg_id=f"{self.name}/updated/{self.incarnation}{digest}")
             self._log.info("capacity_changed", capacity=capacity)
+
+    # -- capacity facts ---------------------------------------------------------------------------
+
+    def _capacity_watches(self) -> list[ListWatch]:
+        """Nodes and pods of every worker (per-node fit counts with or without Kueue); Kueue's
+        ClusterQueues, LocalQueues and Topologies where it runs."""
+        state = self.capacity_state
+        state.kueue = self.kueue
+        follow: list[tuple[tuple[KindInfo, ...], Callable[[str, dict[str, Any]], None]]] = [
+            (NODES, state.on_node),
+            (PODS, state.on_pod),
+        ]
+        if self.kueue:
+            follow += [
+                (CLUSTER_QUEUES, state.on_cluster_queue),
+                (LOCAL_QUEUES, state.on_local_queue),
+                (TOPOLOGIES, state.on_topology),
+            ]
+        self._capacity_expected = {versions[0].plural: len(versions) for versions, _ in follow}
+        return [
+            ListWatch(
+                self.api,
+                versions,
+                handle=self._capacity_handler(on),
+                resync_s=max(self.resync_s, CAPACITY_RESYNC_S),
+                key=by_name,
+                on_served=self._capacity_served,
+                log=self._log,
+            )
+            for versions, on in follow
+        ]
+
+    def _capacity_handler(
+        self, on: Callable[[str, dict[str, Any]], None]
+    ) -> Callable[[KindInfo, str, dict[str, Any]], Awaitable[None]]:
+        async def handle(_kind: KindInfo, type_: str, obj: dict[str, Any]) -> None:
+            on(type_, obj)
+
+        return handle
+
+    def _capacity_served(self, kind: KindInfo, served: bool) -> None:
+        # Told before the list's objects are handed over, which happens without yielding: by the
+        # time the report loop runs again, this resource's list is in the state.
+        if not served:
+            self._capacity_unserved[kind.plural] += 1
+            if self._capacity_unserved[kind.plural] < self._capacity_expected.get(kind.plural, 1):
+                return  # another version may be served
+        self._capacity_listed.add(kind.plural)
+
+    async def _capacity_loop(self, stop: asyncio.Event) -> None:
+        """Publish what changed, at most once per ``capacity_interval_s``: the state is checked
+        once per interval (one wake-up per worker, however busy it is), and a report goes out only
+        when something changed since the last. The first
+        (full) report waits (up to ``FIRST_REPORT_WAIT_S``) for every capacity list to answer
+        once, so that it is not a half-listed worker."""
+        deadline = time.monotonic() + FIRST_REPORT_WAIT_S
+        while not stop.is_set() and time.monotonic() < deadline:
+            if set(self._capacity_expected) <= self._capacity_listed:
+                break
+            await sleep_or_stop(stop, 0.05)
+        while not stop.is_set():
+            if self.capacity_state.changed or self.capacity_reports.pending_full:
+                self.capacity_state.changed = False
+                try:
+                    report = self.capacity_reports.next_report(self.capacity_state, wall_ms())
+                    if report is not None:
+                        await self._report(report[0], msg_id=report[1])
+                except Exception as err:  # an object kdispatch cannot read must not end the reports
+                    self._log.exception("capacity_report_error", error=str(err))
+            interval_ms = self.capacity_reports.min_interval_ms
+            await sleep_or_stop(stop, max(self.capacity_reports.wait_ms(wall_ms()), interval_ms) / 1000)
 
     def _watch(self, versions: tuple[KindInfo, ...]) -> ListWatch:
         """List + watch one resource (docs/clusters.md): our copies by the origin label, and every

@@ -47,6 +47,10 @@ _CALLS: list[ApiCall] = [
     ("worker", "kueue.x-k8s.io", "clusterqueues", "list"),
     ("worker", "", "nodes", "list"),
     ("worker", "", "pods", "list"),
+    # Capacity facts (clusters/capacity_facts.py): nodes, pods and Kueue's queues and topologies, followed.
+    ("worker", "", "nodes", "watch"),
+    ("worker", "", "pods", "watch"),
+    *(("worker", KUEUE_GROUP, plural, verb) for plural in ("clusterqueues", "localqueues", "topologies") for verb in ("list", "watch")),
     ("worker", "", "/version", "get"),
 ]
 # Two versions of one resource (Workload v1beta1/v1beta2, MPIJob v1/v2beta1) are one grant.
