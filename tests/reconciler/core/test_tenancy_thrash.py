@@ -93,3 +93,16 @@ def test_a_lower_priority_is_still_taken_first_however_often_it_was_evicted() ->
     assert preempt(h, team_job("team-a", "urgent0", priority=10)) == ["team-a/lowest"]
     finish(h, "team-a/urgent0")
     assert preempt(h, team_job("team-a", "urgent1", priority=10)) == ["team-a/lowest"]
+
+
+def test_reclaim_takes_another_job_than_the_one_it_evicted_last_time() -> None:
+    # team-a borrows team-b's idle quota and fills the one cluster; team-b takes it back.
+    reclaim = ev.QueuePreemption(reclaim_within_cohort="Any")
+    h = Harness()
+    h.inputs(config(cq("team-a", gpu=1), cq("team-b", gpu=3, preemption=reclaim)), gpu_cluster("c0", 4))
+    h.step()
+    h.feed(*(team_job("team-a", f"a{i}") for i in range(4)))
+    admit_all(h)
+    assert preempt(h, team_job("team-b", "b0")) == ["team-a/a0"]
+    finish(h, "team-b/b0")
+    assert preempt(h, team_job("team-b", "b1")) == ["team-a/a1"]
