@@ -25,6 +25,9 @@ class RunningPool:
         self.cluster: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.priority: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.started: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        # Times the job was evicted before this run (``JobRecord.evictions``): preemption spares
+        # a job evicted more often than others of its priority (reconciler.core.preemption).
+        self.evicted: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self.seqno: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # submission seq (tie-break)
         self.demand: npt.NDArray[np.int64] = np.zeros((0, 0), dtype=np.int64)
         self.keys: list[str] = []
@@ -53,6 +56,7 @@ class RunningPool:
         self.cluster = np.concatenate([self.cluster, np.zeros(extra, dtype=np.int64)])
         self.priority = np.concatenate([self.priority, np.zeros(extra, dtype=np.int64)])
         self.started = np.concatenate([self.started, np.zeros(extra, dtype=np.int64)])
+        self.evicted = np.concatenate([self.evicted, np.zeros(extra, dtype=np.int64)])
         self.seqno = np.concatenate([self.seqno, np.zeros(extra, dtype=np.int64)])
         self.demand = np.concatenate([self.demand, np.zeros((extra, cols), dtype=np.int64)])
         self.keys.extend([""] * extra)
@@ -60,7 +64,15 @@ class RunningPool:
         self._demands.extend([{}] * extra)
 
     def add(
-        self, key: str, *, cluster: int, priority: int, started_ms: int, demand: Resources, seqno: int = 0
+        self,
+        key: str,
+        *,
+        cluster: int,
+        priority: int,
+        started_ms: int,
+        demand: Resources,
+        seqno: int = 0,
+        evictions: int = 0,
     ) -> None:
         self.remove(key)
         if self._free:
@@ -74,6 +86,7 @@ class RunningPool:
         self.cluster[row] = cluster
         self.priority[row] = priority
         self.started[row] = started_ms
+        self.evicted[row] = evictions
         self.seqno[row] = seqno
         self.keys[row] = key
         if len(key) > self.names.dtype.itemsize // 4:
@@ -121,7 +134,7 @@ class RunningPool:
         """An independent copy (for a decide pass that must not touch the state's pool)."""
         other = RunningPool(self.resources)
         other.size = self.size
-        for name in ("alive", "evicting", "cluster", "priority", "started", "seqno", "demand", "names"):
+        for name in ("alive", "evicting", "cluster", "priority", "started", "evicted", "seqno", "demand", "names"):
             setattr(other, name, getattr(self, name).copy())
         other.keys = list(self.keys)
         other.row_of = dict(self.row_of)

@@ -72,18 +72,37 @@ def select_victims(s: Scratch, job: JobRecord, *, evaluation: Evaluation) -> Cho
         return None
     slot = found
     # Phase 2, the chosen cluster only: the exact order (lowest priority, most recently started,
-    # then name) decides which victims go.
+    # then name) decides which victims go. With queues, the same order with the victims'
+    # evictions before (fewest first, within a priority) decides instead when its set costs no
+    # more (highest victim priority, count): a restarted job is not the victim every time.
     mine = ordered[pool.cluster[ordered] == slot]
-    exact = mine[np.lexsort((pool.names[mine], -pool.started[mine], pool.priority[mine]))]
-    again = _prefixes(s, pool=pool, rows=exact, need=need, cols=cols)
-    assert again is not None
-    _, _, ends2, _, lost2, top2, _ = again
+    by_start = mine[np.lexsort((pool.names[mine], -pool.started[mine], pool.priority[mine]))]
+    taken = _prefix(s, pool=pool, rows=by_start, need=need, cols=cols)
+    by_history = mine[np.lexsort((pool.names[mine], -pool.started[mine], pool.evicted[mine], pool.priority[mine]))]
+    if s.usage is not None and not np.array_equal(by_history, by_start):
+        spared = _prefix(s, pool=pool, rows=by_history, need=need, cols=cols)
+        if (pool.priority[spared[-1]], len(spared)) <= (pool.priority[taken[-1]], len(taken)):
+            taken = spared
     return Choice(
         cluster=table.names[slot],
-        victims=[pool.keys[int(r)] for r in exact[: int(ends2[0]) + 1]],
-        max_priority=int(top2[0]),
-        lost_ms=int(lost2[0]),
+        victims=[pool.keys[int(r)] for r in taken],
+        max_priority=int(pool.priority[taken[-1]]),
+        lost_ms=int(np.maximum(s.now - pool.started[taken], 0).sum()),
     )
+
+
+def _prefix(
+    s: Scratch,
+    *,
+    pool: RunningPool,
+    rows: npt.NDArray[np.intp],
+    need: npt.NDArray[np.int64],
+    cols: npt.NDArray[np.intp],
+) -> npt.NDArray[np.intp]:
+    """The shortest prefix of one cluster's ordered rows that frees what the preemptor needs."""
+    found = _prefixes(s, pool=pool, rows=rows, need=need, cols=cols)
+    assert found is not None, "phase 1 chose a cluster where the victims suffice"
+    return rows[: int(found[2][0]) + 1]
 
 
 def _cheapest(

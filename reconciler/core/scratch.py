@@ -210,6 +210,7 @@ class Scratch:
                 started_ms=self.now,
                 demand=job.demand,
                 seqno=job.submitted_seq,
+                evictions=job.evictions,
             )
         self._pool = (len(self.placed_now), extended)
         return extended

@@ -115,6 +115,7 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
                 started_ms=job.placed_at_ms or 0,
                 demand=job.demand,
                 seqno=job.submitted_seq,
+                evictions=job.evictions,
             )
             if job.evicting_for:
                 state.pool.set_evicting(job.key)

@@ -209,6 +209,7 @@ class State:
             started_ms=self.now_ms,
             demand=job.demand,
             seqno=job.submitted_seq,
+            evictions=job.evictions,
         )
 
     def stopped(self, job: JobRecord) -> None:

@@ -10,8 +10,9 @@ above its fair share than the victim's queue once the victim is gone (strictly b
 preemptor borrows): preemptions never push a queue past its share, and two queues cannot take
 the same jobs back and forth. Victims come from the queues most above their share first, then
 lowest priority, then the most recently started, then name: the same state always picks the same
-set. The claim goes to the cluster the job will run on (one where it fits now, else one where
-its victims there make room).
+set; unless taking, within a priority, the jobs evicted fewest times before first costs no more
+(highest victim priority, count): then that set (``spare_the_evicted``). The claim goes to the
+cluster the job will run on (one where it fits now, else one where its victims there make room).
 
 A job its queue admits within nominal quota but that no cluster has room for (the queues that
 borrow its quota fill the clusters) reclaims too, per ``reclaimWithinCohort``: on one cluster,
@@ -21,6 +22,7 @@ cluster whose set is cheapest (highest victim priority, count, name) wins.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -129,19 +131,38 @@ def _choose(
         started = c.job.placed_at_ms or 0
         return (0 if c.queue != q else 1, (not k[0], -k[1]), c.job.priority, -started, c.job.key)
 
-    candidates.sort(key=rank)
-    sim = usage.copy()
-    taken: list[JobRecord] = []
-    borrowing = not within_nominal
-    for c in candidates:
-        sim.apply(c.charge, -1)
-        if c.queue != q and not _fair(sim, q=q, vq=c.queue, need=need, fleet=fleet, strict=borrowing):
-            sim.apply(c.charge, +1)
-            continue
-        taken.append(c.job)
-        if sim.fits(q, need):
-            return taken
-    return []
+    def take(ordered: list[_Candidate]) -> list[JobRecord]:
+        sim = usage.copy()
+        taken: list[JobRecord] = []
+        for c in ordered:
+            sim.apply(c.charge, -1)
+            if c.queue != q and not _fair(sim, q=q, vq=c.queue, need=need, fleet=fleet, strict=not within_nominal):
+                sim.apply(c.charge, +1)
+                continue
+            taken.append(c.job)
+            if sim.fits(q, need):
+                return taken
+        return []
+
+    by_start = sorted(candidates, key=rank)
+    by_history = sorted(by_start, key=lambda c: (*rank(c)[:3], c.job.evictions))  # stable: then as by_start
+    return spare_the_evicted(take, by_start, by_history)
+
+
+def spare_the_evicted(
+    take: Callable[[list[_Candidate]], list[JobRecord]], by_start: list[_Candidate], by_history: list[_Candidate]
+) -> list[JobRecord]:
+    """What ``take`` picks from the candidates in the order with evictions before (fewest first,
+    within a priority), when that costs no more (highest victim priority, then count) than what
+    it picks in the usual order: a job restarted after an eviction is again the most recently
+    started, and would otherwise be the first victim every time (docs/tenancy.md, "Preemption")."""
+    taken = take(by_start)
+    if not taken or all(a.job.key == b.job.key for a, b in zip(by_start, by_history, strict=True)):
+        return taken
+    spared = take(by_history)
+    if spared and (max(v.priority for v in spared), len(spared)) <= (max(v.priority for v in taken), len(taken)):
+        return spared
+    return taken
 
 
 def _fair(sim: Usage, *, q: int, vq: int, need: list[tuple[int, int]], fleet: dict[str, int], strict: bool) -> bool:
@@ -193,25 +214,33 @@ def reclaim_capacity(s: Scratch, d: Draft, q: int) -> bool:
     demand = table.vector(job.demand)
     best: tuple[tuple[int, int, int], int, list[JobRecord]] | None = None
     for slot in sorted(by_slot):
-        cands = sorted(
+        by_start = sorted(
             by_slot[slot],
             key=lambda c: ((not shares[c.queue][0], -shares[c.queue][1]), c.job.priority, -(c.job.placed_at_ms or 0), c.job.key),
         )
-        sim = gone.copy()
-        room = free[slot].copy()
-        taken: list[JobRecord] = []
-        for c in cands:
-            if not _borrows(sim, c.queue, cols):
-                continue  # it gave back all it borrowed: the rest of its jobs are its own
-            sim.apply(c.charge, -1)
-            if not _fair(sim, q=q, vq=c.queue, need=need, fleet=fleet, strict=False):
-                sim.apply(c.charge, +1)
-                continue
-            taken.append(c.job)
-            room += table.vector(c.job.demand)
-            if (room >= demand).all():
-                break
-        else:
+
+        def take(ordered: list[_Candidate], slot: int = slot) -> list[JobRecord]:
+            sim = gone.copy()
+            room = free[slot].copy()
+            taken: list[JobRecord] = []
+            for c in ordered:
+                if not _borrows(sim, c.queue, cols):
+                    continue  # it gave back all it borrowed: the rest of its jobs are its own
+                sim.apply(c.charge, -1)
+                if not _fair(sim, q=q, vq=c.queue, need=need, fleet=fleet, strict=False):
+                    sim.apply(c.charge, +1)
+                    continue
+                taken.append(c.job)
+                room += table.vector(c.job.demand)
+                if (room >= demand).all():
+                    return taken
+            return []
+
+        by_history = sorted(
+            by_start, key=lambda c: ((not shares[c.queue][0], -shares[c.queue][1]), c.job.priority, c.job.evictions)
+        )
+        taken = spare_the_evicted(take, by_start, by_history)
+        if not taken:
             continue
         cost = (max(v.priority for v in taken), len(taken), int(table.name_rank[slot]))
         if best is None or cost < best[0]:
