@@ -1,0 +1,511 @@
+"""Fleet scale: a million pending jobs, 5,000 clusters, 100 ClusterQueues in 10 cohorts, one log.
+
+    .venv/bin/python bench/fleet.py [--jobs 1000000] [--clusters 5000] [--tail 20000] [--webhook-rate 1000]
+
+On a real nats-server (embedded, file store):
+
+1. Build. The log is written through the sequencer API (``JetStreamLog.sequencer``, fenced appends
+   as the leader makes them), not through the inbox and HTTP: the queue configuration, the
+   clusters, then the jobs in batches, each batch folded and decided by the real core and its
+   decisions appended, exactly as the leader loop does. Quota is tight, so almost every job stays
+   pending (decided ``Unschedulable``, waiting for quota in its ClusterQueue). A snapshot is taken
+   as the leader takes it, then ``--tail`` more jobs are appended after it: what a standby must fold.
+2. Decide while deep: rounds of 10 new jobs and one deletion of a nominated job (which frees quota:
+   the next job of that queue is nominated out of the deep queue), each decided; p50/p99 of one
+   ``decide`` (the core's time; the sizing floor is 50 ms).
+3. Fail-over. Two candidate processes (``--role candidate``: ``run_candidate`` + ``LeaderLoop``, as
+   ``kdispatch serve --no-actuator`` runs them) on the log; the first leads, the second is the
+   standby (warm: it restores the latest snapshot and follows the log while it waits). The leader is
+   killed (SIGKILL: no lease release, the standby waits out the lease TTL), a job is submitted to the
+   inbox at once, and the time is taken until the standby's decision on it is in the log. RSS of
+   both processes is read from /proc.
+4. Webhook. ``python -m webhook`` at a fixed ``--webhook-rate`` of reviews/s over TLS, p99 from an
+   open-loop client (bench/webhook.py's), first on an empty log before the build (the baseline),
+   then on the fleet log while the new leader sequences and decides what it records.
+
+The last line is the headline. On a loaded machine every wall-clock figure is pessimistic; the
+build's duration is printed so a run can be sized (``--jobs 100000`` takes a few minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from eventlog import codec
+from eventlog import events as ev
+from eventlog.embedded import EmbeddedNats, free_port
+from eventlog.jetstream import JetStreamLog, connect
+from eventlog.store import InboxItem
+from reconciler import core
+from reconciler.core import phases
+from reconciler.edge.logging import configure
+from reconciler.edge.percentile import percentile
+from reconciler.edge.plugins import installed
+from reconciler.history.rebuild import Snapshot, encode_snapshot
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU = "nvidia.com/gpu"
+REGIONS = ["eu-west", "eu-central", "us-east", "us-west", "ap-south"]
+GPUS = ["a100", "h100", "l4"]
+POLICY = ev.PolicyLoaded(
+    profiles=[
+        ev.Profile(
+            name="default",
+            filters=[ev.FilterSpec(name=n) for n in ("ClusterHealth", "ClusterSelector", "ClusterTaints", "ClusterFeasibility")],
+            scores=[ev.ScoreSpec(name="CapacityScore")],
+            strategy=ev.StrategySpec(type="TopK", k=1),
+        )
+    ],
+    worker_lost_timeout_ms=24 * 3_600_000,  # the bench's clusters send no heartbeats after registering
+)
+DECIDE_P99_FLOOR_MS = 50.0
+FAILOVER_FLOOR_S = 10.0
+RSS_FLOOR_MB = 2048.0
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def rss_mb(pid: int | None = None) -> tuple[float, float]:
+    """(RSS, peak RSS) in MB of a process (this one by default), from /proc."""
+    text = Path(f"/proc/{pid or os.getpid()}/status").read_text()
+    fields = {line.split(":")[0]: line.split()[1] for line in text.splitlines() if line.startswith(("VmRSS", "VmHWM"))}
+    return int(fields["VmRSS"]) / 1024, int(fields["VmHWM"]) / 1024
+
+
+# ---- the fleet ------------------------------------------------------------------------------
+
+
+def queues_config(n_queues: int, n_cohorts: int) -> ev.QueuesConfigured:
+    """``n_queues`` ClusterQueues in ``n_cohorts`` cohorts, quota tight enough that the fleet's jobs
+    queue: 100 CPUs and 8 GPUs nominal each, GPUs borrowable up to 8 more through the cohort."""
+
+    def quota(cpu: int, gpu: int) -> list[ev.ResourceGroup]:
+        return [
+            ev.ResourceGroup(
+                covered_resources=["cpu", "memory", GPU],
+                flavors=[
+                    ev.FlavorQuotas(
+                        name="default",
+                        resources=[
+                            ev.ResourceQuota(name="cpu", nominal=cpu),
+                            ev.ResourceQuota(name="memory", nominal=1 << 40),
+                            ev.ResourceQuota(name=GPU, nominal=gpu, borrowing_limit=gpu),
+                        ],
+                    )
+                ],
+            )
+        ]
+
+    return ev.QueuesConfigured(
+        cluster_queues=[
+            ev.ClusterQueueSpec(
+                name=f"team-{i:03}",
+                cohort=f"cohort-{i % n_cohorts:02}",
+                namespace_selector=ev.LabelSelector(),
+                resource_groups=quota(100_000, 8),
+                weight_milli=1000 + 250 * (i % 4),
+            )
+            for i in range(n_queues)
+        ],
+        source="bench/fleet.py",
+    )
+
+
+def make_clusters(n: int, rng: random.Random) -> list[ev.ClusterRegistered]:
+    out = []
+    for i in range(n):
+        gpu = rng.choice([*GPUS, "none", "none"])
+        taints = [ev.Taint(key=GPU, value=gpu, effect="NoSchedule")] if gpu != "none" else []
+        capacity = {"cpu": rng.choice([64, 128, 256]) * 1000, "memory": rng.choice([256, 512]) << 30}
+        if gpu != "none":
+            capacity[GPU] = rng.choice([8, 16, 32])
+        labels = {"topology.kubernetes.io/region": rng.choice(REGIONS), "gpu": gpu}
+        out.append(ev.ClusterRegistered(cluster=f"cluster-{i:05}", labels=labels, taints=taints, capacity=capacity))
+    return out
+
+
+def make_job(i: int, rng: random.Random, n_queues: int, *, prefix: str = "job") -> ev.JobSubmitted:
+    """A batch job as the webhook records it (its manifest left out: the fold does not keep it):
+    one pod set, CPU and memory, a third with a GPU (and its toleration), half pinned to a region."""
+    requests = {"cpu": rng.choice([500, 1000, 2000]), "memory": rng.choice([1, 2, 4]) << 30}
+    selector: dict[str, str] = {}
+    tolerations: list[ev.Toleration] = []
+    if i % 3 == 0:
+        gpu = rng.choice(GPUS)
+        requests[GPU] = 1
+        selector["gpu"] = gpu
+        tolerations.append(ev.Toleration(key=GPU, operator="Equal", value=gpu, effect="NoSchedule"))
+    if rng.random() < 0.5:
+        selector["topology.kubernetes.io/region"] = rng.choice(REGIONS)
+    queue = f"team-{i % n_queues:03}"
+    return ev.JobSubmitted(
+        job=ev.JobRef(namespace=queue, name=f"{prefix}-{i:07}", uid=f"{prefix}-uid-{i}"),
+        pod_sets=[ev.PodSet(name="main", count=rng.choice([1, 1, 2, 4]), requests=requests)],
+        placement=ev.Placement(cluster_selector=selector, cluster_tolerations=tolerations),
+        queue="user-queue",
+        cluster_queue=queue,
+    )
+
+
+class Builder:
+    """The leader loop without the inbox: append inputs, fold, decide, append decisions, fold."""
+
+    def __init__(self, jlog: JetStreamLog) -> None:
+        self.jlog = jlog
+        self.seqr = jlog.sequencer("builder")
+        self.state = core.new_state(plugins=installed().registry)
+        self.last_at_ms = 0
+        self.decide_s: list[float] = []
+        self.decisions: dict[str, int] = {}
+        self.policy: ev.PolicyLoaded | None = None
+        self.queues: ev.QueuesConfigured | None = None
+
+    async def step(self, inputs: list[ev.InputEvent]) -> list[ev.DecisionEvent]:
+        at_ms = self.last_at_ms = max(wall_ms(), self.last_at_ms)
+        entries = await self.seqr.append_inputs([InboxItem(inbox_seq=None, event=e) for e in inputs], at_ms=at_ms)
+        for entry in entries:
+            self.state = core.fold(self.state, entry)
+            if isinstance(entry.event, ev.PolicyLoaded):
+                self.policy = entry.event
+            elif isinstance(entry.event, ev.QueuesConfigured):
+                self.queues = entry.event
+        started = time.perf_counter()
+        decisions = core.decide(self.state)
+        self.decide_s.append(time.perf_counter() - started)
+        if decisions:
+            for entry in await self.seqr.append_decisions(decisions, at_ms=at_ms):
+                self.state = core.fold(self.state, entry)
+            for d in decisions:
+                self.decisions[type(d).__name__] = self.decisions.get(type(d).__name__, 0) + 1
+        return decisions
+
+    async def snapshot(self) -> int:
+        data = encode_snapshot(
+            Snapshot(
+                seq=self.seqr.last_seq,
+                at_ms=self.last_at_ms,
+                state=core.dump_state(self.state),
+                policy=self.policy,
+                queues=self.queues,
+            )
+        )
+        await self.jlog.snapshots.save(self.seqr.last_seq, data)
+        return len(data)
+
+
+def show(line: str) -> None:
+    print(line, flush=True)
+
+
+async def build(jlog: JetStreamLog, args: argparse.Namespace) -> tuple[Builder, dict[str, Any]]:
+    rng = random.Random(16)
+    b = Builder(jlog)
+    await b.seqr.resume()
+    started = time.perf_counter()
+    await b.step([POLICY, queues_config(args.queues, args.cohorts)])
+    clusters = make_clusters(args.clusters, rng)
+    for i in range(0, len(clusters), 1000):
+        await b.step(list(clusters[i : i + 1000]))
+    main_jobs = args.jobs - args.tail
+    # Batch bounds, one of them at the snapshot (so the snapshot falls at a batch boundary).
+    bounds = sorted({*range(0, args.jobs, args.batch), main_jobs, args.jobs})
+    shown = time.perf_counter()
+    snap_seq = snap_bytes = 0
+    for start, end in zip(bounds, bounds[1:]):
+        await b.step([make_job(j, rng, args.queues) for j in range(start, end)])
+        if end == main_jobs:
+            snap_bytes = await b.snapshot()
+            snap_seq = b.seqr.last_seq
+            show(f"  snapshot at log entry {snap_seq:,}: {snap_bytes / 1e6:,.1f} MB")
+        if time.perf_counter() - shown > 10 or end == args.jobs:
+            shown = time.perf_counter()
+            el = shown - started
+            show(
+                f"  built {end:,}/{args.jobs:,} jobs, log {b.seqr.last_seq:,} entries, {el:,.0f} s "
+                f"({end / el:,.0f} jobs/s), RSS {rss_mb()[0]:,.0f} MB"
+            )
+    info = {"seconds": time.perf_counter() - started, "snapshot_seq": snap_seq, "snapshot_bytes": snap_bytes}
+    return b, info
+
+
+async def decide_rounds(b: Builder, args: argparse.Namespace) -> list[float]:
+    """Rounds of 10 submissions and one deletion of a nominated job; the core's decide time each."""
+    rng = random.Random(99)
+    nominated = [key for key, job in b.state.jobs.items() if job.phase == phases.NOMINATED]
+    rng.shuffle(nominated)
+    times: list[float] = []
+    for r in range(args.rounds):
+        inputs: list[ev.InputEvent] = [make_job(args.jobs + r * 10 + k, rng, args.queues, prefix="more") for k in range(10)]
+        if nominated:
+            ref = b.state.jobs[nominated.pop()].ref
+            inputs.append(ev.JobDeleted(job=ref))
+        b.decide_s.clear()
+        await b.step(inputs)
+        times.append(b.decide_s[-1])
+    return times
+
+
+# ---- the candidates (each its own process) -----------------------------------------------------
+
+
+async def candidate(args: argparse.Namespace) -> None:
+    from reconciler.service.leader import run_candidate
+    from reconciler.service.loop import LeaderLoop, LoopSettings
+
+    configure(level="warning")
+    jlog = await connect(args.nats, root=args.root)
+    loop = LeaderLoop(jlog, LoopSettings(leader_id=args.id, snapshot_every=args.snapshot_every))
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    term = asyncio.create_task(run_candidate(jlog, loop, stop=stop, ttl_s=args.ttl))
+    show(f"CANDIDATE {args.id} {time.time():.3f}")
+    waiter = asyncio.create_task(loop.ready.wait())
+    await asyncio.wait({term, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if loop.ready.is_set():
+        rss, peak = rss_mb()
+        show(f"READY {args.id} {time.time():.3f} rss={rss:.0f} peak={peak:.0f} snapshot={loop.snapshot_seq} last={loop.last_seq}")
+    await term
+    await jlog.close()
+
+
+def spawn_candidate(args: argparse.Namespace, url: str, ident: str, out: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, __file__, "--role", "candidate", "--nats", url, "--root", args.root, "--id", ident, "--ttl", str(args.ttl)]
+    return subprocess.Popen(argv, stdout=out.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def wait_line(path: Path, prefix: str, proc: subprocess.Popen[bytes], timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith(prefix):
+                return line
+        if proc.poll() is not None:
+            raise RuntimeError(f"{path.name}: exited {proc.returncode}:\n{path.read_text()[-3000:]}")
+        time.sleep(0.05)
+    raise TimeoutError(f"no {prefix!r} in {path} after {timeout_s:.0f} s:\n{path.read_text()[-3000:]}")
+
+
+async def failover(jlog: JetStreamLog, args: argparse.Namespace, url: str, workdir: Path) -> dict[str, Any]:
+    a_out, b_out = workdir / "leader-a.out", workdir / "leader-b.out"
+    a = spawn_candidate(args, url, "a", a_out)
+    try:
+        ready_a = await asyncio.to_thread(wait_line, a_out, "READY", a, args.ready_timeout)
+        show(f"  leader a: {ready_a}")
+        b = spawn_candidate(args, url, "b", b_out)
+        await asyncio.to_thread(wait_line, b_out, "CANDIDATE", b, 60)
+        # Give the standby the time to warm up (restore the snapshot, fold the log) if it does.
+        await asyncio.sleep(args.standby_settle)
+        standby_rss = rss_mb(b.pid)
+        seen: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        probe = make_job(10**8, random.Random(1), args.queues, prefix="probe")
+
+        async def on_entry(msg: Any) -> None:
+            entry = codec.decode_entry(msg.data)
+            if entry.leader == "b" and ev.is_decision(entry.event) and getattr(entry.event, "job", None) == probe.job:
+                if not seen.done():
+                    seen.set_result(time.perf_counter())
+
+        sub = await jlog.nc.subscribe(f"{jlog.names.log_prefix}.>", cb=on_entry)
+        killed = time.perf_counter()
+        a.send_signal(signal.SIGKILL)
+        a.wait()
+        await jlog.inbox.publish(probe, msg_id="probe-failover")
+        decided_at = await asyncio.wait_for(seen, timeout=args.ready_timeout)
+        await sub.unsubscribe()
+        ready_b = await asyncio.to_thread(wait_line, b_out, "READY", b, 60)
+        return {
+            "seconds": decided_at - killed,
+            "leader_ready": ready_a,
+            "standby_ready": ready_b,
+            "standby_rss_before": standby_rss,
+            "rss_after": rss_mb(b.pid),
+            "b": b,
+        }
+    except BaseException:
+        a.kill()
+        raise
+
+
+def parse_ready(line: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in line.split() if "=" in part)
+
+
+# ---- the webhook ------------------------------------------------------------------------------
+
+
+class Webhook:
+    """``python -m webhook`` on one log root, driven by bench/webhook.py's open-loop client."""
+
+    def __init__(self, url: str, root: str, workdir: Path) -> None:
+        import webhook as wb  # bench/webhook.py
+
+        self.wb = wb
+        self.workdir = workdir / f"webhook-{root}"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        out = (self.workdir / "webhook.log").open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(self.port), "--nats", url,
+             "--data-dir", str(self.workdir / "data"), "--root", root],
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+        )  # fmt: skip
+        self.ca = str(self.workdir / "data" / "webhook-tls" / "ca.crt")
+        deadline = time.monotonic() + 60
+        while not Path(self.ca).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.url = f"https://127.0.0.1:{self.port}"
+        wb._wait_ready(url=self.url, ca=self.ca, proc=self.proc, log=self.workdir / "webhook.log")
+        _, self.validate_body = wb._bodies(self.workdir)
+
+    def p99(self, rate: float, seconds: float) -> tuple[float, float, int]:
+        fixed = self.wb._rate(url=self.url + "/validate", body=self.validate_body, ca=self.ca, rate=rate, seconds=seconds)
+        lat = fixed["latencies_ms"]
+        return float(percentile(lat, 50) or 0.0), float(percentile(lat, 99) or 0.0), int(fixed["errors"])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+
+async def drive(args: argparse.Namespace) -> int:
+    configure(level="warning")
+    tmp = tempfile.mkdtemp(prefix="kd-bench-fleet-", dir=args.tmp)
+    workdir = Path(tmp)
+    server = EmbeddedNats(data_dir=workdir / "nats")
+    await server.start_async()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        show(
+            f"fleet: {args.jobs:,} jobs ({args.tail:,} after the snapshot), {args.clusters:,} clusters, "
+            f"{args.queues} ClusterQueues in {args.cohorts} cohorts; nats-server {server.url}, store {workdir}"
+        )
+        base_hook: tuple[float, float, int] | None = None
+        if args.webhook_rate:
+            empty = await connect(server.url, root="empty")
+            await empty.close()
+            hook = Webhook(server.url, "empty", workdir)
+            try:
+                base_hook = hook.p99(args.webhook_rate, args.webhook_seconds)
+            finally:
+                hook.stop()
+            show(f"webhook on an empty log at {args.webhook_rate:.0f}/s: p50 {base_hook[0]:.2f} ms, p99 {base_hook[1]:.2f} ms")
+        jlog = await connect(server.url, root=args.root)
+        show("== build (sequencer API: append, fold, decide, append decisions)")
+        b, built = await build(jlog, args)
+        pending = sum(1 for j in b.state.jobs.values() if j.phase in (phases.QUEUED, phases.UNSCHEDULABLE))
+        build_decide = sorted(b.decide_s)
+        show(
+            f"built in {built['seconds']:,.0f} s: log {b.seqr.last_seq:,} entries, {pending:,} jobs pending, "
+            f"decisions {b.decisions}; builder RSS {rss_mb()[0]:,.0f} MB"
+        )
+        show("== decide while the queue is deep")
+        times = await decide_rounds(b, args)
+        p50, p99 = percentile(times, 50) or 0.0, percentile(times, 99) or 0.0
+        show(f"{len(times)} rounds (10 submissions + 1 deletion each): decide p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
+             f"max {max(times) * 1000:.1f} ms; build batches of {args.batch}: p50 {percentile(build_decide, 50) * 1000:.0f} ms")
+        state_rss = rss_mb()[0]
+        del b
+        show("== fail-over (SIGKILL the leader; the standby's first decision)")
+        fo = await failover(jlog, args, server.url, workdir)
+        procs.append(fo["b"])
+        ready_a, ready_b = parse_ready(fo["leader_ready"]), parse_ready(fo["standby_ready"])
+        rss_leader = max(float(ready_a["peak"]), fo["rss_after"][1])
+        show(
+            f"leader a ready from snapshot {ready_a['snapshot']} to {ready_a['last']}: RSS {ready_a['rss']} MB (peak {ready_a['peak']} MB)"
+        )
+        show(
+            f"standby b before: RSS {fo['standby_rss_before'][0]:.0f} MB; after taking over (snapshot {ready_b['snapshot']}, "
+            f"folded to {ready_b['last']}): RSS {fo['rss_after'][0]:.0f} MB, peak {fo['rss_after'][1]:.0f} MB"
+        )
+        show(f"fail-over: {fo['seconds']:.2f} s from SIGKILL to the standby's decision on a new job (lease TTL {args.ttl:g} s)")
+        hook_fleet: tuple[float, float, int] | None = None
+        if args.webhook_rate:
+            hook = Webhook(server.url, args.root, workdir)
+            try:
+                hook_fleet = hook.p99(args.webhook_rate, args.webhook_seconds)
+            finally:
+                hook.stop()
+            show(
+                f"webhook on the fleet log at {args.webhook_rate:.0f}/s (leader b sequencing and deciding): "
+                f"p50 {hook_fleet[0]:.2f} ms, p99 {hook_fleet[1]:.2f} ms, errors {hook_fleet[2]}"
+            )
+        await jlog.close()
+        show(f"machine: {os.cpu_count()} cores, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        ok = fo["seconds"] < FAILOVER_FLOOR_S and p99 * 1000 < DECIDE_P99_FLOOR_MS and rss_leader < RSS_FLOOR_MB
+        hook_txt = ""
+        if base_hook and hook_fleet:
+            hook_txt = f", webhook p99 {hook_fleet[1]:.2f} ms vs {base_hook[1]:.2f} ms on an empty log ({hook_fleet[1] / base_hook[1]:.2f}x)"
+        show(
+            f"HEADLINE fleet {args.jobs:,} jobs ({pending:,} pending) / {args.clusters:,} clusters / {args.queues} queues: "
+            f"fail-over {fo['seconds']:.2f} s, decide p99 {p99 * 1000:.1f} ms, leader RSS peak {rss_leader:,.0f} MB "
+            f"(bench process with the same state {state_rss:,.0f} MB){hook_txt}"
+            + ("" if ok else " [FLOORS MISSED]")
+        )
+        return 0 if ok else 1
+    finally:
+        for proc in procs:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        await server.stop_async()
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--clusters", type=int, default=5_000)
+    parser.add_argument("--queues", type=int, default=100)
+    parser.add_argument("--cohorts", type=int, default=10)
+    parser.add_argument("--tail", type=int, default=20_000, help="jobs appended after the snapshot")
+    parser.add_argument("--batch", type=int, default=2_000, help="jobs per sequenced batch while building")
+    parser.add_argument("--rounds", type=int, default=200, help="decide rounds while the queue is deep")
+    parser.add_argument("--ttl", type=float, default=5.0, help="lease TTL of the candidates (serve --lease-ttl)")
+    parser.add_argument("--standby-settle", type=float, default=5.0, help="seconds the standby runs before the kill")
+    parser.add_argument("--ready-timeout", type=float, default=600.0)
+    parser.add_argument("--webhook-rate", type=float, default=1000.0, help="reviews/s (0: skip the webhook)")
+    parser.add_argument("--webhook-seconds", type=float, default=10.0)
+    parser.add_argument("--tmp", help="where the nats store goes (default: the system's temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the store")
+    parser.add_argument("--root", default="fleet")
+    # the candidate role (a child process)
+    parser.add_argument("--role", choices=["bench", "candidate"], default="bench", help=argparse.SUPPRESS)
+    parser.add_argument("--nats", help=argparse.SUPPRESS)
+    parser.add_argument("--id", help=argparse.SUPPRESS)
+    parser.add_argument("--snapshot-every", type=int, default=10**9, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "candidate":
+        asyncio.run(candidate(args))
+        return 0
+    args.tail = min(args.tail, args.jobs // 2)
+    return asyncio.run(drive(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
