@@ -10,7 +10,7 @@ On a real nats-server (embedded, file store):
    decisions appended, exactly as the leader loop does. Quota is tight, so almost every job stays
    pending (decided ``Unschedulable``, waiting for quota in its ClusterQueue). A snapshot is taken
    as the leader takes it, then ``--tail`` more jobs are appended after it: what a standby must fold.
-2. Decide while deep: rounds of 10 new jobs and one deletion of a nominated job (which frees quota:
+2. Decide while deep: rounds of 10 new jobs and one deletion of a placed job (which frees quota:
    the next job of that queue is nominated out of the deep queue), each decided; p50/p99 of one
    ``decide`` (the core's time; the sizing floor is 50 ms).
 3. Fail-over. Two candidate processes (``--role candidate``: ``run_candidate`` + ``LeaderLoop``, as
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import random
 import signal
@@ -46,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eventlog import codec
 from eventlog import events as ev
-from eventlog.embedded import EmbeddedNats, free_port
+from eventlog.embedded import EmbeddedNats, _die_with_parent, free_port
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.store import InboxItem
 from reconciler import core
@@ -194,6 +195,21 @@ class Builder:
                 self.decisions[type(d).__name__] = self.decisions.get(type(d).__name__, 0) + 1
         return decisions
 
+    async def step_and_admit(self, inputs: list[ev.InputEvent]) -> None:
+        """``step``, then the workers' answers to its nominations (created and admitted at once,
+        as an idle worker with room answers): the jobs are Placed, not withdrawn at their deadline."""
+        decisions = await self.step(inputs)
+        while True:
+            acks: list[ev.InputEvent] = []
+            for d in decisions:
+                if isinstance(d, ev.Nominated):
+                    cluster = d.clusters[0]
+                    acks.append(ev.RemoteCreated(job=d.job, cluster=cluster, attempt=d.attempt))
+                    acks.append(ev.RemoteAdmitted(job=d.job, cluster=cluster, attempt=d.attempt))
+            if not acks:
+                return
+            decisions = await self.step(acks)
+
     async def snapshot(self) -> int:
         data = encode_snapshot(
             Snapshot(
@@ -217,17 +233,17 @@ async def build(jlog: JetStreamLog, args: argparse.Namespace) -> tuple[Builder, 
     b = Builder(jlog)
     await b.seqr.resume()
     started = time.perf_counter()
-    await b.step([POLICY, queues_config(args.queues, args.cohorts)])
+    await b.step_and_admit([POLICY, queues_config(args.queues, args.cohorts)])
     clusters = make_clusters(args.clusters, rng)
     for i in range(0, len(clusters), 1000):
-        await b.step(list(clusters[i : i + 1000]))
+        await b.step_and_admit(list(clusters[i : i + 1000]))
     main_jobs = args.jobs - args.tail
     # Batch bounds, one of them at the snapshot (so the snapshot falls at a batch boundary).
     bounds = sorted({*range(0, args.jobs, args.batch), main_jobs, args.jobs})
     shown = time.perf_counter()
     snap_seq = snap_bytes = 0
-    for start, end in zip(bounds, bounds[1:]):
-        await b.step([make_job(j, rng, args.queues) for j in range(start, end)])
+    for start, end in itertools.pairwise(bounds):
+        await b.step_and_admit([make_job(j, rng, args.queues) for j in range(start, end)])
         if end == main_jobs:
             snap_bytes = await b.snapshot()
             snap_seq = b.seqr.last_seq
@@ -244,9 +260,9 @@ async def build(jlog: JetStreamLog, args: argparse.Namespace) -> tuple[Builder, 
 
 
 async def decide_rounds(b: Builder, args: argparse.Namespace) -> list[float]:
-    """Rounds of 10 submissions and one deletion of a nominated job; the core's decide time each."""
+    """Rounds of 10 submissions and one deletion of a placed job; the core's decide time each."""
     rng = random.Random(99)
-    nominated = [key for key, job in b.state.jobs.items() if job.phase == phases.NOMINATED]
+    nominated = [key for key, job in b.state.jobs.items() if job.phase == phases.PLACED]
     rng.shuffle(nominated)
     times: list[float] = []
     for r in range(args.rounds):
@@ -255,8 +271,8 @@ async def decide_rounds(b: Builder, args: argparse.Namespace) -> list[float]:
             ref = b.state.jobs[nominated.pop()].ref
             inputs.append(ev.JobDeleted(job=ref))
         b.decide_s.clear()
-        await b.step(inputs)
-        times.append(b.decide_s[-1])
+        await b.step_and_admit(inputs)
+        times.append(b.decide_s[0])
     return times
 
 
@@ -267,32 +283,38 @@ async def candidate(args: argparse.Namespace) -> None:
     from reconciler.service.leader import run_candidate
     from reconciler.service.loop import LeaderLoop, LoopSettings
 
-    configure(level="warning")
+    configure(level="info")  # the standby says when it is warm (standby_warm)
     jlog = await connect(args.nats, root=args.root)
     loop = LeaderLoop(jlog, LoopSettings(leader_id=args.id, snapshot_every=args.snapshot_every))
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    term = asyncio.create_task(run_candidate(jlog, loop, stop=stop, ttl_s=args.ttl))
+    term = asyncio.create_task(run_candidate(jlog, loop, stop=stop, ttl_s=args.ttl, warm=not args.cold))
     show(f"CANDIDATE {args.id} {time.time():.3f}")
     waiter = asyncio.create_task(loop.ready.wait())
     await asyncio.wait({term, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if loop.ready.is_set():
         rss, peak = rss_mb()
-        show(f"READY {args.id} {time.time():.3f} rss={rss:.0f} peak={peak:.0f} snapshot={loop.snapshot_seq} last={loop.last_seq}")
+        show(f"READY {args.id} at={time.time():.3f} rss={rss:.0f} peak={peak:.0f} snapshot={loop.snapshot_seq} last={loop.last_seq}")
     await term
     await jlog.close()
 
 
-def spawn_candidate(args: argparse.Namespace, url: str, ident: str, out: Path) -> subprocess.Popen[bytes]:
+def spawn_candidate(args: argparse.Namespace, url: str, ident: str, out: Path, *, warm: bool) -> subprocess.Popen[bytes]:
     argv = [sys.executable, __file__, "--role", "candidate", "--nats", url, "--root", args.root, "--id", ident, "--ttl", str(args.ttl)]
-    return subprocess.Popen(argv, stdout=out.open("wb"), stderr=subprocess.STDOUT, cwd=ROOT)
+    return subprocess.Popen(
+        [*argv, *([] if warm else ["--cold"])],
+        stdout=out.open("wb"),
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        preexec_fn=_die_with_parent,  # a bench killed half-way leaves no leader behind
+    )
 
 
 def wait_line(path: Path, prefix: str, proc: subprocess.Popen[bytes], timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in path.read_text(errors="replace").splitlines():
-            if line.startswith(prefix):
+            if line.startswith(prefix) or (prefix.islower() and prefix in line):
                 return line
         if proc.poll() is not None:
             raise RuntimeError(f"{path.name}: exited {proc.returncode}:\n{path.read_text()[-3000:]}")
@@ -300,45 +322,73 @@ def wait_line(path: Path, prefix: str, proc: subprocess.Popen[bytes], timeout_s:
     raise TimeoutError(f"no {prefix!r} in {path} after {timeout_s:.0f} s:\n{path.read_text()[-3000:]}")
 
 
-async def failover(jlog: JetStreamLog, args: argparse.Namespace, url: str, workdir: Path) -> dict[str, Any]:
-    a_out, b_out = workdir / "leader-a.out", workdir / "leader-b.out"
-    a = spawn_candidate(args, url, "a", a_out)
-    try:
-        ready_a = await asyncio.to_thread(wait_line, a_out, "READY", a, args.ready_timeout)
-        show(f"  leader a: {ready_a}")
-        b = spawn_candidate(args, url, "b", b_out)
-        await asyncio.to_thread(wait_line, b_out, "CANDIDATE", b, 60)
-        # Give the standby the time to warm up (restore the snapshot, fold the log) if it does.
-        await asyncio.sleep(args.standby_settle)
-        standby_rss = rss_mb(b.pid)
-        seen: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        probe = make_job(10**8, random.Random(1), args.queues, prefix="probe")
+class Candidates:
+    """The candidate processes of the run, by name."""
 
-        async def on_entry(msg: Any) -> None:
-            entry = codec.decode_entry(msg.data)
-            if entry.leader == "b" and ev.is_decision(entry.event) and getattr(entry.event, "job", None) == probe.job:
-                if not seen.done():
-                    seen.set_result(time.perf_counter())
+    def __init__(self, args: argparse.Namespace, url: str, workdir: Path) -> None:
+        self.args, self.url, self.workdir = args, url, workdir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.spawned: dict[str, float] = {}
 
-        sub = await jlog.nc.subscribe(f"{jlog.names.log_prefix}.>", cb=on_entry)
-        killed = time.perf_counter()
-        a.send_signal(signal.SIGKILL)
-        a.wait()
-        await jlog.inbox.publish(probe, msg_id="probe-failover")
-        decided_at = await asyncio.wait_for(seen, timeout=args.ready_timeout)
-        await sub.unsubscribe()
-        ready_b = await asyncio.to_thread(wait_line, b_out, "READY", b, 60)
-        return {
-            "seconds": decided_at - killed,
-            "leader_ready": ready_a,
-            "standby_ready": ready_b,
-            "standby_rss_before": standby_rss,
-            "rss_after": rss_mb(b.pid),
-            "b": b,
-        }
-    except BaseException:
-        a.kill()
-        raise
+    def started(self, ident: str) -> float:
+        return self.spawned[ident]
+
+    def out(self, ident: str) -> Path:
+        return self.workdir / f"candidate-{ident}.out"
+
+    def spawn(self, ident: str, *, warm: bool) -> subprocess.Popen[bytes]:
+        self.spawned[ident] = time.time()
+        self.procs[ident] = spawn_candidate(self.args, self.url, ident, self.out(ident), warm=warm)
+        return self.procs[ident]
+
+    async def wait(self, ident: str, prefix: str, timeout_s: float) -> str:
+        return await asyncio.to_thread(wait_line, self.out(ident), prefix, self.procs[ident], timeout_s)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+async def takeover(jlog: JetStreamLog, cands: Candidates, *, leader: str, standby: str, warm: bool) -> dict[str, Any]:
+    """``standby`` (warm or cold) waits behind ``leader``; SIGKILL the leader, submit a job, and
+    time until the standby's decision on it is in the log."""
+    args = cands.args
+    proc = cands.spawn(standby, warm=warm)
+    await cands.wait(standby, "CANDIDATE", 60)
+    if warm:
+        await cands.wait(standby, "standby_warm", args.ready_timeout)
+    await asyncio.sleep(args.standby_settle)  # the leader decides on; a warm standby follows
+    standby_rss = rss_mb(proc.pid)
+    seen: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    probe = make_job(10**8, random.Random(1), args.queues, prefix=f"probe-{standby}")
+
+    async def on_entry(msg: Any) -> None:
+        entry = codec.decode_entry(msg.data)
+        ours = entry.leader == standby and ev.is_decision(entry.event)
+        if ours and getattr(entry.event, "job", None) == probe.job and not seen.done():
+            seen.set_result(time.perf_counter())
+
+    sub = await jlog.nc.subscribe(f"{jlog.names.log_prefix}.>", cb=on_entry)
+    killed, killed_wall = time.perf_counter(), time.time()
+    cands.procs[leader].send_signal(signal.SIGKILL)
+    cands.procs[leader].wait()
+    await jlog.inbox.publish(probe, msg_id=f"probe-{standby}")
+    decided_at = await asyncio.wait_for(seen, timeout=args.ready_timeout)
+    await sub.unsubscribe()
+    ready = parse_ready(await cands.wait(standby, "READY", 60))
+    return {
+        "seconds": decided_at - killed,
+        "ready_s": float(ready["at"]) - killed_wall,
+        "ready": ready,
+        "standby_rss": standby_rss,
+        "rss_after": rss_mb(proc.pid),
+    }
 
 
 def parse_ready(line: str) -> dict[str, str]:
@@ -394,7 +444,7 @@ async def drive(args: argparse.Namespace) -> int:
     workdir = Path(tmp)
     server = EmbeddedNats(data_dir=workdir / "nats")
     await server.start_async()
-    procs: list[subprocess.Popen[bytes]] = []
+    cands: Candidates | None = None
     try:
         show(
             f"fleet: {args.jobs:,} jobs ({args.tail:,} after the snapshot), {args.clusters:,} clusters, "
@@ -415,6 +465,7 @@ async def drive(args: argparse.Namespace) -> int:
         b, built = await build(jlog, args)
         pending = sum(1 for j in b.state.jobs.values() if j.phase in (phases.QUEUED, phases.UNSCHEDULABLE))
         build_decide = sorted(b.decide_s)
+        build_p50 = percentile(build_decide, 50) or 0.0
         show(
             f"built in {built['seconds']:,.0f} s: log {b.seqr.last_seq:,} entries, {pending:,} jobs pending, "
             f"decisions {b.decisions}; builder RSS {rss_mb()[0]:,.0f} MB"
@@ -423,22 +474,30 @@ async def drive(args: argparse.Namespace) -> int:
         times = await decide_rounds(b, args)
         p50, p99 = percentile(times, 50) or 0.0, percentile(times, 99) or 0.0
         show(f"{len(times)} rounds (10 submissions + 1 deletion each): decide p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
-             f"max {max(times) * 1000:.1f} ms; build batches of {args.batch}: p50 {percentile(build_decide, 50) * 1000:.0f} ms")
+             f"max {max(times) * 1000:.1f} ms; build batches of {args.batch}: p50 {build_p50 * 1000:.0f} ms")
         state_rss = rss_mb()[0]
         del b
-        show("== fail-over (SIGKILL the leader; the standby's first decision)")
-        fo = await failover(jlog, args, server.url, workdir)
-        procs.append(fo["b"])
-        ready_a, ready_b = parse_ready(fo["leader_ready"]), parse_ready(fo["standby_ready"])
-        rss_leader = max(float(ready_a["peak"]), fo["rss_after"][1])
+        show("== fail-over (SIGKILL the leader; the standby's first decision on a new job)")
+        cands = Candidates(args, server.url, workdir)
+        cands.spawn("a", warm=True)
+        ready_a = parse_ready(await cands.wait("a", "READY", args.ready_timeout))
+        rss_leader = float(ready_a["peak"])
         show(
-            f"leader a ready from snapshot {ready_a['snapshot']} to {ready_a['last']}: RSS {ready_a['rss']} MB (peak {ready_a['peak']} MB)"
+            f"leader a: restored snapshot {ready_a['snapshot']} and folded to {ready_a['last']} "
+            f"in {float(ready_a['at']) - cands.started('a'):.1f} s; RSS {ready_a['rss']} MB (peak {ready_a['peak']} MB)"
         )
-        show(
-            f"standby b before: RSS {fo['standby_rss_before'][0]:.0f} MB; after taking over (snapshot {ready_b['snapshot']}, "
-            f"folded to {ready_b['last']}): RSS {fo['rss_after'][0]:.0f} MB, peak {fo['rss_after'][1]:.0f} MB"
-        )
-        show(f"fail-over: {fo['seconds']:.2f} s from SIGKILL to the standby's decision on a new job (lease TTL {args.ttl:g} s)")
+        runs: dict[str, dict[str, Any]] = {}
+        order = [("a", "b", True)] + ([("b", "c", False)] if args.cold_failover else [])
+        for leader, standby, warm in order:
+            fo = runs["warm" if warm else "cold"] = await takeover(jlog, cands, leader=leader, standby=standby, warm=warm)
+            rss_leader = max(rss_leader, fo["rss_after"][1])
+            show(
+                f"{'warm' if warm else 'cold'} standby {standby} (RSS {fo['standby_rss'][0]:,.0f} MB before): "
+                f"leading {fo['ready_s']:.2f} s after SIGKILL of {leader}, its decision on a new job at "
+                f"{fo['seconds']:.2f} s (lease TTL {args.ttl:g} s); from snapshot {fo['ready']['snapshot']} to "
+                f"{fo['ready']['last']}; RSS {fo['rss_after'][0]:,.0f} MB, peak {fo['rss_after'][1]:,.0f} MB"
+            )
+        fo = runs["warm"]
         hook_fleet: tuple[float, float, int] | None = None
         if args.webhook_rate:
             hook = Webhook(server.url, args.root, workdir)
@@ -458,18 +517,16 @@ async def drive(args: argparse.Namespace) -> int:
             hook_txt = f", webhook p99 {hook_fleet[1]:.2f} ms vs {base_hook[1]:.2f} ms on an empty log ({hook_fleet[1] / base_hook[1]:.2f}x)"
         show(
             f"HEADLINE fleet {args.jobs:,} jobs ({pending:,} pending) / {args.clusters:,} clusters / {args.queues} queues: "
-            f"fail-over {fo['seconds']:.2f} s, decide p99 {p99 * 1000:.1f} ms, leader RSS peak {rss_leader:,.0f} MB "
+            f"fail-over {fo['seconds']:.2f} s"
+            + (f" (cold standby {runs['cold']['seconds']:.2f} s)" if "cold" in runs else "")
+            + f", decide p99 {p99 * 1000:.1f} ms, leader RSS peak {rss_leader:,.0f} MB "
             f"(bench process with the same state {state_rss:,.0f} MB){hook_txt}"
             + ("" if ok else " [FLOORS MISSED]")
         )
         return 0 if ok else 1
     finally:
-        for proc in procs:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        if cands is not None:
+            cands.stop_all()
         await server.stop_async()
         if not args.keep:
             import shutil
@@ -488,6 +545,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=200, help="decide rounds while the queue is deep")
     parser.add_argument("--ttl", type=float, default=5.0, help="lease TTL of the candidates (serve --lease-ttl)")
     parser.add_argument("--standby-settle", type=float, default=5.0, help="seconds the standby runs before the kill")
+    parser.add_argument("--no-cold-failover", dest="cold_failover", action="store_false",
+                        help="skip the second fail-over, to a cold standby (restores the snapshot at take-over)")
     parser.add_argument("--ready-timeout", type=float, default=600.0)
     parser.add_argument("--webhook-rate", type=float, default=1000.0, help="reviews/s (0: skip the webhook)")
     parser.add_argument("--webhook-seconds", type=float, default=10.0)
@@ -498,6 +557,7 @@ def main() -> int:
     parser.add_argument("--role", choices=["bench", "candidate"], default="bench", help=argparse.SUPPRESS)
     parser.add_argument("--nats", help=argparse.SUPPRESS)
     parser.add_argument("--id", help=argparse.SUPPRESS)
+    parser.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--snapshot-every", type=int, default=10**9, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "candidate":

@@ -33,7 +33,7 @@ from eventlog.store import Fenced, InboxItem, NotLeader, Sequencer
 from reconciler import core
 from reconciler.edge.logging import event_context, get_logger
 from reconciler.edge.plugins import PluginSet, check, installed
-from reconciler.history.rebuild import LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
+from reconciler.history.rebuild import Folded, LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
 from reconciler.policy import same_policy, same_queues
 from reconciler.service.metrics import OBSERVED, ReconcilerMetrics
 
@@ -77,6 +77,7 @@ class LeaderLoop:
         self._lag_task: asyncio.Task[None] | None = None
         self._counters: dict[type, Any] = {}
         self.snapshot_seq = 0  # the snapshot the current term started from (0: none)
+        self.warm: Folded | None = None  # a standby's state for the next term to start from (once)
         self.ready = asyncio.Event()  # set once a term has rebuilt and repaired (tests, readiness)
         self.metrics.fleet.follow(self._leading_state)
 
@@ -131,7 +132,8 @@ class LeaderLoop:
     async def _start(self, seqr: Sequencer, bound: Any) -> None:
         last_seq, last_inbox = await seqr.resume()
         plugins = self.settings.plugins if self.settings.plugins is not None else installed()
-        rebuilt = await rebuild_for_leader(self.log, last_seq=last_seq, plugins=plugins)
+        warm, self.warm = self.warm, None
+        rebuilt = await rebuild_for_leader(self.log, last_seq=last_seq, plugins=plugins, warm=warm)
         self.state = rebuilt.state
         self.last_seq = rebuilt.last_seq
         self.last_at_ms = rebuilt.last_at_ms
@@ -145,6 +147,7 @@ class LeaderLoop:
             last_seq=last_seq,
             last_inbox_seq=last_inbox,
             from_snapshot=rebuilt.snapshot_seq or None,
+            warm=warm is not None,
             policy_in_log=rebuilt.policy is not None,
         )
         if rebuilt.repair:
