@@ -55,7 +55,9 @@ async def run_candidate(
             standby = Standby(log_, plugins=loop.settings.plugins if loop.settings.plugins is not None else installed())
             standby.start()
         try:
-            acquired = await _until_stop(lease.acquire(), stop)
+            # Warm first, then ask for the lease: the term must not spend its lease rebuilding.
+            warmed = standby is None or await _until_stop(standby.ready.wait(), stop)
+            acquired = warmed and await _until_stop(lease.acquire(), stop)
         except (asyncio.CancelledError, KeyboardInterrupt):
             if standby is not None:
                 standby.cancel()

@@ -35,6 +35,9 @@ class Standby:
         self.plugins = plugins
         self.poll_s = poll_s
         self.folded: Folded | None = None
+        # Set once warm, or once a first attempt failed: a candidate asks for the lease then. One
+        # that is not warm would rebuild while holding it, and a long rebuild blocks the renewals.
+        self.ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -63,12 +66,14 @@ class Standby:
                 if self.folded is None:
                     self.folded = await rebuild_state(reader, self.log.snapshots, label="standby", plugins=self.plugins)
                     log.info("standby_warm", last_seq=self.folded.last_seq, snapshot_seq=self.folded.snapshot_seq)
+                    self.ready.set()
                 else:
                     await self._catch_up()
                 wait_s = self.poll_s
             except Exception as err:  # NATS away: the take-over rebuilds if we are not warm by then
                 log.warning("standby_follow_failed", error=str(err) or type(err).__name__, retry_in_s=RETRY_S)
                 self.folded = None
+                self.ready.set()  # the take-over rebuilds, as without a standby
                 wait_s = RETRY_S
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=wait_s)
