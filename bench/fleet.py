@@ -383,8 +383,17 @@ async def takeover(jlog: JetStreamLog, cands: Candidates, *, leader: str, standb
     cands.procs[leader].send_signal(signal.SIGKILL)
     cands.procs[leader].wait()
     await jlog.inbox.publish(probe, msg_id=f"probe-{standby}")
-    decided_at = await asyncio.wait_for(seen, timeout=args.ready_timeout)
-    await sub.unsubscribe()
+    try:
+        decided_at = await asyncio.wait_for(seen, timeout=args.ready_timeout if warm else args.cold_timeout)
+    except TimeoutError:
+        # A cold standby rebuilds while holding the lease: at fleet size the rebuild outlasts
+        # the lease's renewals, and it loses the lease again and again.
+        lost = cands.out(standby).read_text(errors="replace").count('"lease_lost"')
+        show(f"  {standby} made no decision within {args.cold_timeout:g} s of the kill; it lost the lease {lost} times")
+        return {"seconds": float("inf"), "ready_s": float("inf"), "ready": {"snapshot": "-", "last": "-"},
+                "standby_rss": standby_rss, "rss_after": rss_mb(proc.pid)}
+    finally:
+        await sub.unsubscribe()
     ready = parse_ready(await cands.wait(standby, "READY", 60))
     return {
         "seconds": decided_at - killed,
@@ -554,6 +563,7 @@ def main() -> int:
     parser.add_argument("--standby-settle", type=float, default=5.0, help="seconds the standby runs before the kill")
     parser.add_argument("--no-cold-failover", dest="cold_failover", action="store_false",
                         help="skip the second fail-over, to a cold standby (restores the snapshot at take-over)")
+    parser.add_argument("--cold-timeout", type=float, default=90.0, help="seconds a cold standby gets to decide")
     parser.add_argument("--ready-timeout", type=float, default=600.0)
     parser.add_argument("--webhook-rate", type=float, default=1000.0, help="reviews/s (0: skip the webhook)")
     parser.add_argument("--webhook-seconds", type=float, default=10.0)
