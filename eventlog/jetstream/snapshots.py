@@ -16,7 +16,7 @@ from nats.js.api import ObjectStoreConfig, StorageType, StoreCompression
 from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
 
-from eventlog.jetstream.provision import STREAM_NAME_IN_USE, require_leader, with_retries
+from eventlog.jetstream.provision import STREAM_NAME_IN_USE, created_info, require_leader, with_retries
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -112,6 +112,6 @@ async def _compress(js: JetStreamContext, stream: str) -> None:
     """S2 on the bucket's stream (nats-py's object store config cannot say it): a snapshot is
     msgpack of every live job, mostly repeated field names and labels, and a million jobs make
     hundreds of MB per snapshot (docs/sizing.md). Old snapshots' blocks stay as written."""
-    info = await js.stream_info(stream)
+    info = await created_info(js, stream)  # "not found" just after creation: retried
     if info.config.compression in (None, StoreCompression.NONE):
         await js.update_stream(info.config.evolve(compression=StoreCompression.S2))

@@ -314,6 +314,12 @@ class LeaderLoop:
         self._since_snapshot = 0
         self._saving = asyncio.create_task(self._save(snap, bound), name="snapshot-save")
 
+    async def snapshot_stored(self) -> None:
+        """Wait for the snapshot being uploaded, if any (tests, shutdown)."""
+        if self._saving is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._saving
+
     async def _save(self, snap: Snapshot, bound: Any) -> None:
         try:
             await self.log.snapshots.save(snap.seq, encode_snapshot(snap))
