@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.api import ObjectStoreConfig, StorageType, StoreCompression
 from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
 
-from eventlog.jetstream.provision import STREAM_NAME_IN_USE, require_leader, with_retries
+from eventlog.jetstream.provision import STREAM_NAME_IN_USE, created_info, require_leader, with_retries
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -57,6 +57,7 @@ class JetStreamSnapshots:
         except BucketNotFoundError:
             await self._create(js, bucket)
         await require_leader(js, f"OBJ_{bucket}")
+        await _compress(js, f"OBJ_{bucket}")
 
     async def _create(self, js: JetStreamContext, bucket: str) -> None:
         try:
@@ -105,3 +106,12 @@ class JetStreamSnapshots:
         buf = io.BytesIO()
         await store.get(object_name(seqs[-1]), writeinto=buf)
         return seqs[-1], buf.getvalue()
+
+
+async def _compress(js: JetStreamContext, stream: str) -> None:
+    """S2 on the bucket's stream (nats-py's object store config cannot say it): a snapshot is
+    msgpack of every live job, mostly repeated field names and labels, and a million jobs make
+    hundreds of MB per snapshot (docs/sizing.md). Old snapshots' blocks stay as written."""
+    info = await created_info(js, stream)  # "not found" just after creation: retried
+    if info.config.compression in (None, StoreCompression.NONE):
+        await js.update_stream(info.config.evolve(compression=StoreCompression.S2))

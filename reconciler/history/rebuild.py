@@ -125,14 +125,25 @@ async def rebuild_state(
     label: str = "rebuild",
     logger: Any = None,
     plugins: PluginSet | None = None,
+    warm: Folded | None = None,
 ) -> Folded:
-    """Fold the log up to the bounds, from the latest snapshot at or before them when possible."""
+    """Fold the log up to the bounds, from the latest snapshot at or before them when possible.
+
+    ``warm``: a state already folded up to some entry (a standby's, ``reconciler.service.standby``),
+    used instead of the snapshot when it is not past the bound; it is folded further in place."""
     plugins = plugins if plugins is not None else installed()
     last = until_seq if until_seq is not None else await reader.last_seq()
-    snap_at = last if until_ms is None else 0  # a time bound says nothing about snapshot seqs
-    state, seq, at_ms, policy, queues = await _load_snapshot(snapshots, at_or_before=snap_at, plugins=plugins)
+    if warm is not None and until_ms is None and warm.last_seq <= last:
+        state, seq, at_ms, policy, queues = warm.state, warm.last_seq, warm.last_at_ms, warm.policy, warm.queues
+        snapshot_seq = warm.snapshot_seq
+    else:
+        snap_at = last if until_ms is None else 0  # a time bound says nothing about snapshot seqs
+        state, seq, at_ms, policy, queues = await _load_snapshot(snapshots, at_or_before=snap_at, plugins=plugins)
+        snapshot_seq = seq
     if seq >= last and until_ms is None:
-        return Folded(state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, snapshot_seq=seq, queues=queues)
+        return Folded(
+            state=state, last_seq=seq, last_at_ms=at_ms, policy=policy, snapshot_seq=snapshot_seq, queues=queues
+        )
     progress = Progress(total=max(last - seq, 0), label=label, logger=logger)
     result = await replay(
         reader,
@@ -148,13 +159,18 @@ async def rebuild_state(
         last_seq=result.last_seq or seq,
         last_at_ms=result.last_at_ms or at_ms,
         policy=result.last_policy or policy,
-        snapshot_seq=seq,
+        snapshot_seq=snapshot_seq,
         queues=result.last_queues or queues,
     )
 
 
-async def rebuild_for_leader(log_: LogHandle, *, last_seq: int, plugins: PluginSet | None = None) -> Rebuilt:
-    """The leader's view of the log up to ``last_seq``, with the repair of a batch cut short."""
+async def rebuild_for_leader(
+    log_: LogHandle, *, last_seq: int, plugins: PluginSet | None = None, warm: Folded | None = None
+) -> Rebuilt:
+    """The leader's view of the log up to ``last_seq``, with the repair of a batch cut short.
+
+    ``warm`` (a standby's state, see ``rebuild_state``) is used unless the log ends inside a
+    decision batch: the repair needs the state before that batch, which only a rebuild gives."""
     reader = log_.reader
     last_entry: ev.LogEntry | None = None
     if last_seq > 0:
@@ -162,7 +178,7 @@ async def rebuild_for_leader(log_: LogHandle, *, last_seq: int, plugins: PluginS
             last_entry = chunk[-1] if chunk else last_entry
     cut = last_entry is not None and last_entry.batch is not None and last_entry.batch[0] < last_entry.batch[1] - 1
     if not cut or last_entry is None or last_entry.batch is None:
-        f = await rebuild_state(reader, log_.snapshots, until_seq=last_seq, logger=log, plugins=plugins)
+        f = await rebuild_state(reader, log_.snapshots, until_seq=last_seq, logger=log, plugins=plugins, warm=warm)
         return Rebuilt(
             state=f.state,
             last_seq=f.last_seq,

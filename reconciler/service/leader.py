@@ -13,7 +13,9 @@ import contextlib
 from typing import Any, Protocol
 
 from reconciler.edge.logging import get_logger
+from reconciler.edge.plugins import installed
 from reconciler.service.loop import LeaderLoop
+from reconciler.service.standby import Standby
 
 log = get_logger("reconciler.leader")
 
@@ -38,25 +40,42 @@ async def run_candidate(
     stop: asyncio.Event,
     ttl_s: float = 5.0,
     name: str = LEASE_NAME,
+    warm: bool = True,
 ) -> None:
-    """Alternate between waiting for the lease and leading, until ``stop``."""
+    """Alternate between waiting for the lease and leading, until ``stop``.
+
+    ``warm``: while waiting, keep the state folded up to the log's end (``service.standby``), so
+    that a take-over folds only the last entries instead of restoring a snapshot."""
     holder = loop.settings.leader_id
     bound = log.bind(leader=holder, lease=name)
     while not stop.is_set():
         lease: Lease = log_.lease(name, ttl_s, holder=holder)
+        standby: Standby | None = None
+        if warm:
+            standby = Standby(log_, plugins=loop.settings.plugins if loop.settings.plugins is not None else installed())
+            standby.start()
         try:
-            acquired = await _until_stop(lease.acquire(), stop)
+            # Warm first, then ask for the lease: the term must not spend its lease rebuilding.
+            warmed = standby is None or await _until_stop(standby.ready.wait(), stop)
+            acquired = warmed and await _until_stop(lease.acquire(), stop)
         except (asyncio.CancelledError, KeyboardInterrupt):
+            if standby is not None:
+                standby.cancel()
             raise
         except Exception as err:
+            if standby is not None:
+                standby.cancel()
             # NATS unreachable or the lease bucket misconfigured: say so, and try again later.
             bound.error("lease_acquire_failed", error=str(err) or type(err).__name__, retry_in_s=ttl_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=ttl_s)
             continue
         if not acquired:
+            if standby is not None:
+                standby.cancel()
             await _release(lease)
             return
+        loop.warm = await standby.stop() if standby is not None else None
         bound.info("lease_acquired")
         reason = "error"
         try:

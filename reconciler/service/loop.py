@@ -33,13 +33,14 @@ from eventlog.store import Fenced, InboxItem, NotLeader, Sequencer
 from reconciler import core
 from reconciler.edge.logging import event_context, get_logger
 from reconciler.edge.plugins import PluginSet, check, installed
-from reconciler.history.rebuild import LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
+from reconciler.history.rebuild import Folded, LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
 from reconciler.policy import same_policy, same_queues
 from reconciler.service.metrics import OBSERVED, ReconcilerMetrics
 
 log = get_logger("reconciler.loop")
 
 LAG_CHECK_S = 2.0
+SAVE_GRACE_S = 5.0
 
 
 def wall_ms() -> int:
@@ -77,6 +78,8 @@ class LeaderLoop:
         self._lag_task: asyncio.Task[None] | None = None
         self._counters: dict[type, Any] = {}
         self.snapshot_seq = 0  # the snapshot the current term started from (0: none)
+        self.warm: Folded | None = None  # a standby's state for the next term to start from (once)
+        self._saving: asyncio.Task[None] | None = None  # a snapshot on its way to the store
         self.ready = asyncio.Event()  # set once a term has rebuilt and repaired (tests, readiness)
         self.metrics.fleet.follow(self._leading_state)
 
@@ -121,6 +124,11 @@ class LeaderLoop:
         finally:
             self.metrics.leader.set(0)
             self.ready.clear()
+            if self._saving is not None and not self._saving.done():
+                # A snapshot taken is valid whoever leads next: let it finish, within a bound (NATS
+                # may be what ended the term).
+                await asyncio.wait({self._saving}, timeout=SAVE_GRACE_S)
+                self._saving.cancel()
             if self._lag_task is not None:
                 self._lag_task.cancel()
             close = getattr(seqr, "close", None)
@@ -131,7 +139,8 @@ class LeaderLoop:
     async def _start(self, seqr: Sequencer, bound: Any) -> None:
         last_seq, last_inbox = await seqr.resume()
         plugins = self.settings.plugins if self.settings.plugins is not None else installed()
-        rebuilt = await rebuild_for_leader(self.log, last_seq=last_seq, plugins=plugins)
+        warm, self.warm = self.warm, None
+        rebuilt = await rebuild_for_leader(self.log, last_seq=last_seq, plugins=plugins, warm=warm)
         self.state = rebuilt.state
         self.last_seq = rebuilt.last_seq
         self.last_at_ms = rebuilt.last_at_ms
@@ -145,6 +154,7 @@ class LeaderLoop:
             last_seq=last_seq,
             last_inbox_seq=last_inbox,
             from_snapshot=rebuilt.snapshot_seq or None,
+            warm=warm is not None,
             policy_in_log=rebuilt.policy is not None,
         )
         if rebuilt.repair:
@@ -205,7 +215,9 @@ class LeaderLoop:
         self.metrics.batches.inc()
         self.metrics.batch_seconds.observe(elapsed)
         self.metrics.sequencing_lag.set(elapsed)
-        if self._since_snapshot >= self.settings.snapshot_every:
+        # Never more often than once per live job either: a snapshot encodes every job, so at a
+        # million jobs one every 5,000 entries would cost more than the entries (docs/sizing.md).
+        if self._since_snapshot >= max(self.settings.snapshot_every, len(self.state.jobs)):
             await self._snapshot(bound)
 
     async def _measure_lag(self, seqr: Sequencer) -> None:
@@ -286,7 +298,12 @@ class LeaderLoop:
             self.metrics.log_seq.set(self.last_seq)
 
     async def _snapshot(self, bound: Any) -> None:
+        """Encode the state now (a batch boundary) and store it in the background: at fleet size
+        the upload takes seconds, which the loop spends sequencing. One upload at a time; the
+        next is taken once it is done."""
         assert self.state is not None
+        if self._saving is not None and not self._saving.done():
+            return
         snap = Snapshot(
             seq=self.last_seq,
             at_ms=self.last_at_ms,
@@ -294,10 +311,23 @@ class LeaderLoop:
             policy=self._policy,
             queues=self._queues,
         )
-        await self.log.snapshots.save(self.last_seq, encode_snapshot(snap))
         self._since_snapshot = 0
+        self._saving = asyncio.create_task(self._save(snap, bound), name="snapshot-save")
+
+    async def snapshot_stored(self) -> None:
+        """Wait for the snapshot being uploaded, if any (tests, shutdown)."""
+        if self._saving is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._saving
+
+    async def _save(self, snap: Snapshot, bound: Any) -> None:
+        try:
+            await self.log.snapshots.save(snap.seq, encode_snapshot(snap))
+        except Exception as err:  # only an optimisation: the next one may succeed
+            bound.warning("snapshot_failed", seq=snap.seq, error=str(err) or type(err).__name__)
+            return
         self.metrics.snapshots.inc()
-        bound.info("snapshot_saved", seq=self.last_seq, bytes=len(snap.state))
+        bound.info("snapshot_saved", seq=snap.seq, bytes=len(snap.state))
 
 # Decisions an operator wants to see in the logs without asking; every decision is in the log
 # itself (``kdispatch log``), so the routine ones are not repeated in the process's output.

@@ -57,6 +57,7 @@ async def test_a_snapshot_carries_the_queues_in_force(jslog: JetStreamLog) -> No
     queues = load_queues(EXAMPLE)
     loop = await _term(jslog, "A", queues, snapshot_every=1)
     await loop._snapshot(get_logger("test"))
+    await loop.snapshot_stored()
     found = await jslog.snapshots.latest(at_or_before=loop.last_seq)
     assert found is not None
     assert decode_snapshot(found[1]).queues == queues
