@@ -12,6 +12,7 @@ from eventlog.kube.duration import DurationError, parse_duration_ms
 from reconciler.commands.argtypes import positive_float, positive_int
 
 if TYPE_CHECKING:
+    from reconciler.simulate.nodes import CapacityModel
     from reconciler.simulate.readers import TraceFormat
     from reconciler.simulate.session import ProfileRun
 
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         except TenantError as err:
             print(f"kdispatch simulate: {err}", file=sys.stderr)
             return 2
-    models = ["totals", "nodes"] if args.capacity_model == "both" else [args.capacity_model or "nodes"]
+    models: list[CapacityModel] = ["totals", "nodes"] if args.capacity_model == "both" else [args.capacity_model or "nodes"]
     try:
         if args.workers is not None:
             from reconciler.simulate.nodes import node_workers

@@ -60,7 +60,9 @@ def run_profile(
     recorder = Recorder(gpu_resource=trace.gpu_resource)
     wasted = WastedPlacements(round_timeout_ms=profile.round_timeout_ms)
     estimates = StartEstimates(every=sampling_stride(len(trace.jobs))) if start_estimates else None
-    observers: list[Observer] = [recorder, wasted] + ([estimates] if estimates is not None else [])
+    observers: list[Observer] = [recorder, wasted]
+    if estimates is not None:
+        observers.append(estimates)
     queue_recorder = None
     if queues is not None:
         names = sorted({r for c in trace.clusters for r in c.capacity})
