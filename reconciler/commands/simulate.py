@@ -195,7 +195,13 @@ def run(args: argparse.Namespace) -> int:
         if args.workers is not None:
             from reconciler.simulate.nodes import node_workers
 
-            trace = node_workers(trace, workers=args.workers, scale=capacity_scale)
+            trace, left_out = node_workers(trace, workers=args.workers, scale=capacity_scale)
+            if left_out:
+                print(
+                    f"kdispatch simulate: warning: {left_out} jobs fit no worker's nodes even when empty and are "
+                    "left out (a larger --capacity-scale keeps more nodes)",
+                    file=sys.stderr,
+                )
         elif capacity_scale != 1.0:
             trace = scale_capacity(trace, capacity_scale)
         if args.time_scale is not None:
