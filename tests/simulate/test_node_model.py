@@ -142,3 +142,25 @@ def test_node_facts_stop_wasted_placements_on_a_fragmented_fleet(tmp_path: Path,
     # Deterministic: the same command prints the same tables.
     assert main(argv) == 0
     assert capsys.readouterr().out == printed
+
+
+def test_the_real_time_adapter_publishes_node_facts_with_their_own_message_ids() -> None:
+    """``SimCluster`` (demo/serve) passes the model's capacity reports on; a retry of one report
+    has the same id, a later report another."""
+    import asyncio
+
+    from reconciler.service.clusters.simulated import SimCluster
+
+    published: list[tuple[str, str]] = []
+
+    class Inbox:
+        async def report(self, event: ev.InputEvent, *, msg_id: str) -> None:
+            published.append((type(event).__name__, msg_id))
+
+    now = [5_000]
+    cluster = SimCluster(SimWorker("w", {GPU: 4000}, nodes=[node("a", 4)]), clock=lambda: now[0])
+    facts = cluster.model.advance(now[0])
+    asyncio.run(cluster._report(Inbox(), facts))
+    asyncio.run(cluster._report(Inbox(), facts))
+    assert published[0] == published[1] and published[0][0] == "ClusterCapacityReported"
+    assert published[0][1].startswith("cap/w/5000/")
