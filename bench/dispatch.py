@@ -11,8 +11,13 @@
 4. Tenancy: the dispatch world with 100 ClusterQueues in 10 cohorts (quota per queue, borrowing
    through the cohort, weighted fair order): decisions/s at 5,000 clusters, and the ratio to the
    same world without queues (floor: 2,000 decisions/s).
+5. Node facts (#15): the dispatch world where every cluster also reported 100 nodes as free-
+   capacity histograms (varied bins in four racks, a GPU product label), so NodeFit, TopologyFit
+   and TopologyScore judge every job on nodes: decisions/s and the ratio to the same clusters
+   and jobs without node facts, measured in the same run (floor: 0.8x).
 
-Run: ``.venv/bin/python bench/dispatch.py [--quick]``. The last line is the headline figure.
+Run: ``.venv/bin/python bench/dispatch.py [--quick] [--only node-facts]``. The last line is the
+headline figure.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import msgspec
 from eventlog import events as ev
 from reconciler.core import State, decide, fold, new_state
 from reconciler.core.framework.tolerations import tolerated
+from reconciler.core.nodes import node_arrays
 from reconciler.edge.percentile import percentile
 
 # The machine this runs on is shared: wall-clock time includes whatever else the scheduler ran
@@ -333,6 +339,82 @@ def bench_tenancy(n_clusters: int, n_jobs: int, *, seed: int = 7, n_queues: int 
             "waiting": waiting, "rate": len(decisions) / elapsed}
 
 
+def node_reports(
+    clusters: list[ev.ClusterRegistered], rng: random.Random, *, nodes: int = 100
+) -> list[ev.ClusterCapacityReported]:
+    """Per cluster ``nodes`` nodes in four racks, each node's free cpu/memory/GPUs drawn apart,
+    identical free vectors of a rack merged into one bin (as a worker reports them)."""
+    out = []
+    for c in clusters:
+        gpu = c.labels["gpu"]
+        per_node = rng.choice([1, 2, 4, 8]) if gpu != "none" else 0
+        racks: list[dict[tuple[int, int, int], int]] = [{} for _ in range(4)]
+        for n in range(nodes):
+            free = (rng.randrange(0, 64_001, 4_000), rng.choice([0, 64, 128, 256]) << 30, rng.randint(0, per_node))
+            racks[n % 4][free] = racks[n % 4].get(free, 0) + 1
+        groups = []
+        for r, bins in enumerate(racks):
+            labels = {"cloud.provider.com/rack": f"rack-{r}"}
+            if gpu != "none":
+                labels["nvidia.com/gpu.product"] = gpu
+            rows = []
+            for (cpu_free, mem_free, gpu_free), count in sorted(bins.items()):
+                free = {"cpu": cpu_free, "memory": mem_free}
+                if gpu_free:
+                    free["nvidia.com/gpu"] = gpu_free
+                rows.append(ev.FreeBin(count=count, free=free))
+            groups.append(ev.NodeGroup(id=f"rack-{r}", labels=labels, bins=rows))
+        levels = ["cloud.provider.com/rack"]
+        out.append(ev.ClusterCapacityReported(cluster=c.cluster, full=True, node_groups=groups, topology_levels=levels))
+    return out
+
+
+def bench_node_facts(n_clusters: int, n_jobs: int, *, seed: int = 7, chunks: int = 10) -> dict[str, float]:
+    """The dispatch world's throughput case, with and without every cluster's node histograms.
+    The two worlds decide the same jobs chunk by chunk, taking turns (which goes first
+    alternates), so a shared machine's load drifting during the run weighs on both alike."""
+    rng = random.Random(seed)
+    clusters = make_clusters(n_clusters, rng)
+    jobs = [make_job(i, rng) for i in range(n_jobs)]
+    reports = node_reports(clusters, random.Random(seed + 1))
+    out: dict[str, float] = {"clusters": n_clusters, "jobs": n_jobs}
+    leaders = {}
+    for facts in (False, True):
+        leader = Leader()
+        leader.inputs(list(clusters) + (list(reports) if facts else []))
+        leader.decide()
+        t0 = cpu()
+        node_arrays(leader.state.clusters)  # built once per facts version, not per decision
+        out["build_s" if facts else "build_none_s"] = cpu() - t0
+        leaders[facts] = leader
+    spent = {False: 0.0, True: 0.0}
+    made = {False: 0, True: 0}
+    nominated = {False: 0, True: 0}
+    size = -(-n_jobs // chunks)
+    for i, start in enumerate(range(0, n_jobs, size)):
+        for facts in ((False, True) if i % 2 == 0 else (True, False)):
+            leader = leaders[facts]
+            leader.inputs(list(jobs[start : start + size]))
+            t0 = cpu()
+            decisions = decide(leader.state)
+            spent[facts] += cpu() - t0
+            made[facts] += len(decisions)
+            nominated[facts] += sum(1 for d in decisions if isinstance(d, ev.Nominated))
+            for j, d in enumerate(decisions):
+                leader._fold(d, (j, len(decisions)))
+    out["rate"], out["base"] = made[True] / spent[True], made[False] / spent[False]
+    out["nominated"], out["nominated_base"] = nominated[True], nominated[False]
+    arrays = node_arrays(leaders[True].state.clusters)
+    out["rows"], out["nodes"] = len(arrays.row_slot), int(arrays.row_count.sum())
+    # One worker reports a change: only its rows are built again, the rest reassembled.
+    changed = ev.ClusterCapacityReported(cluster=reports[0].cluster, node_groups=[ev.NodeGroup(id="rack-0")])
+    leaders[True].inputs([changed])
+    t0 = cpu()
+    node_arrays(leaders[True].state.clusters)
+    out["rebuild_s"] = cpu() - t0
+    return out
+
+
 def _placed_world(n_clusters: int, n_jobs: int, *, rng: random.Random, small: bool) -> Leader:
     """``n_jobs`` admitted jobs; with ``small`` they all sit on cluster-00000 first."""
     leader = Leader()
@@ -399,10 +481,34 @@ def bench_preemption(*, n_clusters: int = 1_000, n_jobs: int = 50_000, trials: i
     return {"running": running, "claims": claims, "p50_ms": percentile(times, 50), "max_ms": max(times)}
 
 
+def _print_node_facts(nf: dict[str, float]) -> bool:
+    print("== node facts: every cluster reports 100 nodes as free-capacity histograms")
+    print(f"{nf['clusters']:.0f} clusters, {nf['nodes']:.0f} nodes in {nf['rows']:.0f} bins, {nf['jobs']:.0f} jobs: "
+          f"{nf['rate']:.0f} decisions/s with node facts, {nf['base']:.0f} without ({nf['rate'] / nf['base']:.2f}x, "
+          f"floor 0.8x); nominated {nf['nominated']:.0f} (without: {nf['nominated_base']:.0f}); "
+          f"node arrays built in {nf['build_s'] * 1000:.0f} ms, again after one worker's report in "
+          f"{nf['rebuild_s'] * 1000:.0f} ms")
+    if nf["rate"] < 0.8 * nf["base"]:
+        print(f"   FLOOR MISSED: {nf['rate'] / nf['base']:.2f}x < 0.8x with node facts")
+        return False
+    return True
+
+
+def node_facts_case(scale: int) -> int:
+    nf = bench_node_facts(5_000 // scale, 10_000 // scale)
+    ok = _print_node_facts(nf)
+    print(f"HEADLINE: {nf['rate']:.0f} decisions/s at {nf['clusters']:.0f} clusters with node facts, "
+          f"{nf['rate'] / nf['base']:.2f}x without" + ("" if ok else " [FLOORS MISSED]"))
+    return 0 if ok else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller worlds (for a smoke run)")
+    parser.add_argument("--only", choices=["node-facts"], help="run only this case")
     args = parser.parse_args()
+    if args.only == "node-facts":
+        return node_facts_case(10 if args.quick else 1)
     scale = 10 if args.quick else 1
     ok = True
     wall0, cpu0 = time.perf_counter(), cpu()
@@ -447,13 +553,16 @@ def main() -> int:
         ok = False
         print(f"   FLOOR MISSED: {t['rate']:.0f} decisions/s < 2,000 with 100 ClusterQueues")
 
+    nf = bench_node_facts(5_000 // scale, 10_000 // scale)
+    ok &= _print_node_facts(nf)
+
     print(f"(CPU time throughout; this run: {cpu() - cpu0:.1f} s CPU in {time.perf_counter() - wall0:.1f} s wall)")
     r = results[5_000]
     print(
         f"HEADLINE: {r['rate']:.0f} decisions/s at {r['clusters']} clusters "
         f"({r['rate'] / r['naive_rate']:.0f}x naive), p99 {results[1_000]['p99_ms']:.2f} ms at 1,000 clusters, "
         f"re-place {w['placed']} in {w['seconds'] * 1000:.0f} ms, preempt {p['max_ms']:.1f} ms, "
-        f"{t['rate']:.0f} decisions/s with 100 queues"
+        f"{t['rate']:.0f} decisions/s with 100 queues, {nf['rate'] / nf['base']:.2f}x with node facts"
         + ("" if ok else " [FLOORS MISSED]")
     )
     return 0 if ok else 1

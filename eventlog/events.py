@@ -257,6 +257,10 @@ class NodeGroup(Struct, frozen=True, omit_defaults=True, gc=False):
     labels: dict[str, str] = field(default_factory=dict)  # the labels that matter (topology, GPU model, ...)
     taints: list[Taint] = field(default_factory=list)
     bins: list[FreeBin] = field(default_factory=list)  # empty: the group has no node any more
+    # What one node of the group holds when empty (its allocatable; the largest in the group).
+    # Optional: with it, a pod no node could ever hold is told apart from one that waits for
+    # room (preemption is not tried for the first). Empty = unknown.
+    allocatable: Resources = field(default_factory=dict)
 
 
 class QuotaFact(Struct, frozen=True, omit_defaults=True, gc=False):

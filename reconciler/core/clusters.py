@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from msgspec import Struct, field
 
 from eventlog.events import Resources, Taint
+from reconciler.core.facts import ClusterFacts
 from reconciler.core.resources import ResourceIndex, Vec
 
 READY = "Ready"
@@ -38,6 +40,7 @@ class ClusterRecord(Struct, kw_only=True):
     heard_while_lost: bool = False  # a heartbeat came after ClusterLost: recover it
     lost_timeout_ms: int | None = None  # per-cluster override
     taint_since_ms: dict[str, int] = field(default_factory=dict)  # NoExecute taint -> added at
+    facts: ClusterFacts | None = None  # what the worker reported it can run (nodes, its Kueue)
 
 
 def taint_id(t: Taint) -> str:
@@ -82,6 +85,11 @@ class ClusterTable:
         self.taint_ids: list[str] = []
         self.taint_matrix: Mask = np.zeros((0, 0), dtype=np.bool_)
         self.names: list[str] = []
+        # Bumps when a worker's capacity facts change (``ClusterCapacityReported``): arrays
+        # derived from the facts (``reconciler.core.nodes``, ``.workerqueues``) are rebuilt on
+        # (version, facts_version), so heartbeats never rebuild them.
+        self.facts_version = 0
+        self.derived: dict[str, tuple[tuple[int, int], Any]] = {}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -103,6 +111,10 @@ class ClusterTable:
             self.records[slot] = record
         self.touch()
         return slot
+
+    def set_facts(self, slot: int, facts: ClusterFacts) -> None:
+        self.records[slot].facts = facts
+        self.facts_version += 1
 
     def seen(self, slot: int, at_ms: int) -> None:
         self.records[slot].last_seen_ms = at_ms

@@ -139,11 +139,13 @@ class _Books:
         if not copy.counted and copy.cluster in self.s.state.clusters.index:
             self.s.assume(copy.cluster, job.job.demand)
             copy.counted = True
+            self.s.copy_counted(job.job, copy)
 
     def uncount(self, job: Draft, copy: Copy) -> None:
         if copy.counted:
             copy.counted = False
             self.s.release(copy.cluster, job.job.demand)
+            self.s.copy_done(job.job, copy.cluster, copy.attempt)
 
     def add_copy(self, job: Draft, *, cluster: str, attempt: int, state: str) -> Copy:
         copy = job.copy(cluster, attempt)

@@ -87,6 +87,7 @@ def explain(state: State, job_key: str) -> JobExplanation:
     for copy in job.copies:  # judge the clusters as if this job were not there yet
         if copy.counted:
             s.release(copy.cluster, job.demand)
+            s.copy_done(job, copy.cluster, copy.attempt)
     table = state.clusters
     evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, full=True)
     rank = {int(slot): i for i, slot in enumerate(evaluation.ranked)}

@@ -18,6 +18,7 @@ import msgspec
 from eventlog import events as ev
 from reconciler.core import phases, transitions
 from reconciler.core.clusters import LOST, READY, REMOVED, ClusterRecord, taint_id
+from reconciler.core.fold_capacity import capacity_reported
 from reconciler.core.framework.tolerations import eviction_delay_ms
 from reconciler.core.jobs import Claim, JobRecord, Report, gang_demand
 from reconciler.core.queues.admit import draining
@@ -115,8 +116,10 @@ def _job(state: State, ref: ev.JobRef) -> JobRecord | None:
 # ---- manager-side inputs ----------------------------------------------------------------------
 
 
-def _spec_key(placement: ev.Placement, demand: ev.Resources) -> bytes:
-    return _placement_encoder.encode((placement, demand))
+def _spec_key(job: ev.JobRef, placement: ev.Placement, pod_sets: list[ev.PodSet], queue: str | None) -> bytes:
+    # Jobs with equal keys get equal verdicts from every filter: the pod sets (shape and node
+    # constraints) and the LocalQueue they land in on a worker count, not only the sums.
+    return _placement_encoder.encode((placement, pod_sets, job.namespace, queue))
 
 
 def _submitted(state: State, e: ev.JobSubmitted) -> None:
@@ -129,7 +132,7 @@ def _submitted(state: State, e: ev.JobSubmitted) -> None:
         ref=e.job,
         pod_sets=list(e.pod_sets),
         demand=demand,
-        spec_key=_spec_key(e.placement, demand),
+        spec_key=_spec_key(e.job, e.placement, list(e.pod_sets), e.queue),
         event_priority=e.priority,
         priority_class=e.priority_class,
         placement=e.placement,
@@ -168,7 +171,7 @@ def _updated(state: State, e: ev.JobUpdated) -> None:
             state.uncount(job, c)
         job.pod_sets = list(e.pod_sets)
         job.demand = gang_demand(job.pod_sets)
-        job.spec_key = _spec_key(job.placement, job.demand)
+        job.spec_key = _spec_key(job.ref, job.placement, job.pod_sets, job.queue)
         for c in counted:
             state.count(job, c)
         if job.charge is not None:  # the quota it holds follows its demand, in the same flavors
@@ -217,6 +220,7 @@ def _registered(state: State, e: ev.ClusterRegistered | ev.ClusterUpdated) -> No
         heard_while_lost=old.heard_while_lost if old else False,
         lost_timeout_ms=e.worker_lost_timeout_ms,
         taint_since_ms=since,
+        facts=old.facts if old and old.health != REMOVED else None,
     )
     table.upsert(record)
     state.help = True
@@ -447,6 +451,7 @@ _HANDLERS: dict[type, Callable[[State, Any], None]] = {
     ev.ClusterUpdated: _registered,
     ev.ClusterRemoved: _removed,
     ev.ClusterHeartbeat: _heartbeat,
+    ev.ClusterCapacityReported: capacity_reported,
     ev.RemoteCreated: _remote_created,
     ev.RemoteAdmitted: _remote_created,
     ev.RemoteRejected: _report("rejected"),

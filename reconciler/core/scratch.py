@@ -13,13 +13,16 @@ import numpy.typing as npt
 
 from eventlog import events as ev
 from eventlog.events import Resources
+from reconciler.core import phases
 from reconciler.core.clusters import LOST, READY, REMOVED, Mask
 from reconciler.core.framework.interface import CycleInput, JobView
-from reconciler.core.jobs import Charge, Claim, JobRecord
+from reconciler.core.inflight import InFlight
+from reconciler.core.jobs import Charge, Claim, Copy, JobRecord
 from reconciler.core.pool import RunningPool
 from reconciler.core.queues.admit import queue_of
 from reconciler.core.queues.usage import Usage
 from reconciler.core.state import State, charge_for
+from reconciler.core.workerqueues import worker_queues
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Scratch:
     quota_freed: set[str] = field(default_factory=set)
     _holds: dict[str, tuple[int, npt.NDArray[np.int64]]] = field(default_factory=dict)
     _pool: tuple[int, RunningPool] | None = None
+    _in_flight: InFlight | None = None
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -216,7 +220,59 @@ class Scratch:
             free=self.free_for(job),
             ready=self.ready,
             now_ms=self.now,
+            in_flight=self.in_flight(),
         )
+
+    # ---- copies a worker's Kueue does not count yet (reconciler.core.inflight) ---------------
+
+    def in_flight(self) -> InFlight | None:
+        """Built on first use from the state's copies; None while no worker reported queues."""
+        if self._in_flight is not None:
+            return self._in_flight
+        table = self.state.clusters
+        queues = worker_queues(table)
+        if not queues.kueue.any():
+            return None
+        flight = InFlight()
+        for slot in np.flatnonzero(queues.kueue):
+            name = table.names[slot]
+            for key in self.state.by_cluster.get(name, {}):
+                job = self.state.jobs[key]
+                for c in job.copies:
+                    if c.cluster == name and c.counted and c.state in IN_FLIGHT:
+                        flight.add(
+                            (key, name, c.attempt),
+                            slot=int(slot),
+                            local_queue=local_queue(job),
+                            demand=table.vector(job.demand),
+                        )
+        self._in_flight = flight
+        return flight
+
+    def copy_counted(self, job: JobRecord, copy: Copy) -> None:
+        if copy.state in IN_FLIGHT and (flight := self.in_flight()) is not None:
+            table = self.state.clusters
+            flight.add(
+                (job.key, copy.cluster, copy.attempt),
+                slot=table.index[copy.cluster],
+                local_queue=local_queue(job),
+                demand=table.vector(job.demand),
+            )
+
+    def copy_done(self, job: JobRecord, cluster: str, attempt: int) -> None:
+        """The copy stopped counting. A copy placed in this pass stays in flight until the pass
+        ends (the next pass sees it admitted): within a pass, headroom only shrinks, which lets
+        dispatch skip specs that already failed in it."""
+        if (flight := self.in_flight()) is not None:
+            flight.remove((job.key, cluster, attempt))
+
+
+IN_FLIGHT = (phases.COPY_NOMINATED, phases.COPY_CREATED)
+
+
+def local_queue(job: JobRecord) -> str:
+    """The LocalQueue a remote copy of the job lands in on a worker: its own, in its namespace."""
+    return f"{job.ref.namespace}/{job.queue or 'default'}"
 
 
 _key_encoder = msgspec.msgpack.Encoder()
@@ -237,6 +293,10 @@ def job_view(state: State, job: JobRecord) -> JobView:
     if cached is not None and cached[0] == table.version and cached[1] is job.spec_key and cached[2] == job.priority:
         return cached[3]
     missing = tuple(k for k in job.demand if k not in table.resources.index)
+    vec = table.vector
+    pod_vecs = np.array([vec(ps.requests) for ps in job.pod_sets], dtype=np.int64).reshape(
+        len(job.pod_sets), len(table.resources)
+    )
     view = JobView(
         key=job.key,
         uid=job.ref.uid,
@@ -246,6 +306,12 @@ def job_view(state: State, job: JobRecord) -> JobView:
         demand_vec=table.vector(job.demand),
         missing=missing,
         static_key=static_key(job),
+        namespace=job.ref.namespace,
+        queue=job.queue or "default",
+        pod_sets=tuple(job.pod_sets),
+        pod_vecs=pod_vecs,
+        spec_key=job.spec_key,
+        pods_key=_key_encoder.encode(job.pod_sets),
     )
     if len(views) > 200_000:
         views.clear()

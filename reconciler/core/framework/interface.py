@@ -15,9 +15,10 @@ import numpy as np
 import numpy.typing as npt
 from msgspec import Struct
 
-from eventlog.events import Placement, Resources
+from eventlog.events import Placement, PodSet, Resources
 from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.status import Reason
+from reconciler.core.inflight import InFlight
 from reconciler.core.resources import Vec
 
 Codes = npt.NDArray[np.int32]
@@ -39,6 +40,13 @@ class JobView:
     demand_vec: Vec  # the same as a row over the table's resource columns
     missing: tuple[str, ...]  # demanded resources that no cluster has ever declared
     static_key: bytes = b""  # what static filters depend on: selector, required terms, tolerations, pins, demand
+    # The pods themselves, for plugins that look inside a worker (nodes, its Kueue queues):
+    namespace: str = ""
+    queue: str = "default"  # the LocalQueue the remote copy lands in on a worker
+    pod_sets: tuple[PodSet, ...] = ()
+    pod_vecs: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))  # per pod
+    spec_key: bytes = b""  # everything above that a verdict can depend on (pure memo key)
+    pods_key: bytes = b""  # the pod sets alone (memo key of verdicts that depend only on them)
 
 
 @dataclass
@@ -51,6 +59,9 @@ class CycleInput:
     free: npt.NDArray[np.int64]
     ready: npt.NDArray[np.bool_]
     now_ms: int
+    # Our copies sent to workers' Kueue and not admitted there yet (None: no worker reported
+    # queues, or the caller does not track them).
+    in_flight: InFlight | None = None
 
 
 @dataclass

@@ -28,11 +28,18 @@ DEFAULT_PROFILE = Profile(
         FilterSpec(name="ClusterTaints"),
         FilterSpec(name="ClusterFeasibility"),
         FilterSpec(name="ClusterHeadroom"),
+        # Capacity as the worker reports it (nodes, its Kueue queues); a worker that reported
+        # none passes, so logs recorded before these facts existed decide as they did.
+        FilterSpec(name="WorkerQueueFit"),
+        FilterSpec(name="NodeFit"),
+        FilterSpec(name="TopologyFit"),
     ],
     scores=[
         ScoreSpec(name="ClusterAffinityScore", weight=2),
         ScoreSpec(name="ClusterTaintScore", weight=1),
         ScoreSpec(name="CapacityScore", weight=1),
+        ScoreSpec(name="TopologyScore", weight=1),
+        ScoreSpec(name="GangScore", weight=1),
     ],
     strategy=StrategySpec(type="TopK", k=1, nominated_hold="all"),
     round_timeout_ms=60_000,

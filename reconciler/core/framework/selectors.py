@@ -1,15 +1,22 @@
-"""Label selector evaluation over all clusters at once (shared by selector and affinity plugins)."""
+"""Label selector evaluation over all clusters at once (shared by selector and affinity plugins),
+or over anything else that indexes labels the same way (a worker's node groups)."""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 
 from eventlog.events import MatchExpression, SelectorTerm
-from reconciler.core.clusters import ClusterTable, Mask
+from reconciler.core.clusters import LabelColumn, Mask
 from reconciler.core.framework.interface import Slots
 
 
-def expression_mask(table: ClusterTable, expr: MatchExpression, *, slots: Slots) -> Mask:
+class Labelled(Protocol):
+    def label(self, key: str) -> LabelColumn: ...
+
+
+def expression_mask(table: Labelled, expr: MatchExpression, *, slots: Slots) -> Mask:
     column = table.label(expr.key)
     op = expr.operator
     if op == "In":
@@ -33,7 +40,7 @@ def expression_mask(table: ClusterTable, expr: MatchExpression, *, slots: Slots)
         return np.asarray(numeric < bound)
 
 
-def term_mask(table: ClusterTable, term: SelectorTerm, *, slots: Slots) -> Mask:
+def term_mask(table: Labelled, term: SelectorTerm, *, slots: Slots) -> Mask:
     """An AND of expressions; an empty term matches nothing (as in Kubernetes node affinity)."""
     if not term.match_expressions:
         return np.zeros(len(slots), dtype=np.bool_)
@@ -43,7 +50,7 @@ def term_mask(table: ClusterTable, term: SelectorTerm, *, slots: Slots) -> Mask:
     return mask
 
 
-def terms_mask(table: ClusterTable, terms: list[SelectorTerm], *, slots: Slots) -> Mask:
+def terms_mask(table: Labelled, terms: list[SelectorTerm], *, slots: Slots) -> Mask:
     """An OR of terms."""
     mask = np.zeros(len(slots), dtype=np.bool_)
     for term in terms:

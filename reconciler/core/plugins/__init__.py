@@ -10,11 +10,15 @@ from reconciler.core.framework.interface import Plugin
 from reconciler.core.framework.registry import Registry
 from reconciler.core.plugins.affinity import ClusterAffinity, ClusterAffinityScore
 from reconciler.core.plugins.capacity import BinPack, CapacityScore, ClusterFeasibility, ClusterHeadroom
+from reconciler.core.plugins.gang import GangScore
 from reconciler.core.plugins.health import ClusterHealth
 from reconciler.core.plugins.locality import LocalityScore
+from reconciler.core.plugins.nodefit import NodeFit
 from reconciler.core.plugins.pinning import ClusterPinning
 from reconciler.core.plugins.selector import ClusterSelector
 from reconciler.core.plugins.taints import ClusterTaints, ClusterTaintScore
+from reconciler.core.plugins.topology import TopologyFit, TopologyScore
+from reconciler.core.plugins.workerqueue import WorkerQueueFit
 
 BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     ClusterHealth,
@@ -29,6 +33,11 @@ BUILTIN_PLUGINS: tuple[type[Plugin], ...] = (
     CapacityScore,
     BinPack,
     LocalityScore,
+    NodeFit,
+    WorkerQueueFit,
+    TopologyFit,
+    TopologyScore,
+    GangScore,
 )
 
 BUILTINS = Registry(BUILTIN_PLUGINS)
