@@ -294,7 +294,11 @@ class NodePool:
 
     def _group(self, gid: str, bins: list[FreeBin]) -> NodeGroup:
         labels, taints = self._group_meta[gid]
-        return NodeGroup(id=gid, labels=dict(labels), taints=list(taints), bins=bins)
+        # What the group's largest node holds when empty (per resource), so that a pod no node
+        # could ever hold is told apart from one that waits for room.
+        peak = self.allocatable[self._groups[gid]].max(axis=0)
+        allocatable = {r: int(peak[c]) for c, r in enumerate(self.resources)}
+        return NodeGroup(id=gid, labels=dict(labels), taints=list(taints), bins=bins, allocatable=allocatable)
 
     def full_report(self, cluster: str) -> ClusterCapacityReported:
         self._dirty.clear()
