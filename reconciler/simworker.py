@@ -42,6 +42,7 @@ Nothing is scanned per tick; node fits are one numpy comparison over the worker'
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Literal, NamedTuple
@@ -283,13 +284,12 @@ class NodePool:
 
     def _bins(self, gid: str) -> list[FreeBin]:
         rows = self.free[self._groups[gid]]
-        rounded = rows // self._steps * self._steps
-        values, counts = np.unique(rounded, axis=0, return_counts=True)
+        # A group is a few nodes to a few hundred: counting tuples beats np.unique(axis=0) here.
+        counts = Counter(map(tuple, (rows // self._steps * self._steps).tolist()))
         # Most free first: the order a reader scans for a fit.
-        order = sorted(range(len(values)), key=lambda i: tuple(-int(v) for v in values[i]))
         return [
-            FreeBin(count=int(counts[i]), free={r: int(values[i][c]) for c, r in enumerate(self.resources)})
-            for i in order
+            FreeBin(count=n, free=dict(zip(self.resources, values, strict=True)))
+            for values, n in sorted(counts.items(), key=lambda item: tuple(-v for v in item[0]))
         ]
 
     def _group(self, gid: str, bins: list[FreeBin]) -> NodeGroup:
