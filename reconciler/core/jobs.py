@@ -60,7 +60,7 @@ class JobRecord(Struct, kw_only=True):
     ref: JobRef
     pod_sets: list[PodSet]
     demand: Resources
-    spec_key: bytes  # placement + demand, for caching static filter verdicts
+    spec_key: bytes  # placement, pod sets, namespace and queue: jobs with equal keys get equal verdicts
     event_priority: int = 0
     priority_class: str | None = None
     priority: int = 0

@@ -48,6 +48,7 @@ class Scratch:
     _holds: dict[str, tuple[int, npt.NDArray[np.int64]]] = field(default_factory=dict)
     _pool: tuple[int, RunningPool] | None = None
     _in_flight: InFlight | None = None
+    _no_kueue: bool = False  # no worker reported queues (the table does not change in a pass)
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -227,11 +228,12 @@ class Scratch:
 
     def in_flight(self) -> InFlight | None:
         """Built on first use from the state's copies; None while no worker reported queues."""
-        if self._in_flight is not None:
+        if self._in_flight is not None or self._no_kueue:
             return self._in_flight
         table = self.state.clusters
         queues = worker_queues(table)
         if not queues.kueue.any():
+            self._no_kueue = True
             return None
         flight = InFlight()
         for slot in np.flatnonzero(queues.kueue):

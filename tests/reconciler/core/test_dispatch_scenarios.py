@@ -140,7 +140,13 @@ def test_explain_lists_every_cluster_with_verdict_or_scores() -> None:
     assert [r.plugin for r in by_name["us"].rejections] == ["ClusterSelector"]
     assert by_name["us"].rejections[0].reason == "label region=eu missing"
     assert by_name["tiny"].rejections[0].plugin == "ClusterFeasibility"
-    assert {s.plugin for s in by_name["eu"].scores} == {"ClusterAffinityScore", "ClusterTaintScore", "CapacityScore"}
+    assert {s.plugin for s in by_name["eu"].scores} == {
+        "ClusterAffinityScore",
+        "ClusterTaintScore",
+        "CapacityScore",
+        "TopologyScore",
+        "GangScore",
+    }
 
 
 def test_explain_does_not_count_the_job_against_itself() -> None:

@@ -1,15 +1,18 @@
-"""NodeFit against a brute-force packer on small worlds: every fit it accepts really packs, and
-for one pod set it is exact."""
+"""NodeFit and TopologyFit against a brute-force packer on small worlds: every fit NodeFit accepts
+really packs; for one pod set both are exact."""
 
 from __future__ import annotations
 
 import os
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from eventlog import events as ev
 from reconciler.core.nodes import node_arrays
 from reconciler.core.plugins.nodefit import node_fit
+from reconciler.core.plugins.topology import topology_fit
 from reconciler.core.scratch import job_view
 from tests.reconciler.core.capacity import GPU, gang, group, pods, report
 from tests.reconciler.core.harness import Harness, cluster
@@ -113,3 +116,34 @@ def test_brute_force_packer_sanity() -> None:
     assert packable([(8, 1)] * 8, [(1, (1, 1))])
     assert not packable([(8, 1)] * 8, [(1, (1, 8))])
     assert packable([(4, 4), (4, 4)], [(2, (2, 2)), (2, (2, 2))])
+
+
+@EXAMPLES
+@given(
+    racks=st.lists(bins_st, min_size=1, max_size=3),
+    one=pod_set_st,
+)
+def test_a_required_topology_level_is_one_domain_holding_the_set(
+    racks: list[list[tuple[int, tuple[int, int]]]], one: tuple[int, int, int, int]
+) -> None:
+    rack = "cloud.provider.com/rack"
+    h = Harness()
+    h.inputs(cluster("w", cpu=1000, gpu=1000))
+    groups = [
+        group(f"r{i}", *[(count, {"cpu": c, GPU: g}) for count, (c, g) in rows], labels={rack: f"r{i % 2}"})
+        for i, rows in enumerate(racks)
+    ]
+    h.inputs(report("w", *groups))
+    count, m, c, g = one
+    ps = msgspec.structs.replace(
+        pods("s", count, min_count=min(m, count) or None, cpu=c, gpu=g),
+        topology=ev.TopologyRequest(required=rack),
+    )
+    h.inputs(gang("j", ps))
+    view = job_view(h.state, h.state.jobs["team/j"])
+    codes, _ = topology_fit(view, node_arrays(h.state.clusters))
+    domains: dict[str, list[tuple[int, int]]] = {}
+    for i, rows in enumerate(racks):
+        domains.setdefault(f"r{i % 2}", []).extend(_nodes(rows))
+    expected = any(packable(nodes, _needs([one])) for nodes in domains.values())
+    assert (int(codes[0]) == 0) == expected, (racks, one)
