@@ -167,3 +167,28 @@ def test_the_real_time_adapter_publishes_node_facts_with_their_own_message_ids()
     asyncio.run(cluster._report(Inbox(), facts))
     assert published[0] == published[1] and published[0][0] == "ClusterCapacityReported"
     assert published[0][1].startswith("cap/w/5000/")
+
+
+def test_a_placement_is_wasted_only_when_the_worker_kept_it_past_the_round_timeout() -> None:
+    from reconciler.simulate.wasted import WastedPlacements
+
+    wasted = WastedPlacements(round_timeout_ms=60_000)
+    refs = {n: ev.JobRef(namespace="t", name=n, uid=f"u-{n}") for n in ("fast", "lost-race", "timed-out", "late")}
+    seq = iter(range(1, 100))
+
+    def at(ms: int, event: ev.AnyEvent) -> None:
+        wasted.observe(ev.LogEntry(seq=next(seq), at_ms=ms, event=event))
+
+    for ref in refs.values():
+        at(0, ev.Nominated(job=ref, clusters=["a", "b"], attempt=1))
+    at(1_000, ev.RemoteAdmitted(job=refs["fast"], cluster="a", attempt=1))
+    at(1_000, ev.Withdrawn(job=refs["fast"], cluster="b", attempt=1))  # lost the race: not counted
+    at(2_000, ev.RemoteAdmitted(job=refs["lost-race"], cluster="b", attempt=1))
+    at(2_000, ev.Withdrawn(job=refs["lost-race"], cluster="a", attempt=1))
+    at(60_000, ev.Withdrawn(job=refs["timed-out"], cluster="a", attempt=1))  # at the timeout: wasted
+    at(60_000, ev.Withdrawn(job=refs["timed-out"], cluster="b", attempt=1))
+    at(61_000, ev.RemoteAdmitted(job=refs["late"], cluster="a", attempt=1))  # after it: wasted
+    at(61_000, ev.Withdrawn(job=refs["late"], cluster="b", attempt=1))
+    assert wasted.results() == {
+        "count": 2, "share_pct": 50.0, "copies": 4, "jobs_sent": 4, "round_timeout_s": 60.0,
+    }

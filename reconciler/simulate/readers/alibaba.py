@@ -11,7 +11,9 @@ Mapping (see docs/simulate.md):
   num_gpu x gpu_milli) because 3,078 tasks share a GPU;
 - ``gpu_spec`` ("V100M16|V100M32") becomes a required cluster affinity on the GPU model;
 - priority class from ``qos``; runtime = deletion - scheduled; a task that never ran (Pending)
-  keeps its lifetime as runtime and is deleted by its user at ``deletion_time``.
+  keeps its lifetime as runtime and is deleted by its user at ``deletion_time``;
+- the GPU node list beside the pod list, node by node, is ``Trace.nodes``: ``--workers`` builds
+  workers of real nodes from it (``reconciler.simulate.nodes``).
 """
 
 from __future__ import annotations
