@@ -192,3 +192,23 @@ def test_a_placement_is_wasted_only_when_the_worker_kept_it_past_the_round_timeo
     assert wasted.results() == {
         "count": 2, "share_pct": 50.0, "copies": 4, "jobs_sent": 4, "round_timeout_s": 60.0,
     }
+
+
+def test_a_job_only_totals_think_fits_does_not_keep_the_run_going_for_ever() -> None:
+    """Two 4-GPU nodes, totals 8 GPUs, one 8-GPU pod, workers reporting totals only: TopK sends it
+    round and round. Nothing runs and nothing else will happen, so the run ends after the idle
+    horizon with the job unfinished (``simulate.nodes`` leaves such jobs out of real traces)."""
+    from reconciler.simulate.profiles import PolicyDefaults, default_profiles
+    from reconciler.simulate.runner import CoreApi
+    from reconciler.simulate.session import run_profile
+    from reconciler.simulate.trace import Trace, TraceCluster, TraceJob
+
+    nodes = [node("a", 4), node("b", 4)]
+    cluster = TraceCluster(name="w", capacity={"cpu": 64_000, "memory": 256 * GIB, GPU: 8000}, nodes=nodes,
+                           report_nodes=False)
+    job = TraceJob(name="big", submit_ms=0, runtime_ms=1000, pod_sets=[pods(1, 8)])
+    trace = Trace(jobs=[job], clusters=[cluster], gpu_resource=GPU)
+    topk = next(p for p in default_profiles() if p.name == "topk-1")
+    res = run_profile(trace, profile=topk, settings=PolicyDefaults(), core=CoreApi.real()).results
+    assert res["unfinished"] == 1 and res["placed"] == 0
+    assert res["wasted_placements"]["count"] == 1 and res["wasted_placements"]["copies"] > 10
