@@ -52,6 +52,12 @@ FIGURES = [
     Figure("alibaba-summary", ("--trace", ALIBABA), sections=(0, 1)),
     Figure("alibaba-admission-10s", ("--trace", ALIBABA, "--admission-latency", "10s"), sections=(0, 1, 2)),
     Figure("alibaba-as-recorded", ("--trace", ALIBABA, "--capacity-scale", "1"), sections=(0, 1)),
+    # Workers with real nodes (--workers): wasted placements without and with node facts.
+    Figure(
+        "alibaba-nodes",
+        ("--trace", ALIBABA, "--workers", "4", "--capacity-model", "both", "--limit", "1000", "--capacity-scale", "0.015"),
+        sections=(0, 4),
+    ),
     # What a waiting copy holds, varied (the profiles' own file).
     Figure("alibaba-holds", ("--trace", ALIBABA, "--profile", "docs/simulate-holds.yaml"), sections=(0, 1)),
 ]

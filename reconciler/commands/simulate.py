@@ -12,6 +12,7 @@ from eventlog.kube.duration import DurationError, parse_duration_ms
 from reconciler.commands.argtypes import positive_float, positive_int
 
 if TYPE_CHECKING:
+    from reconciler.simulate.nodes import CapacityModel
     from reconciler.simulate.readers import TraceFormat
     from reconciler.simulate.session import ProfileRun
 
@@ -71,6 +72,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--save-logs",
         action="store_true",
         help="with --out: also write each profile's log as log-NAME.jsonl.gz (for replay/explain --file)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="split the trace's node list (the Alibaba trace's GPU nodes) into N workers with real nodes; "
+        "--capacity-scale then keeps that share of the nodes (default: one pool per GPU model)",
+    )
+    parser.add_argument(
+        "--capacity-model",
+        choices=("nodes", "totals", "both"),
+        help="with --workers: the workers report their nodes to the core (nodes, the default), only their "
+        "usage (totals), or run every profile both ways (both)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -145,6 +159,12 @@ def run(args: argparse.Namespace) -> int:
     if args.tenant_mix is not None and args.queues is None:
         print("kdispatch simulate: --tenant-mix splits the trace among the LocalQueues of --queues; give --queues PATH", file=sys.stderr)
         return 2
+    if args.capacity_model is not None and args.workers is None:
+        print("kdispatch simulate: --capacity-model applies to workers with nodes; give --workers N", file=sys.stderr)
+        return 2
+    if args.workers is not None and args.clusters is not None:
+        print("kdispatch simulate: --workers builds the clusters from the trace's node list; drop --clusters", file=sys.stderr)
+        return 2
     if args.save_logs and args.out is None:
         print("kdispatch simulate: --save-logs writes into the --out directory; give --out DIR", file=sys.stderr)
         return 2
@@ -170,8 +190,19 @@ def run(args: argparse.Namespace) -> int:
         except TenantError as err:
             print(f"kdispatch simulate: {err}", file=sys.stderr)
             return 2
+    models: list[CapacityModel] = ["totals", "nodes"] if args.capacity_model == "both" else [args.capacity_model or "nodes"]
     try:
-        if capacity_scale != 1.0:
+        if args.workers is not None:
+            from reconciler.simulate.nodes import node_workers
+
+            trace, left_out = node_workers(trace, workers=args.workers, scale=capacity_scale)
+            if left_out:
+                print(
+                    f"kdispatch simulate: warning: {left_out} jobs fit no worker's nodes even when empty and are "
+                    "left out (a larger --capacity-scale keeps more nodes)",
+                    file=sys.stderr,
+                )
+        elif capacity_scale != 1.0:
             trace = scale_capacity(trace, capacity_scale)
         if args.time_scale is not None:
             trace = scale_time(trace, args.time_scale)
@@ -195,16 +226,25 @@ def run(args: argparse.Namespace) -> int:
         return 2
     core = CoreApi.real(plugins.registry)
     runs: list[ProfileRun] = []
-    for profile, settings in profiles:
+    from reconciler.simulate.nodes import with_capacity_model
+
+    runs_of = [
+        (profile, settings, model if args.workers is not None else None)
+        for profile, settings in profiles
+        for model in (models if args.workers is not None else [None])
+    ]
+    for profile, settings, model in runs_of:
+        name = profile.name if model is None or len(models) == 1 else f"{profile.name}@{model}"
         started, cpu_started = time.perf_counter(), time.process_time()
-        log_path = args.out / f"log-{profile.name}.jsonl.gz" if args.save_logs and args.out is not None else None
+        log_path = args.out / f"log-{name}.jsonl.gz" if args.save_logs and args.out is not None else None
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         with Progress(
-            total=len(trace.jobs), label=profile.name, unit="jobs submitted", threshold=0, enabled=not args.quiet
+            total=len(trace.jobs), label=name, unit="jobs submitted", threshold=0, enabled=not args.quiet
         ) as progress:
             result = run_profile(
-                trace,
+                trace if model is None else with_capacity_model(trace, model),
+                name=name,
                 profile=profile,
                 settings=settings,
                 core=core,
@@ -226,6 +266,10 @@ def run(args: argparse.Namespace) -> int:
         "limit": args.limit,
         "admission_latency_ms": sorted({c.admission_latency_ms for c in trace.clusters}),
     }
+    if args.workers is not None:
+        from reconciler.simulate.nodes import node_count
+
+        run_settings.update({"workers": args.workers, "nodes": node_count(trace), "capacity_models": models})
     doc = results_document(trace, runs, settings=run_settings)
     print(_header(doc, defaulted=args.capacity_scale is None and capacity_scale != 1.0))
     print(profiles_table(doc["profiles"]))
@@ -241,6 +285,13 @@ def run(args: argparse.Namespace) -> int:
 
         print()
         print(queues_table(doc["profiles"]))
+    if args.workers is not None:
+        from reconciler.simulate.report import floor_lines, wasted_table
+
+        print()
+        print(wasted_table(doc["profiles"]))
+        for line in floor_lines(doc["profiles"]):
+            print(line)
     for line in _goal_lines(doc["profiles"], doc["baseline"]):
         print(line)
     if args.out is not None:

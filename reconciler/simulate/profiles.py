@@ -32,7 +32,10 @@ LABELS = {BASELINE: "MultiKueue (baseline)"}
 
 
 def label(name: str) -> str:
-    return LABELS.get(name, name)
+    """``NAME@MODEL`` (one profile under one capacity model of ``--capacity-model both``) keeps
+    the model visible."""
+    base, _, model = name.partition("@")
+    return LABELS.get(base, base) + (f" @{model}" if model else "")
 
 
 def _profile(name: str, strategy: ev.StrategySpec) -> ev.Profile:

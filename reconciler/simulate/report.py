@@ -129,3 +129,48 @@ def class_table(profiles: dict[str, dict[str, Any]]) -> str:
                 + [_cell(st.get("waited_over_1s_pct"), "%")]
             )
     return text_table(rows)
+
+
+# The floor of issue #15: with node facts, at most this share of the jobs sent to a worker wait
+# there past the round timeout, and the p95 wait is no higher than without them.
+FLOOR_WASTED_PCT = 1.0
+
+
+def wasted_table(profiles: dict[str, dict[str, Any]]) -> str:
+    """Wasted placements per run (``reconciler.simulate.wasted``), beside the p95 wait."""
+    rows = [["profile", "jobs sent", "wasted jobs", "share", "wasted copies", "p95 wait s"]]
+    for name, res in profiles.items():
+        w = res.get("wasted_placements", {})
+        rows.append(
+            [
+                label(name),
+                f"{w.get('jobs_sent', 0):,d}",
+                f"{w.get('count', 0):,d}",
+                _cell(w.get("share_pct"), "%"),
+                f"{w.get('copies', 0):,d}",
+                _cell(res.get("wait_p95_s"), ",.1f"),
+            ]
+        )
+    return text_table(rows)
+
+
+def floor_lines(profiles: dict[str, dict[str, Any]]) -> list[str]:
+    """Per profile run under both capacity models (``NAME@totals``, ``NAME@nodes``): is the
+    floor met? Wasted placements at most ``FLOOR_WASTED_PCT`` with node facts, p95 wait not
+    higher than with totals only."""
+    lines = []
+    for name, nodes in profiles.items():
+        base, _, model = name.partition("@")
+        totals = profiles.get(f"{base}@totals")
+        if model != "nodes" or totals is None:
+            continue
+        share = nodes["wasted_placements"]["share_pct"] or 0.0
+        before = totals["wasted_placements"]["share_pct"] or 0.0
+        p95, p95_before = nodes.get("wait_p95_s"), totals.get("wait_p95_s")
+        ok = share <= FLOOR_WASTED_PCT and p95 is not None and p95_before is not None and p95 <= p95_before
+        lines.append(
+            f"floor {label(base)}: wasted placements {share:.1f}% with node facts (<= {FLOOR_WASTED_PCT:g}%; "
+            f"{before:.1f}% with totals only), p95 wait {_cell(p95, ',.1f')} s (totals only: "
+            f"{_cell(p95_before, ',.1f')} s, must not rise): {'MET' if ok else 'NOT MET'}"
+        )
+    return lines

@@ -90,7 +90,11 @@ def sim_worker(cluster: TraceCluster) -> WorkerModel:
     from reconciler.simworker import SimWorker
 
     worker: WorkerModel = SimWorker(
-        cluster.name, cluster.capacity, admission_latency_ms=cluster.admission_latency_ms
+        cluster.name,
+        cluster.capacity,
+        admission_latency_ms=cluster.admission_latency_ms,
+        nodes=cluster.nodes,
+        report_nodes=cluster.report_nodes,
     )
     return worker
 
@@ -169,6 +173,8 @@ class VirtualRun:
         self._hb_interval = min(self.settings.heartbeat_interval_ms, max(policy.worker_lost_timeout_ms // 2, 1))
         self._clock = _Clock()
         self._open = 0  # jobs submitted and not yet finished or deleted
+        self._running: set[str] = set()  # jobs placed and not since finished, requeued or deleted
+        self._progress_ms = self.now_ms  # the last placement, finish or deletion
         self._done: set[str] = set()
         self._submitted = 0
         for job in trace.jobs:
@@ -213,6 +219,13 @@ class VirtualRun:
             self._count(event)
 
     def _count(self, event: ev.AnyEvent) -> None:
+        if isinstance(event, ev.Placed):
+            self._running.add(event.job.uid)
+            self._progress_ms = self.now_ms
+        elif isinstance(event, ev.Finished | ev.Requeued | ev.JobDeleted):
+            self._running.discard(event.job.uid)
+            if not isinstance(event, ev.Requeued):
+                self._progress_ms = self.now_ms
         if isinstance(event, ev.JobSubmitted):
             self._open += 1
             self._submitted += 1
@@ -305,6 +318,8 @@ class VirtualRun:
             setup.append(self.queues)
         for c in self.trace.clusters:
             setup.append(ev.ClusterRegistered(cluster=c.name, labels=c.labels, taints=c.taints, capacity=c.capacity))
+        # What workers with nodes report before anything runs: their whole node picture.
+        setup += self._worker_facts(self.now_ms)[0]
         setup += self._heartbeats()
         self._step(setup)
 
@@ -316,6 +331,8 @@ class VirtualRun:
             t, more_to_come = self._next_time()
             if t is None:
                 break
+            if self._stalled(t):
+                break  # jobs left that only go round the workers (reported as unfinished)
             if not more_to_come:
                 if self._open <= 0:
                     break  # every job is done; only perpetual timers (worker-lost) remain
@@ -335,6 +352,18 @@ class VirtualRun:
                 inputs.append(ev.Tick())
             if inputs and self._step(inputs):
                 last_decision_ms = t
+
+    def _stalled(self, t: int) -> bool:
+        """Nothing runs, the trace is over, and for an idle horizon nothing was placed, finished or
+        deleted: what is left are jobs sent to workers that cannot start them (a worker whose
+        nodes cannot hold a pod its total capacity can), round after round. No finish can free
+        room for them, so the run ends. (Without node facts a cluster's totals can say a job fits
+        where no node holds it; with one pool per cluster this cannot happen.)"""
+        return (
+            not self._running
+            and self._clock.next_ms() is None
+            and t - self._progress_ms > self.settings.idle_horizon_ms
+        )
 
     @property
     def open_jobs(self) -> int:

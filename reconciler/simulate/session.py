@@ -30,6 +30,7 @@ from reconciler.simulate.runner import (
     sim_worker,
 )
 from reconciler.simulate.trace import Trace, TraceCluster
+from reconciler.simulate.wasted import WastedPlacements
 
 
 @dataclass
@@ -53,10 +54,15 @@ def run_profile(
     log_path: Path | None = None,
     queues: ev.QueuesConfigured | None = None,
     start_estimates: bool = False,
+    name: str | None = None,
 ) -> ProfileRun:
+    """``name``: the run's key in the results (the profile's name unless given)."""
     recorder = Recorder(gpu_resource=trace.gpu_resource)
+    wasted = WastedPlacements(round_timeout_ms=profile.round_timeout_ms)
     estimates = StartEstimates(every=sampling_stride(len(trace.jobs))) if start_estimates else None
-    observers: list[Observer] = [recorder] + ([estimates] if estimates is not None else [])
+    observers: list[Observer] = [recorder, wasted]
+    if estimates is not None:
+        observers.append(estimates)
     queue_recorder = None
     if queues is not None:
         names = sorted({r for c in trace.clusters for r in c.capacity})
@@ -94,15 +100,16 @@ def run_profile(
         "nominated_hold": strategy.nominated_hold or "all",
     }
     results["batches"] = run.batches
+    results["wasted_placements"] = wasted.results()
     if estimates is not None:
         results["start_estimate"] = estimates.results()
     if queue_recorder is not None:
         ends = [r.finished_ms for r in recorder.jobs.values() if r.finished_ms is not None]
         results.update(queue_results(queue_recorder, end_ms=max(ends) if ends else recorder.last_ms))
     return ProfileRun(
-        name=profile.name,
+        name=name or profile.name,
         results=results,
-        placements=placement_rows(recorder, profile=profile.name, origin_ms=EPOCH_MS),
+        placements=placement_rows(recorder, profile=name or profile.name, origin_ms=EPOCH_MS),
         recorder=recorder,
         queues=queue_recorder,
     )
@@ -125,6 +132,11 @@ def settings_text(settings: dict[str, Any]) -> str:
         parts.append("admission latency " + "/".join(f"{ms / 1000:g} s" for ms in latencies))
     if settings.get("limit") is not None:
         parts.append(f"first {settings['limit']:,d} jobs")
+    if settings.get("workers") is not None:
+        parts.append(
+            f"{settings['nodes']:,d} nodes in {settings['workers']:,d} workers, "
+            f"capacity model {'/'.join(settings['capacity_models'])}"
+        )
     return ", ".join(parts)
 
 

@@ -12,6 +12,7 @@ from collections import Counter
 from msgspec import Struct, field
 
 from eventlog.events import JobRef, Placement, PodSet, Resources, Taint
+from reconciler.simworker import SimNode
 
 SIM_NAMESPACE = "trace"
 MIB = 1024 * 1024
@@ -57,6 +58,10 @@ class TraceCluster(Struct, frozen=True, kw_only=True):
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[Taint] = field(default_factory=list)
     admission_latency_ms: int = 1000
+    # Real nodes (``simulate.nodes``): pods are bound to them, and with ``report_nodes`` the
+    # worker reports them to the core (``ClusterCapacityReported``); none: one quota pool.
+    nodes: list[SimNode] = field(default_factory=list)
+    report_nodes: bool = True
 
 
 class Trace(Struct, frozen=True, kw_only=True):
@@ -67,6 +72,9 @@ class Trace(Struct, frozen=True, kw_only=True):
     gpu_resource: str = "nvidia.com/gpu"
     priority_classes: dict[str, int] = field(default_factory=dict)
     source: str = ""
+    # The node list the trace came with (the Alibaba trace's), in its order; ``--workers``
+    # splits it into clusters (``simulate.nodes``).
+    nodes: list[SimNode] = field(default_factory=list)
 
     def total_capacity(self, resource: str) -> int:
         return sum(c.capacity.get(resource, 0) for c in self.clusters)
@@ -94,6 +102,7 @@ def sorted_trace(
     gpu_resource: str,
     priority_classes: dict[str, int] | None = None,
     source: str = "",
+    nodes: list[SimNode] | None = None,
 ) -> Trace:
     names = [c.name for c in clusters]
     if len(set(names)) != len(names):
@@ -108,4 +117,5 @@ def sorted_trace(
         gpu_resource=gpu_resource,
         priority_classes=dict(sorted((priority_classes or {}).items())),
         source=source,
+        nodes=list(nodes or []),
     )

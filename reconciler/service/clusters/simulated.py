@@ -4,17 +4,21 @@ Used by ``kdispatch demo``/``serve`` for clusters configured as ``simulated:`` a
 end-to-end benchmark. Requests go straight into the model (a request while the cluster is silent
 raises ``Unreachable``, like a network partition); ``run`` sleeps until the model's next event
 or the next heartbeat check, whichever is first, then reports what happened (heartbeats through
-``HeartbeatGate``: on change, else once per keepalive period).
+``HeartbeatGate``: on change, else once per keepalive period). A model with nodes also reports
+``ClusterCapacityReported``: its whole node picture first, then the groups that changed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 from collections.abc import Callable
 
-from eventlog.events import ClusterHeartbeat, InputEvent, JobRef
+import msgspec
+
+from eventlog.events import ClusterCapacityReported, ClusterHeartbeat, InputEvent, JobRef
 from reconciler.edge.logging import get_logger
 from reconciler.service.clusters.base import CopyRef, RemoteSpec, Reporter, Unreachable, remote_fact_id
 from reconciler.service.clusters.heartbeats import HeartbeatGate
@@ -116,14 +120,21 @@ class SimCluster:
                     await asyncio.wait_for(_first(self._wake, stop), delay)
         bound.debug("sim_cluster_stopped")
 
+    def _fact_id(self, fact: InputEvent) -> str:
+        if isinstance(fact, ClusterCapacityReported):
+            # A retry of one report is recorded once; the next report differs in time or content.
+            digest = hashlib.sha256(msgspec.json.encode(fact)).hexdigest()[:16]
+            return f"cap/{self.name}/{self.clock()}/{digest}"
+        return remote_fact_id(fact)
+
     async def _report(self, reporter: Reporter, facts: list[InputEvent]) -> None:
         # One burst, in order, acks collected together (an inbox that cannot: one by one,
         # pipelined by gathering).
         report_many = getattr(reporter, "report_many", None)
         if report_many is not None:
-            await report_many([(f, remote_fact_id(f)) for f in facts])
+            await report_many([(f, self._fact_id(f)) for f in facts])
         else:
-            await asyncio.gather(*(reporter.report(f, msg_id=remote_fact_id(f)) for f in facts))
+            await asyncio.gather(*(reporter.report(f, msg_id=self._fact_id(f)) for f in facts))
         self.reported += len(facts)
 
     def heartbeat(self) -> ClusterHeartbeat:

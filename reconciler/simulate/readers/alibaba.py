@@ -11,7 +11,9 @@ Mapping (see docs/simulate.md):
   num_gpu x gpu_milli) because 3,078 tasks share a GPU;
 - ``gpu_spec`` ("V100M16|V100M32") becomes a required cluster affinity on the GPU model;
 - priority class from ``qos``; runtime = deletion - scheduled; a task that never ran (Pending)
-  keeps its lifetime as runtime and is deleted by its user at ``deletion_time``.
+  keeps its lifetime as runtime and is deleted by its user at ``deletion_time``;
+- the GPU node list beside the pod list, node by node, is ``Trace.nodes``: ``--workers`` builds
+  workers of real nodes from it (``reconciler.simulate.nodes``).
 """
 
 from __future__ import annotations
@@ -23,11 +25,16 @@ from pathlib import Path
 from eventlog.events import ClusterAffinity, MatchExpression, Placement, PodSet, SelectorTerm
 from reconciler.simulate.readers.csvfile import missing_columns, open_csv, rows
 from reconciler.simulate.trace import MIB, Trace, TraceCluster, TraceError, TraceJob, sorted_trace
+from reconciler.simworker import SimNode
 
 GPU_RESOURCE = "alibaba.com/gpu-milli"
 MODEL_LABEL = "kdispatch.io/gpu-model"
 DEFAULT_POD_LIST = "openb_pod_list_default.csv"
 NODE_LISTS = ("openb_node_list_all_node.csv", "openb_node_list_gpu_node.csv")
+# The nodes ``--workers`` splits into workers: the GPU nodes, as the issue asks (the all-node
+# list adds 310 CPU-only nodes).
+GPU_NODE_LIST = "openb_node_list_gpu_node.csv"
+_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
 # QoS is the trace's only priority signal; latency-sensitive work outranks best effort.
 PRIORITY_CLASSES = {"guaranteed": 1200, "ls": 1000, "burstable": 500, "be": 100}
@@ -53,9 +60,29 @@ def cluster_name(model: str) -> str:
     return f"alibaba-{model.lower() or 'cpu'}"
 
 
+def read_node_list(path: Path) -> list[SimNode]:
+    """Every node, in the file's order, labelled with its GPU model (``none``: CPU only)."""
+    out = []
+    for line, row in _rows(path, _NODE_COLUMNS, what="a node list"):
+        where = f"{path}:{line}"
+        allocatable = {
+            "cpu": _int(row, "cpu_milli", where=where),
+            "memory": _int(row, "memory_mib", where=where) * MIB,
+            GPU_RESOURCE: _int(row, "gpu", where=where) * 1000,
+        }
+        out.append(
+            SimNode(
+                name=(row["sn"] or f"node-{line}").strip(),
+                allocatable=allocatable,
+                labels={MODEL_LABEL: (row["model"] or "").strip() or "none"},
+            )
+        )
+    return out
+
+
 def read_nodes(path: Path) -> list[TraceCluster]:
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for line, row in _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model"), what="a node list"):
+    for line, row in _rows(path, _NODE_COLUMNS, what="a node list"):
         where = f"{path}:{line}"
         model = (row["model"] or "").strip()
         cap = totals[model]
@@ -123,10 +150,12 @@ def read_alibaba(path: Path, *, clusters: list[TraceCluster] | None = None) -> T
             raise TraceError(f"{pods}: no node list ({' or '.join(NODE_LISTS)}) beside it; give --clusters FILE")
         clusters = read_nodes(nodes)
     jobs = [_job(row, where=f"{pods}:{line}") for line, row in _rows(pods, _POD_COLUMNS, what="a pod list")]
+    gpu_nodes = pods.parent / GPU_NODE_LIST
     return sorted_trace(
         jobs=jobs,
         clusters=clusters,
         gpu_resource=GPU_RESOURCE,
         priority_classes=PRIORITY_CLASSES,
         source=str(pods),
+        nodes=read_node_list(gpu_nodes) if gpu_nodes.exists() else None,
     )
