@@ -55,6 +55,12 @@ def update_msg_id(uid: str, previous_resource_version: str) -> str:
     return f"upd/{uid}/{previous_resource_version}"
 
 
+def submitted_msg_id(uid: str) -> str:
+    """The Nats-Msg-Id of a ``JobSubmitted``, the webhook's (webhook/stamps.py) as the backfill's:
+    a backfill racing a submission the log has not folded yet is dropped by the inbox."""
+    return f"sub/{uid}"
+
+
 def _watched(obj: dict[str, Any]) -> bool:
     """Held by the webhook, and a job of its own: the pods of a Kueue pod group are recorded once,
     under the group's name, by the webhook; the watcher leaves them to it (docs/clusters.md)."""
@@ -224,7 +230,7 @@ class ManagerWatcher:
                 self.backfill_skipped.add(uid)
                 log.warning("backfill_impossible", job=job_ref(obj).key, reason=str(err))
                 continue
-            await self.reporter.report(submitted, msg_id=f"manager/{uid}/submitted-by-watch")
+            await self.reporter.report(submitted, msg_id=submitted_msg_id(uid))
             self._backfilled.add(uid)
             self._objects.pop(uid, None)
             done += 1
