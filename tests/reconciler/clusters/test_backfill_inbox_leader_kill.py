@@ -51,12 +51,18 @@ def user_job(i: int) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": f"job-{i:04d}", "namespace": "team-a", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "metadata": {
+            "name": f"job-{i:04d}",
+            "namespace": "team-a",
+            "labels": {"kueue.x-k8s.io/queue-name": "q"},
+        },
         "spec": {
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
+                    "containers": [
+                        {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}
+                    ],
                 }
             }
         },
@@ -87,7 +93,9 @@ class Leader:
                     now = time.monotonic()
                     for entry in await seqr.append_inputs(items, at_ms=1):
                         if isinstance(entry.event, ev.JobSubmitted):
-                            self.submitted.setdefault(entry.event.job.uid, []).append((now, entry.event.source))
+                            self.submitted.setdefault(entry.event.job.uid, []).append(
+                                (now, entry.event.source)
+                            )
             except Exception as err:  # LogError, timeouts, API errors while stream leaders move
                 print("leader: resuming after", type(err).__name__, err)
                 await asyncio.sleep(0.2)
@@ -145,7 +153,9 @@ async def test_every_job_allowed_while_the_inbox_leader_is_killed_is_in_the_log_
             await asyncio.gather(*(submitter() for _ in range(CONCURRENCY)))
         load_done = time.monotonic()
         await eventually(
-            lambda: all(leader.knows(u) for u in accepted) or Unmet(sum(not leader.knows(u) for u in accepted)),
+            lambda: (
+                all(leader.knows(u) for u in accepted) or Unmet(sum(not leader.knows(u) for u in accepted))
+            ),
             timeout_s=120,
             what="every allowed job in the log (missing ones counted)",
         )
@@ -158,8 +168,12 @@ async def test_every_job_allowed_while_the_inbox_leader_is_killed_is_in_the_log_
         with contextlib.suppress(Exception):
             await jlog.close()
 
-    assert killed_at, f"the load ended before {KILL_AFTER} jobs were accepted ({len(accepted)}; refused {dict(refused)})"
-    twice = {accepted[u]: [s for _, s in leader.submitted[u]] for u in accepted if len(leader.submitted[u]) > 1}
+    assert killed_at, (
+        f"the load ended before {KILL_AFTER} jobs were accepted ({len(accepted)}; refused {dict(refused)})"
+    )
+    twice = {
+        accepted[u]: [s for _, s in leader.submitted[u]] for u in accepted if len(leader.submitted[u]) > 1
+    }
     assert not twice, f"recorded more than once: {twice}"
     backfilled = [when for u in accepted for when, source in leader.submitted[u] if source == "watch"]
     print(
