@@ -419,11 +419,20 @@ class Run:
             await asyncio.sleep(0.3)
         return False
 
-    async def control(self, path: str) -> None:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s, s.post(
-            self.world_doc["control"] + path
-        ) as resp:
-            resp.raise_for_status()
+    async def control(self, path: str, *, tries: int = 3) -> None:
+        """A call to the stand-ins' process, retried: on a loaded machine its event loop, busy
+        serving four API servers, can miss a 30 s bound (silence and restore are idempotent)."""
+        for attempt in range(1, tries + 1):
+            try:
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s, s.post(
+                    self.world_doc["control"] + path
+                ) as resp:
+                    resp.raise_for_status()
+                    return
+            except (aiohttp.ClientError, OSError, TimeoutError):
+                if attempt == tries:
+                    raise
+                say("control", path, f"did not answer (try {attempt} of {tries}); again")
 
     async def inject(self, kind: str, load: Load) -> Fault:
         """Inject one fault; its time is the moment it struck (the kill, the stop, the silence,
