@@ -100,6 +100,17 @@ class World:
             for srv in (self.manager, *self.workers.values()):
                 _clear_requests(srv.emulator, set())
 
+    async def compact(self, every_s: float = 120.0) -> None:
+        """Forget the servers' event history now and then, as etcd compacts (every 5 minutes by
+        default): kmock keeps a copy of every event for watches that resume, and over a long run
+        those copies (millions of dicts) make each garbage collection stall this process for
+        seconds. A watch resuming from before a compaction gets 410 Gone and lists again, as
+        against a real API server."""
+        while True:
+            await asyncio.sleep(every_s)
+            for srv in (self.manager, *self.workers.values()):
+                srv.emulator.compact()
+
     def runtime(self, uid: str) -> float:
         lo, hi = self.runtime_s
         return random.Random(f"{self.seed}/{uid}").uniform(lo, hi)
@@ -110,7 +121,7 @@ class World:
             now = time.monotonic()
             for name, srv in self.workers.items():
                 emu = srv.emulator
-                for obj in emu.objects(*JOBS):
+                for obj in emu.peek(*JOBS):  # read only; the patches below go through the emulator
                     meta, status = obj["metadata"], obj.get("status") or {}
                     if (obj.get("spec") or {}).get("suspend") or status.get("conditions"):
                         continue
@@ -136,13 +147,13 @@ class World:
         can too (bench/soak.py judges its growth)."""
         while self.ttl_s > 0:
             now = time.monotonic()
-            for obj in self.manager.emulator.objects(*JOBS):
+            for obj in self.manager.emulator.peek(*JOBS):  # not copies: this runs every second
                 meta, status = obj["metadata"], obj.get("status") or {}
                 if status.get("completionTime"):
                     self.finished.setdefault((meta["namespace"], meta["name"]), now)
             for (namespace, name), at in list(self.finished.items()):
                 if now - at >= self.ttl_s:
-                    self.manager.emulator.remove(*JOBS, namespace, name)
+                    self.manager.emulator.delete(*JOBS, namespace, name)  # with its watch event
                     del self.finished[(namespace, name)]
             await asyncio.sleep(1.0)
 
@@ -229,12 +240,13 @@ async def run(args: argparse.Namespace) -> None:
     ctl = asyncio.create_task(world.controllers())
     trim = asyncio.create_task(world.forget_requests())
     ttl = asyncio.create_task(world.ttl_after_finished())
+    compaction = asyncio.create_task(world.compact())
     stopping = asyncio.create_task(stop.wait())
     # A helper task that fails ends the world (its traceback in the log), not a silent stall.
-    await asyncio.wait({ctl, trim, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    for t in (ctl, trim, ttl, stopping):
+    await asyncio.wait({ctl, trim, compaction, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    for t in (ctl, trim, ttl, compaction, stopping):
         t.cancel()
-    for t in (ctl, trim, ttl):
+    for t in (ctl, trim, ttl, compaction):
         if t.done() and not t.cancelled() and t.exception() is not None:
             raise t.exception()  # type: ignore[misc]
     await runner.cleanup()
