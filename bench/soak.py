@@ -28,8 +28,8 @@ At the end (load stopped, then up to ``--settle`` seconds for backfill) it check
     placement of the job is still open);
   - ``kdispatch replay --verify`` passes on the log;
   - reconciler and webhook RSS grew less than ``--rss-growth`` (5%) over the last half of the
-    run, each from the end of its warm-up on (a whole round of faults after it started: see
-    ``rss_growth``); completed jobs are deleted from the manager after ``--ttl-after-finished``
+    run, each from the end of its warm-up on (once it met an overload and a bad-review burst:
+    see ``warmed_up_at``; of its latest instance that lived long enough, see ``rss_growth``); completed jobs are deleted from the manager after ``--ttl-after-finished``
     (60 s) so that the jobs it holds level off;
 and prints the load held (jobs/s), faults survived by kind, the worst time from a fault to the
 next decision in the log, and as its last line the headline. Exit 0 when every check holds.
@@ -52,7 +52,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -375,6 +375,7 @@ class Fault:
     kind: str
     at: float  # time.time()
     detail: str = ""
+    over_at: float = 0.0  # time.monotonic() when the injection ended (a burst sent, a node back)
 
 
 @dataclass
@@ -472,6 +473,7 @@ class Run:
         elif kind == "overload":
             await load.overload(self.args.overload_burst)
             fault.detail = f"{self.args.overload_burst} at once"
+        fault.over_at = time.monotonic()
         say("fault", kind, fault.detail)
         return fault
 
@@ -483,27 +485,40 @@ class Run:
                 self.rss.setdefault(p.name, []).append((now, p.pid, kb))
 
 
-def rss_growth(samples: list[tuple[float, int, int]], *, half_at: float, warmup_s: float) -> float | None:
-    """Growth over the last half of the run of the process alive at the end, after its warm-up:
-    from max(half, its start + ``warmup_s``) on, the median of the last fifth of the samples
-    against the median of the first fifth (Python's RSS is a saw-tooth: single samples say
-    little). None if that window has fewer than 10 samples (a process restarted late).
+RAISING = ("overload", "bad_reviews")  # the bursts that lift a process's RSS to its plateau
 
-    The warm-up is a whole round of faults by default: the first overload burst or bad-review
-    burst a process meets raises its RSS to a plateau it keeps (freed memory goes back to
-    Python's allocator, not to the system), which is not a leak; memory that still grows once
-    the process has met each fault is."""
-    if not samples:
-        return None
-    pid = samples[-1][1]
-    mine = [s for s in samples if s[1] == pid]
-    born = mine[0][0]
-    window = [s[2] for s in mine if s[0] >= max(half_at, born + warmup_s)]
-    if len(window) < 10:
-        return None
-    fifth = len(window) // 5
-    first, last = sorted(window[:fifth])[fifth // 2], sorted(window[-fifth:])[fifth // 2]
-    return (last - first) / first
+
+def warmed_up_at(born: float, faults: list[Fault], *, warmup_s: float | None, settle_s: float) -> float:
+    """When a process started at ``born`` (monotonic) has warmed up: ``warmup_s`` after its start
+    if given, else once it has met each burst that lifts RSS to a plateau (an overload, a burst
+    of bad reviews) and ``settle_s`` more. Python keeps what such a burst freed for reuse (it is
+    not given back to the system), so the first of each is a step, not a leak; growth after it
+    is. ``inf`` if it never met them."""
+    if warmup_s is not None:
+        return born + warmup_s
+    ends = [min((f.over_at for f in faults if f.kind == kind and f.over_at > born), default=float("inf")) for kind in RAISING]
+    return max(ends) + settle_s
+
+
+def rss_growth(
+    samples: list[tuple[float, int, int]], *, half_at: float, warmed_up: Callable[[float], float]
+) -> tuple[float | None, str]:
+    """Growth over the last half of the run, after warm-up, of the latest instance of a process
+    (restarted by a fault) that has at least 10 samples there: the median of the last fifth of
+    its samples there against the median of the first fifth (RSS is a saw-tooth: single
+    samples say little). (None, why) if no instance has such a window."""
+    pids = list(dict.fromkeys(s[1] for s in samples))
+    for pid in reversed(pids):
+        mine = [s for s in samples if s[1] == pid]
+        since = max(half_at, warmed_up(mine[0][0]))
+        window = [s[2] for s in mine if s[0] >= since]
+        if len(window) < 10:
+            continue
+        fifth = len(window) // 5
+        first, last = sorted(window[:fifth])[fifth // 2], sorted(window[-fifth:])[fifth // 2]
+        note = "" if pid == pids[-1] else f", of the instance before the last restart (pid {pid})"
+        return (last - first) / first, f"over {mine[-1][0] - since:.0f} s{note}"
+    return None, "no instance lived through the last half after its warm-up"
 
 
 # -- checks -------------------------------------------------------------------------------------------
@@ -714,8 +729,11 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
     doubles = double_placements(entries)
     by_source = Counter(e.event.source for e in entries if isinstance(e.event, ev.JobSubmitted))
     half_at = started + duration_s / 2
-    rss_warmup = args.rss_warmup if args.rss_warmup is not None else args.warmup + len(KINDS) * args.fault_every
-    growth = {name: rss_growth(s, half_at=half_at, warmup_s=rss_warmup) for name, s in run.rss.items()}
+    def warmed_up(born: float) -> float:
+        return warmed_up_at(born, run.faults, warmup_s=args.rss_warmup, settle_s=args.rss_every * 2)
+
+    judged = {name: rss_growth(s, half_at=half_at, warmed_up=warmed_up) for name, s in run.rss.items()}
+    growth = {name: g for name, (g, _) in judged.items()}
     fault_delays = fault_to_decision(run.faults, entries)
     finished = sum(1 for e in entries if isinstance(e.event, ev.Finished))
     held = len(tally.accepted) / load_s
@@ -745,11 +763,11 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
         print(f"  {f.kind:16s} {f.detail:28s} next decision after {'never' if d is None else f'{d:.1f} s'}")
         if d is not None and (worst is None or d > worst[1]):
             worst = (f, d)
-    for name, g in sorted(growth.items()):
+    for name, (g, how) in sorted(judged.items()):
         s = run.rss.get(name, [])
         print(
             f"rss {name:15s} {s[-1][2] // 1024 if s else 0} MB at the end, peak {max(x[2] for x in s) // 1024 if s else 0} MB; "
-            f"last-half growth after a {rss_warmup:.0f} s warm-up {'n/a (restarted late)' if g is None else f'{g * 100:+.1f}%'}"
+            f"last-half growth after warm-up {'n/a' if g is None else f'{g * 100:+.1f}%'} ({how})"
         )
     print(f"replay --verify     {'ok' if ok_replay else 'FAILED'}: {replay_line}")
 
@@ -796,7 +814,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rss-growth", type=float, default=0.05, help="limit on last-half RSS growth (0.05 = 5%%)")
     p.add_argument(
         "--rss-warmup", type=float, default=None,
-        help="seconds after a process starts before its RSS is judged (default: --warmup + one round of faults)",
+        help="seconds after a process starts before its RSS is judged (default: once it met an overload and a bad-review burst)",
     )
     p.add_argument(
         "--ttl-after-finished", type=float, default=60.0,
