@@ -65,7 +65,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from eventlog import events as ev  # noqa: E402
-from eventlog.embedded import EmbeddedNats, free_port  # noqa: E402
+from eventlog.embedded import EmbeddedError, EmbeddedNats, free_port  # noqa: E402
 from eventlog.jetstream import connect  # noqa: E402
 from eventlog.natsauth import Credentials, inbox_prefix  # noqa: E402
 from reconciler.demo.apiserver import AdmissionFailed, ApiServer  # noqa: E402
@@ -136,26 +136,38 @@ class Proc:
         return None
 
 
-def three_nats(root: Path, *, config_file: Path) -> list[EmbeddedNats]:
-    """Three nodes with the same ``authorization`` (``config_file``, eventlog.natsauth)."""
-    ports = [free_port() for _ in range(3)]
-    routes = [f"nats://127.0.0.1:{p}" for p in ports]
-    nodes = [
-        EmbeddedNats(
-            data_dir=root / f"nats{i}",
-            server_name=f"n{i}",
-            cluster_name="kd-soak",
-            cluster_port=ports[i],
-            routes=[r for j, r in enumerate(routes) if j != i],
-            config_file=config_file,
-        )
-        for i in range(3)
-    ]
-    for node in nodes:
-        node.start(wait=False)
-    for node in nodes:
-        node.wait_ready()
-    return nodes
+def three_nats(root: Path, *, config_file: Path, attempts: int = 3) -> list[EmbeddedNats]:
+    """Three nodes with the same ``authorization`` (``config_file``, eventlog.natsauth). A route
+    port is picked free and bound a moment later: another process may take it in between, the
+    one start-up failure retried (with fresh ports)."""
+    for attempt in range(attempts):
+        ports = [free_port() for _ in range(3)]
+        routes = [f"nats://127.0.0.1:{p}" for p in ports]
+        nodes = [
+            EmbeddedNats(
+                data_dir=root / f"nats{i}",
+                server_name=f"n{i}",
+                cluster_name="kd-soak",
+                cluster_port=ports[i],
+                routes=[r for j, r in enumerate(routes) if j != i],
+                config_file=config_file,
+            )
+            for i in range(3)
+        ]
+        try:
+            for node in nodes:
+                node.start(wait=False)
+            for node in nodes:
+                node.wait_ready()
+            return nodes
+        except EmbeddedError as err:
+            for node in nodes:
+                node.stop()
+            if "address already in use" not in str(err) or attempt == attempts - 1:
+                raise
+            for i in range(3):  # the nodes' stores are empty yet: start afresh
+                shutil.rmtree(root / f"nats{i}", ignore_errors=True)
+    raise AssertionError("unreachable")
 
 
 def kubeconfig(path: Path, url: str, name: str) -> str:
