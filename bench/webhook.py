@@ -149,7 +149,7 @@ def _bodies(workdir: Path) -> tuple[Path, Path]:
     outcome = admit.mutate(request, admit.Settings())
     assert outcome.response.allowed and outcome.response.patch
     stored = jsonpatch.apply(obj, json.loads(base64.b64decode(outcome.response.patch)))
-    stored["metadata"]["uid"] = "6f1b2d9e-0000-4000-8000-000000000001"
+    stored["metadata"]["uid"] = f"obj-{UID_MARK}"  # a new job per request: its submission's Nats-Msg-Id is per job uid
     raw["request"]["object"] = stored
     validate = workdir / "validate.json"
     validate.write_text(json.dumps(raw))

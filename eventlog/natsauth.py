@@ -72,6 +72,13 @@ def _stream_api(stream: str) -> list[str]:
     return [f"$JS.API.*.*.{stream}", f"$JS.API.*.*.{stream}.>", f"$JS.API.*.*.*.{stream}", f"$JS.API.*.*.*.{stream}.>"]
 
 
+def _flow_control(stream: str) -> str:
+    """The answers a push consumer's client owes the server (``$JS.FC.<stream>.…``): reading an
+    object (a snapshot) is one, and with several MB in flight the server waits for them; without
+    the right to send them the read stalls for good."""
+    return f"$JS.FC.{stream}.>"
+
+
 def _read_api(stream: str) -> list[str]:
     """What reading a stream takes: its info, ephemeral consumers and their pulls, single gets."""
     return [
@@ -104,6 +111,7 @@ def permissions(component: str, root: str = "kd") -> dict[str, Any]:
                     "$JS.API.STREAM.NAMES",
                     "$JS.API.STREAM.LIST",
                     *(s for stream in streams for s in _stream_api(stream)),
+                    *(_flow_control(stream) for stream in streams),
                 ],
                 # The log is append-only, the inbox a record until its age limit: no one deletes.
                 "deny": [
@@ -132,6 +140,7 @@ def permissions(component: str, root: str = "kd") -> dict[str, Any]:
                     "$JS.API.STREAM.NAMES",
                     "$JS.API.STREAM.LIST",
                     *(s for stream in streams for s in _read_api(stream)),
+                    *(_flow_control(stream) for stream in streams),
                 ]
             },
             "subscribe": {"allow": [f"{inbox_prefix(component)}.>", f"{root}.>"]},

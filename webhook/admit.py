@@ -12,8 +12,8 @@ Two hooks, as in Kubernetes:
   ``metadata.uid`` and the name of a ``generateName`` object), checks it again and says what to
   record: ``JobSubmitted`` at CREATE, ``JobUpdated`` when an UPDATE changes pod sets, suspension
   or priority, ``JobDeleted`` at DELETE. Each with the review uid as Nats-Msg-Id, except
-  ``JobUpdated``: ``upd/<uid>/<old resourceVersion>``, the id the manager watcher gives the same
-  change, so the inbox keeps one.
+  ``JobSubmitted``: ``sub/<uid>``, and ``JobUpdated``: ``upd/<uid>/<old resourceVersion>``, the
+  ids the manager watcher gives the same fact, so the inbox keeps one.
 
 Only objects that opt in (the queue label, or any kdispatch / Kueue-dispatcher annotation) are
 touched; everything else is allowed as it is.
@@ -502,7 +502,7 @@ def _validate_create(request: AdmissionRequest, target: _Target, *, settings: Se
         return _allow(request.uid, "allowed", warnings=warnings)
     ref = job_ref(info, meta, request=request)
     group = podsets.pod_group_name(meta) if info.kind == "Pod" else ""
-    msg_id = _msg_id(request, ref)
+    msg_id = stamps.submitted_msg_id(ref.uid)
     if group:
         # One submission per pod group: every pod of the group maps to the same message id, so the
         # inbox keeps the first and drops the others (see docs/webhook.md, "Pod groups").

@@ -12,7 +12,9 @@ recomputes both at every CREATE and UPDATE: a value a user writes is simply over
   names one; ``value`` as configured here, else 0 and the reconciler resolves the class).
 
 ``update_msg_id`` is the Nats-Msg-Id of a ``JobUpdated``, the same from the webhook and from the
-watcher for the same change, so the inbox keeps one of them.
+watcher for the same change, so the inbox keeps one of them; ``submitted_msg_id`` that of a
+``JobSubmitted``, one per job uid, so the watcher's backfill of a job the webhook did record (but
+the log had not folded yet) is dropped by the inbox.
 """
 
 from __future__ import annotations
@@ -54,3 +56,9 @@ def update_msg_id(uid: str, previous_resource_version: str) -> str:
     """One change of one object: the version it was made to (the webhook sees it as the old
     object's resourceVersion at /validate; the watcher as the version before the change)."""
     return f"upd/{uid}/{previous_resource_version}"
+
+
+def submitted_msg_id(uid: str) -> str:
+    """One submission per job object: the webhook's and the manager watcher's backfill of the same
+    job carry the same id, so JetStream keeps the first (within the inbox's duplicate window)."""
+    return f"sub/{uid}"

@@ -164,6 +164,7 @@ def connect_clusters(
             queues=lambda: actuator.desired.queues,
             resync_s=configured.resync_s,
             backfill_after_s=backfill_after_s,
+            ready=actuator.caught_up,
         )
         out.status = StatusReporter(
             log_.reader, configured.manager_api, instance=instance, leading=leading, on_event=on_event

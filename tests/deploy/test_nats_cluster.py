@@ -9,6 +9,7 @@ import subprocess
 import yaml
 
 from eventlog.embedded import find_binary
+from eventlog.natsauth import COMPONENTS, permissions
 from tests.deploy.conftest import DEPLOY, one, rendered
 from tests.deploy.natscluster import (
     OVERLAY,
@@ -53,7 +54,7 @@ def test_helm_values_say_what_the_statefulset_says() -> None:
     values = yaml.safe_load((DEPLOY / "nats" / "helm-values.yaml").read_text())
     sts, conf = statefulset(), nats_conf()
     assert values["fullnameOverride"] == sts["metadata"]["name"]
-    assert values["config"]["cluster"] == {
+    assert {k: v for k, v in values["config"]["cluster"].items() if k != "tls"} == {
         "enabled": True,
         "replicas": sts["spec"]["replicas"],
         "name": "kdispatch",
@@ -77,4 +78,35 @@ def test_helm_values_say_what_the_statefulset_says() -> None:
     assert values["container"]["merge"]["securityContext"] == container()["securityContext"]
     pod = sts["spec"]["template"]["spec"]
     assert values["podTemplate"]["merge"]["spec"]["securityContext"] == pod["securityContext"]
-    assert values["container"]["env"] == {e["name"]: e["value"] for e in container()["env"] if "value" in e}
+    # The chart sets POD_NAME itself (server_name); everything else in the environment is ours.
+    assert values["container"]["env"] == {
+        e["name"]: e.get("value") or {"valueFrom": e["valueFrom"]} for e in container()["env"] if e["name"] != "SERVER_NAME"
+    }
+
+
+def test_helm_values_have_the_tls_of_nats_conf() -> None:
+    """Clients and routes over mutual TLS, from the Secret the StatefulSet mounts, with the CA
+    the chart mounts beside the pair (its mount: /etc/nats-certs/<protocol>)."""
+    values = yaml.safe_load((DEPLOY / "nats" / "helm-values.yaml").read_text())
+    (secret,) = [v["secret"]["secretName"] for v in statefulset()["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
+    conf = nats_conf()
+    assert conf.count("verify: true") == 2 and conf.count("timeout: 2") == 2  # the client and the route blocks
+    for protocol, tls in (("nats", values["config"]["nats"]["tls"]), ("cluster", values["config"]["cluster"]["tls"])):
+        assert tls["enabled"] is True and tls["secretName"] == secret
+        assert tls["merge"] == {"ca_file": f"/etc/nats-certs/{protocol}/ca.crt", "verify": True, "timeout": 2}
+
+
+def test_helm_users_are_the_users_of_auth_conf() -> None:
+    """helm-values-users.yaml: each component's permissions as eventlog/natsauth.py has them
+    (deploy/generate.py writes it: test_generate.py), its key from the variable auth.conf names,
+    which the chart's container gets from Secret kdispatch-nats-users as the StatefulSet does."""
+    users = yaml.safe_load((DEPLOY / "nats" / "helm-values-users.yaml").read_text())
+    env = yaml.safe_load((DEPLOY / "nats" / "helm-values.yaml").read_text())["container"]["env"]
+    auth = (DEPLOY / "nats" / "auth.conf").read_text()
+    listed = users["config"]["merge"]["authorization"]["users"]
+    assert len(listed) == len(COMPONENTS)
+    for component, user in zip(COMPONENTS, listed, strict=True):
+        variable = f"KD_NKEY_{component.upper()}"
+        assert user["nkey"] == f"<< ${variable} >>" and f"nkey: ${variable}" in auth
+        assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": "kdispatch-nats-users", "key": component}
+        assert user["permissions"] == permissions(component, root="kd")

@@ -67,13 +67,14 @@ def test_manifest_files_validate(path: Path, version: str) -> None:
 
 
 def test_every_yaml_file_is_accounted_for() -> None:
-    """A YAML file in deploy/ is a kustomization, our config, the Helm values, or objects validated above."""
+    """A YAML file in deploy/ is a kustomization, our config, the Helm values (and their generated
+    users), or objects validated above."""
     others = {
         p.relative_to(DEPLOY).as_posix()
         for p in DEPLOY.rglob("*.yaml")
         if p.name != "kustomization.yaml" and p not in manifest_files()
     }
-    assert others == {"base/config.yaml", "nats/helm-values.yaml"}
+    assert others == {"base/config.yaml", "nats/helm-values.yaml", "nats/helm-values-users.yaml"}
 
 
 def test_validation_works_offline(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -230,3 +230,20 @@ async def test_the_reader_reads_and_writes_nothing(secured: Secured) -> None:
         await reader.nc.jetstream(timeout=1.0).delete_stream(reader.names.log_stream)
     assert permission_denied(reader.nc, f"$JS.API.STREAM.DELETE.{reader.names.log_stream}")
     assert await reconciler.reader.last_seq() == 1
+
+
+@pytest.mark.parametrize("component", ["reconciler", "reader"])
+async def test_a_snapshot_large_enough_for_flow_control_is_read_back(secured: Secured, component: str) -> None:
+    """Reading a snapshot is a push consumer with flow control: the server waits for the reader's
+    answer on ``$JS.FC.<stream>.…`` once several MB are in flight. Without the right to publish
+    it, a new leader (or ``replay``) waits on its first snapshot for ever (found by the soak)."""
+    import asyncio
+    import os
+
+    writer = await secured.log_as("reconciler")
+    data = os.urandom(12 << 20)  # incompressible, above the flow-control window
+    await writer.snapshots.save(100, data)
+    options = {"create_streams": False} if component == "reader" else {}
+    reading = await secured.log_as(component, **options)
+    got = await asyncio.wait_for(reading.snapshots.latest(), 60)  # a bound on the hang, not a timing
+    assert got is not None and got[0] == 100 and got[1] == data

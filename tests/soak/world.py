@@ -2,7 +2,8 @@
 API stand-in and the worker clusters', each a kmock API server (tests/reconciler/clusters/
 kubeapi.py), and the workers' "controllers": a copy kdispatch creates starts at once and
 completes after a runtime (seeded per job), as the Job controller would on a worker without
-Kueue. A worker that is silenced keeps running (and keeping) its copies, as a cut-off cluster
+Kueue. With ``--ttl-after-finished S`` a completed job is deleted from the manager S seconds
+later, as Kubernetes' TTL-after-finished controller does. A worker that is silenced keeps running (and keeping) its copies, as a cut-off cluster
 does; restored, it comes back with them, stale or not.
 
 Control (HTTP on 127.0.0.1, for the soak driver):
@@ -61,8 +62,12 @@ def _clear_requests(obj: Any, seen: set[int]) -> None:
 
 
 class World:
-    def __init__(self, workers: int, *, seed: int, runtime_s: tuple[float, float], node_cpus: int) -> None:
+    def __init__(
+        self, workers: int, *, seed: int, runtime_s: tuple[float, float], node_cpus: int, ttl_s: float = 0.0
+    ) -> None:
         self.seed = seed
+        self.ttl_s = ttl_s
+        self.finished: dict[tuple[str, str], float] = {}  # manager job (namespace, name) -> when seen complete
         self.runtime_s = runtime_s
         self.node_cpus = node_cpus
         self.manager = ApiServer(emulator=KubeApiEmulator(name="manager"))
@@ -95,6 +100,17 @@ class World:
             for srv in (self.manager, *self.workers.values()):
                 _clear_requests(srv.emulator, set())
 
+    async def compact(self, every_s: float = 120.0) -> None:
+        """Forget the servers' event history now and then, as etcd compacts (every 5 minutes by
+        default): kmock keeps a copy of every event for watches that resume, and over a long run
+        those copies (millions of dicts) make each garbage collection stall this process for
+        seconds. A watch resuming from before a compaction gets 410 Gone and lists again, as
+        against a real API server."""
+        while True:
+            await asyncio.sleep(every_s)
+            for srv in (self.manager, *self.workers.values()):
+                srv.emulator.compact()
+
     def runtime(self, uid: str) -> float:
         lo, hi = self.runtime_s
         return random.Random(f"{self.seed}/{uid}").uniform(lo, hi)
@@ -105,7 +121,7 @@ class World:
             now = time.monotonic()
             for name, srv in self.workers.items():
                 emu = srv.emulator
-                for obj in emu.objects(*JOBS):
+                for obj in emu.peek(*JOBS):  # read only; the patches below go through the emulator
                     meta, status = obj["metadata"], obj.get("status") or {}
                     if (obj.get("spec") or {}).get("suspend") or status.get("conditions"):
                         continue
@@ -123,6 +139,23 @@ class World:
                         emu.patch_status(*JOBS, meta["namespace"], meta["name"], done)
                         self.started.pop(key, None)
             await asyncio.sleep(0.25)
+
+    async def ttl_after_finished(self) -> None:
+        """The manager's TTL-after-finished controller: a job whose status (copied back from its
+        placed copy by kdispatch) says it completed is deleted ``ttl_s`` later, so the number of
+        jobs on the manager levels off, as on a cluster that cleans up, and the reconcilers' memory
+        can too (bench/soak.py judges its growth)."""
+        while self.ttl_s > 0:
+            now = time.monotonic()
+            for obj in self.manager.emulator.peek(*JOBS):  # not copies: this runs every second
+                meta, status = obj["metadata"], obj.get("status") or {}
+                if status.get("completionTime"):
+                    self.finished.setdefault((meta["namespace"], meta["name"]), now)
+            for (namespace, name), at in list(self.finished.items()):
+                if now - at >= self.ttl_s:
+                    self.manager.emulator.delete(*JOBS, namespace, name)  # with its watch event
+                    del self.finished[(namespace, name)]
+            await asyncio.sleep(1.0)
 
     def copies(self) -> dict[str, list[list[Any]]]:
         out: dict[str, list[list[Any]]] = {}
@@ -178,7 +211,13 @@ class World:
 
 
 async def run(args: argparse.Namespace) -> None:
-    world = World(args.workers, seed=args.seed, runtime_s=(args.runtime_min, args.runtime_max), node_cpus=args.node_cpus)
+    world = World(
+        args.workers,
+        seed=args.seed,
+        runtime_s=(args.runtime_min, args.runtime_max),
+        node_cpus=args.node_cpus,
+        ttl_s=args.ttl_after_finished,
+    )
     await world.start()
     runner = web.AppRunner(world.control(), access_log=None)
     await runner.setup()
@@ -200,12 +239,14 @@ async def run(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     ctl = asyncio.create_task(world.controllers())
     trim = asyncio.create_task(world.forget_requests())
+    ttl = asyncio.create_task(world.ttl_after_finished())
+    compaction = asyncio.create_task(world.compact())
     stopping = asyncio.create_task(stop.wait())
     # A helper task that fails ends the world (its traceback in the log), not a silent stall.
-    await asyncio.wait({ctl, trim, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    for t in (ctl, trim, stopping):
+    await asyncio.wait({ctl, trim, compaction, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    for t in (ctl, trim, ttl, compaction, stopping):
         t.cancel()
-    for t in (ctl, trim):
+    for t in (ctl, trim, ttl, compaction):
         if t.done() and not t.cancelled() and t.exception() is not None:
             raise t.exception()  # type: ignore[misc]
     await runner.cleanup()
@@ -222,6 +263,7 @@ def main() -> None:
     p.add_argument("--runtime-min", type=float, default=2.0)
     p.add_argument("--runtime-max", type=float, default=6.0)
     p.add_argument("--node-cpus", type=int, default=64)
+    p.add_argument("--ttl-after-finished", type=float, default=0.0, help="delete completed manager jobs after (0: keep)")
     asyncio.run(run(p.parse_args()))
 
 

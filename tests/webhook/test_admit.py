@@ -228,7 +228,7 @@ def test_validate_records_one_submission_with_everything_the_dispatcher_needs() 
     outcome = admit.validate(_request(stored, uid="rev-7"), SETTINGS)
     assert outcome.allowed
     [record] = outcome.records
-    assert record.msg_id == "rev-7"
+    assert record.msg_id == "sub/obj-uid-1"  # per job: the watcher backfills it under the same id
     event = record.event
     assert isinstance(event, ev.JobSubmitted)
     assert event.job == ev.JobRef(namespace="team-a", name="train", uid="obj-uid-1", api_version="batch/v1", kind="Job")

@@ -109,7 +109,7 @@ async def test_a_submission_is_recorded_exactly_once(webhook: Webhook, nats_url:
     records = await _inbox(nats_url, webhook.root, subject=f"{webhook.root}.in.job.submitted.team-a.{name}")
     assert len(records) == 1
     event, msg_id = records[0]
-    assert msg_id == "rev-a1"
+    assert msg_id == "sub/obj-a1"
     assert isinstance(event, ev.JobSubmitted)
     assert event.job == ev.JobRef(namespace="team-a", name=name, uid="obj-a1", api_version="batch/v1", kind="Job")
     assert event.pod_sets == [ev.PodSet(name="main", count=3, requests={"cpu": 2000, "nvidia.com/gpu": 1})]

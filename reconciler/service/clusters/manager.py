@@ -5,7 +5,9 @@ on 410, periodic resync; one watch per resource, on the first version the cluste
 objects carrying ``kdispatch.io/placement``, reports ``JobObserved`` (first seen, then when its
 generation or suspend changed), ``JobUpdated`` (its pod sets, suspend or priority changed),
 ``JobDeleted``, and backfills ``JobSubmitted`` for a job the log still does not know
-``backfill_after_s`` after it was first seen: the webhook could not record it. Pod sets and
+``backfill_after_s`` after it was first seen (and once the view of the log it asks has caught
+up): the webhook could not record it. Its message id is the webhook's (``submitted_msg_id``), so
+a backfill racing the webhook's record is dropped by the inbox. Pod sets and
 priority come from the annotations the webhook writes, so every kind is handled alike.
 
 ``ManagerSync`` marks a placed job with ``kdispatch.io/cluster`` and copies the status of the
@@ -55,6 +57,12 @@ def update_msg_id(uid: str, previous_resource_version: str) -> str:
     return f"upd/{uid}/{previous_resource_version}"
 
 
+def submitted_msg_id(uid: str) -> str:
+    """The Nats-Msg-Id of a ``JobSubmitted``, the webhook's (webhook/stamps.py) as the backfill's:
+    a backfill racing a submission the log has not folded yet is dropped by the inbox."""
+    return f"sub/{uid}"
+
+
 def _watched(obj: dict[str, Any]) -> bool:
     """Held by the webhook, and a job of its own: the pods of a Kueue pod group are recorded once,
     under the group's name, by the webhook; the watcher leaves them to it (docs/clusters.md)."""
@@ -88,8 +96,12 @@ class ManagerWatcher:
         kinds: tuple[KindInfo, ...] = SUPPORTED_KINDS,
         resync_s: int = 300,
         backfill_after_s: float = 10.0,
+        ready: asyncio.Event | None = None,
     ) -> None:
         self.api = api
+        # ``known`` answers from a view of the log that is being read: until it has read to the
+        # end (``ready``), every job the log holds would look unknown and be backfilled again.
+        self.ready = ready
         self.reporter = reporter
         self.known = known
         self.queues = queues  # the log's latest queue config, to resolve a backfilled job's ClusterQueue
@@ -98,10 +110,17 @@ class ManagerWatcher:
         self.backfill_after_s = backfill_after_s
         self._seen: dict[str, tuple[str, Signature]] = {}  # uid -> (resourceVersion, signature) last seen
         self._observed_state: dict[str, tuple[int, bool]] = {}  # what the last JobObserved said
+        # Per job only until the log knows it (memory for the few the webhook missed, not for
+        # every job on the manager): when first seen, the object, backfilled but not yet known.
         self._first_seen: dict[str, float] = {}
         self._objects: dict[str, dict[str, Any]] = {}
         self._backfilled: set[str] = set()
         self.backfill_skipped: set[str] = set()
+
+    @property
+    def held_for_backfill(self) -> int:
+        """Jobs the watcher holds memory for, waiting for the log to know them."""
+        return len(self._first_seen.keys() | self._objects.keys() | self._backfilled)
 
     async def run(self, stop: asyncio.Event) -> None:
         watches = [
@@ -139,7 +158,6 @@ class ManagerWatcher:
         ref = job_ref(obj)
         meta = obj["metadata"]
         state = (int(meta.get("generation", 0) or 0), user_suspended(kind, obj))
-        self._first_seen.setdefault(ref.uid, time.monotonic())
         self._keep_for_backfill(ref.uid, obj)
         if self._observed_state.get(ref.uid) != state:
             rv = str(meta.get("resourceVersion", ""))
@@ -157,7 +175,6 @@ class ManagerWatcher:
         self._seen[ref.uid] = (rv, signature)
         self._keep_for_backfill(ref.uid, obj)
         if previous is None:
-            self._first_seen.setdefault(ref.uid, time.monotonic())
             if not observed:
                 event = ev.JobObserved(job=ref, suspended=signature[0], resource_version=rv)
                 await self.reporter.report(event, msg_id=f"manager/{ref.uid}/observed/{rv}")
@@ -183,11 +200,14 @@ class ManagerWatcher:
         await self.reporter.report(update, msg_id=update_msg_id(ref.uid, previous_rv))
 
     def _keep_for_backfill(self, uid: str, obj: dict[str, Any]) -> None:
-        """Hold the object only while the log does not know the job: memory for the few the
-        webhook missed, not for every job on the manager."""
+        """Hold the object (and when it was first seen) only while the log does not know the
+        job: memory for the few the webhook missed, not for every job on the manager."""
         if uid in self._backfilled or self.known(uid):
             self._objects.pop(uid, None)
+            if uid not in self._backfilled:
+                self._first_seen.pop(uid, None)
         else:
+            self._first_seen.setdefault(uid, time.monotonic())
             self._objects[uid] = obj
 
     async def _deleted(self, obj: dict[str, Any]) -> None:
@@ -205,13 +225,18 @@ class ManagerWatcher:
 
     async def backfill_due(self) -> int:
         """Record a ``JobSubmitted`` for every job the log has not learnt of in time."""
+        if self.ready is not None and not self.ready.is_set():
+            return 0
         now = time.monotonic()
         done = 0
+        for uid in [u for u in self._backfilled if self.known(u)]:  # recorded: nothing more to hold
+            self._backfilled.discard(uid)
+            self._first_seen.pop(uid, None)
         for uid, first in list(self._first_seen.items()):
             if uid in self._backfilled or uid in self.backfill_skipped or now - first < self.backfill_after_s:
                 continue
             if self.known(uid):
-                self._backfilled.add(uid)
+                self._first_seen.pop(uid, None)
                 self._objects.pop(uid, None)
                 continue
             obj = self._objects.get(uid)
@@ -224,7 +249,7 @@ class ManagerWatcher:
                 self.backfill_skipped.add(uid)
                 log.warning("backfill_impossible", job=job_ref(obj).key, reason=str(err))
                 continue
-            await self.reporter.report(submitted, msg_id=f"manager/{uid}/submitted-by-watch")
+            await self.reporter.report(submitted, msg_id=submitted_msg_id(uid))
             self._backfilled.add(uid)
             self._objects.pop(uid, None)
             done += 1

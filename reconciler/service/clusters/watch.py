@@ -4,7 +4,8 @@ The informer pattern both the manager watcher and every Kubernetes worker use (d
 list, hand over every object, then watch from the list's resourceVersion. The watch ends after
 ``resync_s`` (the server's ``timeoutSeconds``), on 410 Gone (the version was compacted away) or
 when the connection drops; each time the resource is listed again, and an object the new list
-no longer has is handed over as deleted (its DELETED event was missed). Every failure is retried
+no longer has is handed over as deleted (its DELETED event was missed; from what the loop kept of
+it, ``tombstone``: its metadata, not its spec or status). Every failure is retried
 with back-off and jitter; a handler that raises (a malformed object) is retried the same way,
 so nothing ends the loop but ``stop``.
 
@@ -31,6 +32,21 @@ LISTED = "LISTED"
 
 Handler = Callable[[KindInfo, str, dict[str, Any]], Awaitable[None]]
 """Called with (the version followed, event type, object), one object at a time, in order."""
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def tombstone(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the loop remembers of a followed object until the next list: enough to hand it over
+    as deleted (kind, name, uid, labels, owners), not its spec and status. Every object of the
+    resource is remembered, so whole objects would cost the size of the cluster's jobs."""
+    meta = obj.get("metadata") or {}
+    kept = {k: v for k, v in meta.items() if k != "managedFields"}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and LAST_APPLIED in annotations:  # kubectl's copy of the whole object
+        kept["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    return {**{k: obj[k] for k in ("apiVersion", "kind") if k in obj}, "metadata": kept}
 
 
 def by_uid(obj: dict[str, Any]) -> str:
@@ -107,11 +123,13 @@ class ListWatch:
         for key, obj in known.items():
             if key not in current:
                 await self.handle(kind, "DELETED", obj)
-        for obj in current.values():
+        remembered: dict[str, dict[str, Any]] = {}
+        for key, obj in current.items():
             await self.handle(kind, LISTED, obj)
+            remembered[key] = tombstone(obj)
         if self.on_listed is not None:
             self.on_listed()
-        return rv, current
+        return rv, remembered
 
     async def _watch(self, kind: KindInfo, rv: str, known: dict[str, dict[str, Any]]) -> None:
         """Follow the changes after ``rv``, keeping ``known`` in step, until the watch ends."""
@@ -129,7 +147,7 @@ class ListWatch:
             if type_ == "DELETED":
                 known.pop(self.key(obj), None)
             elif type_ in ("ADDED", "MODIFIED"):
-                known[self.key(obj)] = obj
+                known[self.key(obj)] = tombstone(obj)
             else:
                 continue  # BOOKMARK: nothing changed
             await self.handle(kind, type_, obj)

@@ -273,6 +273,20 @@ class KubeApiEmulator(kmock.KubernetesScaffold):
     def objects(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(o) for o in self._store.get((group, version, plural), {}).values()]
 
+    def peek(self, group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        """The stored objects themselves, not copies (``objects``): for a read-only scan of many
+        objects, often (the soak's controllers); do not change them."""
+        return list(self._store.get((group, version, plural), {}).values())
+
+    def delete(self, group: str, version: str, plural: str, namespace: str, name: str) -> None:
+        """Delete an object as the API server does, with a DELETED watch event (``remove``
+        deletes one silently)."""
+        key = (group, version, plural)
+        current = self._store.get(key, {}).pop((namespace, name), None)
+        if current is not None:
+            current["metadata"]["resourceVersion"] = str(self._next_rv())
+            self._emit(key, "DELETED", current)
+
     def get(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         obj = self._store.get((group, version, plural), {}).get((namespace, name))
         return copy.deepcopy(obj) if obj is not None else None

@@ -15,7 +15,7 @@ from eventlog.kube.kinds import SUPPORTED_KINDS, KindInfo
 from reconciler.service.clusters import rbac
 from reconciler.service.clusters.backfill import user_suspended
 from reconciler.service.clusters.base import RemoteSpec
-from reconciler.service.clusters.manager import update_msg_id
+from reconciler.service.clusters.manager import submitted_msg_id, update_msg_id
 from reconciler.service.clusters.remote import remote_manifest
 from webhook import admit, jsonpatch, stamps
 from webhook.review import decode_review
@@ -34,6 +34,7 @@ def test_every_kind_is_granted_on_both_sides() -> None:
 
 def test_the_update_ids_both_sides_use_agree() -> None:
     assert update_msg_id("u-1", "41") == stamps.update_msg_id("u-1", "41")
+    assert submitted_msg_id("u-1") == stamps.submitted_msg_id("u-1")
 
 
 def _held_by_the_webhook(info: KindInfo) -> dict[str, Any]:
