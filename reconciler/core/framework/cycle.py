@@ -33,6 +33,7 @@ from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.framework.status import Code, Reason
 
 _CACHE_LIMIT = 4_096
+_MASK_LIMIT = 16_384  # bool masks over the table: at 5,000 clusters, 80 MB at most
 
 
 @dataclass
@@ -56,7 +57,7 @@ def run_filter(name: str, plugin: FilterPlugin, inp: CycleInput, slots: Slots) -
         return result
     except Exception as err:  # a third-party bug must not stop dispatching for everyone
         reason = Reason(Code.ERROR, f"{name} failed: {type(err).__name__}: {err}")
-        return FilterResult(verdict=np.ones(len(slots), dtype=np.int32), reasons=[reason])
+        return FilterResult(verdict=np.ones(len(slots), dtype=np.int32), reasons=[reason], failed=True)
 
 
 def run_score(plugin: ScorePlugin, inp: CycleInput, candidates: Slots) -> Scores:
@@ -73,9 +74,15 @@ def run_score(plugin: ScorePlugin, inp: CycleInput, candidates: Slots) -> Scores
 
 
 def _fresh(profile: CompiledProfile, version: int) -> None:
-    if profile.cache_version != version or len(profile.cache) > _CACHE_LIMIT:
+    if (
+        profile.cache_version != version
+        or len(profile.cache) > _CACHE_LIMIT
+        or len(profile.static_ok) > _MASK_LIMIT
+        or len(profile.parts) > _MASK_LIMIT
+    ):
         profile.cache.clear()
         profile.static_ok.clear()
+        profile.parts.clear()
         profile.cache_version = version
 
 
@@ -85,22 +92,73 @@ def static_survivors(profile: CompiledProfile, inp: CycleInput) -> Mask:
     _fresh(profile, table.version)
     static_ok: Mask | None = profile.static_ok.get(inp.job.static_key)
     if static_ok is None:
-        slots = np.flatnonzero(table.present)
-        for name, plugin in profile.filters:
-            if plugin.static and len(slots):
-                slots = slots[run_filter(name, plugin, inp, slots).passed()]
-        static_ok = np.zeros(len(table), dtype=np.bool_)
-        static_ok[slots] = True
+        static_ok = _by_parts(profile, inp)
+        if static_ok is None:
+            static_ok = _cascade(profile, inp)
         profile.static_ok[inp.job.static_key] = static_ok
     return static_ok
 
 
-def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
-    """Clusters passing every filter, by cascading: each filter sees the previous survivors."""
-    slots = np.flatnonzero(static_survivors(profile, inp))
+def _cascade(profile: CompiledProfile, inp: CycleInput) -> Mask:
+    """Every static filter on the survivors of the ones before it."""
+    table = inp.clusters
+    slots = np.flatnonzero(table.present)
     for name, plugin in profile.filters:
-        if not plugin.static and len(slots):
+        if plugin.static and len(slots):
             slots = slots[run_filter(name, plugin, inp, slots).passed()]
+    static_ok = np.zeros(len(table), dtype=np.bool_)
+    static_ok[slots] = True
+    return static_ok
+
+
+def _by_parts(profile: CompiledProfile, inp: CycleInput) -> Mask | None:
+    """The same survivors as ``_cascade``, from each filter's verdicts for its part of the job
+    (``FilterPlugin.cache_key``), computed once over every present cluster: a job spec never
+    seen before is mostly a new combination of parts seen before. None when a static filter
+    has no key (a third-party one: its verdicts are only known on the survivors, so the
+    cascade runs as it always did) or failed (the cascade then says what it says)."""
+    table = inp.clusters
+    ok = table.present.copy()
+    for i, (name, plugin) in enumerate(profile.filters):
+        if not plugin.static:
+            continue
+        part_key = plugin.cache_key(inp.job)
+        if part_key is None:
+            return None
+        key = (i, part_key)
+        part: Mask | None = profile.parts.get(key)
+        if part is None:
+            present = np.flatnonzero(table.present)
+            part = np.zeros(len(table), dtype=np.bool_)
+            if len(present):
+                result = run_filter(name, plugin, inp, present)
+                if result.failed:
+                    return None
+                part[present] = result.verdict == 0
+            profile.parts[key] = part
+        np.logical_and(ok, part, out=ok)
+    return ok
+
+
+def active_filters(profile: CompiledProfile, inp: CycleInput) -> list[tuple[str, FilterPlugin]]:
+    """The profile's dynamic filters that are not idle with this table (memo per version)."""
+    table = inp.clusters
+    key = (table.version, table.facts_version)
+    if profile.active is None or profile.active[0] != key:
+        dynamic = [(name, plugin) for name, plugin in profile.filters if not plugin.static]
+        profile.active = (key, [(name, plugin) for name, plugin in dynamic if not plugin.idle(table)])
+    return profile.active[1]
+
+
+def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
+    """Clusters passing every filter, by cascading: each filter sees the previous survivors.
+    Idle filters pass everyone and are not asked; a filter that skipped changes nothing."""
+    slots = np.flatnonzero(static_survivors(profile, inp))
+    for name, plugin in active_filters(profile, inp):
+        if len(slots):
+            result = run_filter(name, plugin, inp, slots)
+            if not result.skipped or result.verdict.any():
+                slots = slots[result.passed()]
     return slots
 
 

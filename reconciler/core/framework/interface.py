@@ -8,6 +8,7 @@ arguments and must be a pure function of its inputs: no clock, no I/O, no random
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -72,6 +73,7 @@ class FilterResult:
     verdict: Codes
     reasons: list[Reason] = field(default_factory=list)
     skipped: bool = False
+    failed: bool = False  # the plugin raised: every cluster rejected with the error (run_filter)
 
     @staticmethod
     def passing(n: int) -> FilterResult:
@@ -79,7 +81,7 @@ class FilterResult:
 
     @staticmethod
     def from_mask(ok: npt.NDArray[np.bool_], reason: Reason) -> FilterResult:
-        verdict = np.where(ok, 0, 1).astype(np.int32)
+        verdict = np.logical_not(ok).astype(np.int32)
         return FilterResult(verdict=verdict, reasons=[reason])
 
     def passed(self) -> npt.NDArray[np.bool_]:
@@ -100,6 +102,21 @@ class FilterPlugin(Plugin):
     # True when the verdict depends only on the job's spec and the clusters' labels, taints and
     # capacity (not on usage or health): such verdicts are cached per (spec, table version).
     static: ClassVar[bool] = False
+
+    def cache_key(self, job: JobView) -> Hashable | None:
+        """For a static filter: the part of the job its verdicts and reasons depend on. Jobs
+        with equal keys then share one evaluation over every cluster (per table version), so a
+        new job spec costs a lookup per filter instead of a pass over the clusters, as long as
+        each part of it was seen before. Each cluster's verdict must depend only on that
+        cluster and the key. None (the default): the job's whole ``static_key``, with the
+        filter run on the survivors of the filters before it."""
+        return None
+
+    def idle(self, clusters: ClusterTable) -> bool:
+        """True when, with this table (its version and facts), the filter passes every cluster
+        for every job and reports nothing (``FilterResult.passing``): the framework skips it
+        until the table changes. For filters of facts no worker reported yet."""
+        return False
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         """Verdicts for the clusters ``slots`` (indexes into the table), in that order. The

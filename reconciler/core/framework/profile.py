@@ -56,7 +56,11 @@ class CompiledProfile:
     cache: dict[tuple[bytes, int], FilterResult] = field(default_factory=dict)
     # Per job spec key: which clusters pass every static filter (bool mask over the table).
     static_ok: dict[bytes, Any] = field(default_factory=dict)
+    # Per (filter index, the filter's cache_key): which clusters pass that static filter alone.
+    parts: dict[tuple[int, Any], Any] = field(default_factory=dict)
     cache_version: int = -1
+    # The dynamic filters that are not idle, for one (table version, facts version).
+    active: tuple[tuple[int, int], list[tuple[str, FilterPlugin]]] | None = None
 
     @property
     def name(self) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
+import msgspec
 import numpy as np
 
 from reconciler.core.framework.interface import (
     CycleInput,
     FilterPlugin,
     FilterResult,
+    JobView,
     ScorePlugin,
     Scores,
     Slots,
@@ -19,10 +23,15 @@ NAME = "ClusterAffinity"
 SCORE_NAME = "ClusterAffinityScore"
 REASON_NO_TERM = "no required cluster-affinity term matches"
 
+_encoder = msgspec.msgpack.Encoder()
+
 
 class ClusterAffinity(FilterPlugin):
     name = NAME
     static = True
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return _encoder.encode(job.placement.cluster_affinity.required)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         required = inp.job.placement.cluster_affinity.required

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 import numpy.typing as npt
 
@@ -17,6 +19,7 @@ from reconciler.core.framework.interface import (
     CycleInput,
     FilterPlugin,
     FilterResult,
+    JobView,
     ScorePlugin,
     Scores,
     Slots,
@@ -60,6 +63,9 @@ def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], cod
 class ClusterFeasibility(FilterPlugin):
     name = FEASIBILITY
     static = True
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return (job.demand_vec.tobytes(), job.missing)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         return _fit(inp, slots, available=inp.clusters.capacity, code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE)

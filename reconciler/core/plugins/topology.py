@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from eventlog.events import PodSet
+from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.interface import (
     MAX_SCORE,
     CycleInput,
@@ -134,6 +135,9 @@ def _memo(arrays: NodeArrays, name: str, job: JobView) -> object:
 
 class TopologyFit(FilterPlugin):
     name = FIT
+
+    def idle(self, clusters: ClusterTable) -> bool:
+        return not node_arrays(clusters).has_nodes.any()
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         job = inp.job
