@@ -60,10 +60,16 @@ def run_filter(name: str, plugin: FilterPlugin, inp: CycleInput, slots: Slots) -
         return FilterResult(verdict=np.ones(len(slots), dtype=np.int32), reasons=[reason], failed=True)
 
 
-def run_score(plugin: ScorePlugin, inp: CycleInput, candidates: Slots) -> Scores:
-    """Normalized, range-checked scores; a plugin that raises scores 0 everywhere."""
+def run_score(
+    plugin: ScorePlugin, inp: CycleInput, candidates: Slots, *, memo: tuple[CompiledProfile, int] | None = None
+) -> Scores:
+    """Normalized, range-checked scores; a plugin that raises scores 0 everywhere. With
+    ``memo`` (the profile and the plugin's index in it), raw scores of a plugin with a cache key
+    are read from the profile's cache."""
     try:
-        raw = plugin.score(inp, candidates)
+        raw = _raw_scores(plugin, inp, candidates, memo) if memo is not None else None
+        if raw is None:
+            raw = plugin.score(inp, candidates)
         norm = plugin.normalize(raw)
         if len(norm) != len(candidates):
             raise ValueError("wrong number of scores")
@@ -73,16 +79,47 @@ def run_score(plugin: ScorePlugin, inp: CycleInput, candidates: Slots) -> Scores
     return out
 
 
+def _raw_scores(
+    plugin: ScorePlugin, inp: CycleInput, candidates: Slots, memo: tuple[CompiledProfile, int]
+) -> Scores | None:
+    """Raw scores of the candidates from the scores over every present cluster, computed once
+    per cache key; None when the plugin has no key (or failed over every cluster: it is then
+    asked about the candidates alone, as always)."""
+    profile, index = memo
+    part_key = plugin.cache_key(inp.job)
+    if part_key is None:
+        return None
+    table = inp.clusters
+    _fresh(profile, table.version)
+    key = (index, part_key)
+    every: Scores | None = profile.score_parts.get(key)
+    if every is None:
+        present = np.flatnonzero(table.present)
+        try:
+            raw = np.asarray(plugin.score(inp, present))
+            if raw.shape != (len(present),):
+                return None
+        except Exception:  # scored per job instead, where a failure scores 0 as always
+            return None
+        every = np.zeros(len(table), dtype=raw.dtype)
+        every[present] = raw
+        profile.score_parts[key] = every
+    out: Scores = every[candidates]
+    return out
+
+
 def _fresh(profile: CompiledProfile, version: int) -> None:
     if (
         profile.cache_version != version
         or len(profile.cache) > _CACHE_LIMIT
         or len(profile.static_ok) > _MASK_LIMIT
         or len(profile.parts) > _MASK_LIMIT
+        or len(profile.score_parts) > _MASK_LIMIT
     ):
         profile.cache.clear()
         profile.static_ok.clear()
         profile.parts.clear()
+        profile.score_parts.clear()
         profile.cache_version = version
 
 
@@ -168,8 +205,8 @@ def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Eva
         return Evaluation(ranked=candidates, totals=np.zeros(0, dtype=np.int64), plugin_scores=[])
     totals = np.zeros(len(candidates), dtype=np.int64)
     per_plugin = []
-    for name, weight, plugin in profile.scores:
-        norm = run_score(plugin, inp, candidates)
+    for i, (name, weight, plugin) in enumerate(profile.scores):
+        norm = run_score(plugin, inp, candidates, memo=(profile, i))
         totals += norm * weight
         per_plugin.append((name, weight, norm))
     if len(candidates) == 1:

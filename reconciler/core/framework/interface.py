@@ -126,6 +126,14 @@ class FilterPlugin(Plugin):
 
 
 class ScorePlugin(Plugin):
+    def cache_key(self, job: JobView) -> Hashable | None:
+        """The part of the job the raw scores depend on, when they depend only on it and on
+        the clusters' labels, taints and capacity (not usage or health): raw scores are then
+        computed once per key over every cluster (per table version) and read for the
+        candidates; normalizing still sees only the candidates. Each cluster's raw score must
+        depend only on that cluster and the key. None (the default): scored per job."""
+        return None
+
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         """Raw integer scores for ``candidates`` (any non-negative range)."""
         raise NotImplementedError

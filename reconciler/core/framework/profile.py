@@ -58,6 +58,8 @@ class CompiledProfile:
     static_ok: dict[bytes, Any] = field(default_factory=dict)
     # Per (filter index, the filter's cache_key): which clusters pass that static filter alone.
     parts: dict[tuple[int, Any], Any] = field(default_factory=dict)
+    # Per (score index, the score plugin's cache_key): raw scores over the table.
+    score_parts: dict[tuple[int, Any], Any] = field(default_factory=dict)
     cache_version: int = -1
     # The dynamic filters that are not idle, for one (table version, facts version).
     active: tuple[tuple[int, int], list[tuple[str, FilterPlugin]]] | None = None

@@ -46,6 +46,9 @@ class ClusterAffinityScore(ScorePlugin):
 
     name = SCORE_NAME
 
+    def cache_key(self, job: JobView) -> Hashable:
+        return _encoder.encode(job.placement.cluster_affinity.preferred)
+
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         total = np.zeros(len(candidates), dtype=np.int64)
         for weighted in inp.job.placement.cluster_affinity.preferred:

@@ -23,6 +23,7 @@ from reconciler.core.framework.interface import (
     ScorePlugin,
     Scores,
     Slots,
+    first_failure,
 )
 from reconciler.core.framework.status import Code, Reason
 
@@ -51,13 +52,15 @@ def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], cod
     cols = np.flatnonzero(job.demand_vec > 0)
     if len(cols) == 0:
         return FilterResult.passing(n)
-    verdict = np.zeros(n, dtype=np.int32)
-    for j in range(len(cols) - 1, -1, -1):  # a few resources, many clusters: loop over resources
-        col = cols[j]
-        verdict[available[slots, col] < job.demand_vec[col]] = j + 1
     names = inp.clusters.resources.names
     reasons = [Reason(code, describe(names[c])) for c in cols]
-    return FilterResult(verdict=verdict, reasons=reasons)
+    # One gather of the demanded columns; the per-resource loop only where a cluster falls short.
+    rows = available.take(slots, axis=0)  # take: the fastest gather of whole rows
+    every = len(cols) == available.shape[1]
+    short = rows < job.demand_vec if every else rows[:, cols] < job.demand_vec[cols]
+    if not short.any():
+        return FilterResult(verdict=np.zeros(n, dtype=np.int32), reasons=reasons)
+    return FilterResult(verdict=first_failure(short), reasons=reasons)
 
 
 class ClusterFeasibility(FilterPlugin):

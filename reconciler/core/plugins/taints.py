@@ -63,6 +63,9 @@ class ClusterTaints(FilterPlugin):
 class ClusterTaintScore(ScorePlugin):
     name = SCORE_NAME
 
+    def cache_key(self, job: JobView) -> Hashable:
+        return _encoder.encode(job.placement.cluster_tolerations)
+
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         table = inp.clusters
         tolerations = inp.job.placement.cluster_tolerations
