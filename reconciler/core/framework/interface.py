@@ -102,6 +102,10 @@ class FilterPlugin(Plugin):
     # True when the verdict depends only on the job's spec and the clusters' labels, taints and
     # capacity (not on usage or health): such verdicts are cached per (spec, table version).
     static: ClassVar[bool] = False
+    # True when the verdict on a cluster depends only on that cluster's own row of the input
+    # (free capacity, health, our copies in flight there) and on what is fixed for a pass: a
+    # change on one cluster then changes no verdict elsewhere (``Scratch.still_fits``).
+    per_cluster: ClassVar[bool] = False
 
     def cache_key(self, job: JobView) -> Hashable | None:
         """For a static filter: the part of the job its verdicts and reasons depend on. Jobs

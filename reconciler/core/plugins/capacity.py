@@ -76,6 +76,7 @@ class ClusterFeasibility(FilterPlugin):
 
 class ClusterHeadroom(FilterPlugin):
     name = HEADROOM
+    per_cluster = True
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         return _fit(inp, slots, available=inp.free, code=Code.UNSCHEDULABLE)

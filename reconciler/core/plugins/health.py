@@ -30,6 +30,7 @@ def _draining_columns(table: ClusterTable) -> list[int]:
 
 class ClusterHealth(FilterPlugin):
     name = NAME
+    per_cluster = True
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         ok = np.asarray(inp.ready[slots])

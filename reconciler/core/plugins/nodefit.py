@@ -225,6 +225,7 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
 
 class NodeFit(FilterPlugin):
     name = NAME
+    per_cluster = True
 
     def idle(self, clusters: ClusterTable) -> bool:
         return not node_arrays(clusters).has_nodes.any()

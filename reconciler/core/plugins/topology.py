@@ -135,6 +135,7 @@ def _memo(arrays: NodeArrays, name: str, job: JobView) -> object:
 
 class TopologyFit(FilterPlugin):
     name = FIT
+    per_cluster = True
 
     def idle(self, clusters: ClusterTable) -> bool:
         return not node_arrays(clusters).has_nodes.any()

@@ -124,6 +124,7 @@ def queue_fit(
 
 class WorkerQueueFit(FilterPlugin):
     name = NAME
+    per_cluster = True
 
     def idle(self, clusters: ClusterTable) -> bool:
         return not worker_queues(clusters).kueue.any()
