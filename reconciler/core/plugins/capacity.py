@@ -86,17 +86,17 @@ def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
     """Per candidate, 0..100: mean over the demanded resources of (free - demand) / capacity."""
     job = inp.job
     cols = np.flatnonzero(job.demand_vec > 0)
-    cap = inp.clusters.capacity[candidates]
+    cap = inp.clusters.capacity.take(candidates, axis=0)
     if len(cols) == 0:
         cols = np.flatnonzero(cap.sum(axis=0) > 0)
     if len(cols) == 0:
         return np.full(len(candidates), MAX_SCORE, dtype=np.int64)
-    out: Scores = np.zeros(len(candidates), dtype=np.int64)
-    for col in cols:
-        left = inp.free[candidates, col] - job.demand_vec[col]
-        frac = left * MAX_SCORE // np.maximum(cap[:, col], 1)
-        out += np.minimum(np.maximum(frac, 0), MAX_SCORE)
-    out //= len(cols)
+    # All demanded columns at once (rows gathered once): the same integer arithmetic per column.
+    free = inp.free.take(candidates, axis=0)
+    if len(cols) < cap.shape[1]:
+        cap, free = cap[:, cols], free[:, cols]
+    frac = (free - job.demand_vec[cols]) * MAX_SCORE // np.maximum(cap, 1)
+    out: Scores = np.clip(frac, 0, MAX_SCORE).sum(axis=1) // len(cols)
     return out
 
 
