@@ -33,7 +33,9 @@ from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.framework.status import Code, Reason
 
 _CACHE_LIMIT = 4_096
-_MASK_LIMIT = 16_384  # bool masks over the table: at 5,000 clusters, 80 MB at most
+# Per-table arrays the caches may hold, in bytes per cache (bool masks: one byte per cluster;
+# raw scores: eight), so the memo stays bounded whatever the number of distinct specs.
+_ARRAY_BUDGET = 64 << 20
 
 
 @dataclass
@@ -90,7 +92,7 @@ def _raw_scores(
     if part_key is None:
         return None
     table = inp.clusters
-    _fresh(profile, table.version)
+    _fresh(profile, table.version, len(table))
     key = (index, part_key)
     every: Scores | None = profile.score_parts.get(key)
     if every is None:
@@ -108,13 +110,14 @@ def _raw_scores(
     return out
 
 
-def _fresh(profile: CompiledProfile, version: int) -> None:
+def _fresh(profile: CompiledProfile, version: int, clusters: int) -> None:
+    masks = _ARRAY_BUDGET // max(clusters, 1)
     if (
         profile.cache_version != version
         or len(profile.cache) > _CACHE_LIMIT
-        or len(profile.static_ok) > _MASK_LIMIT
-        or len(profile.parts) > _MASK_LIMIT
-        or len(profile.score_parts) > _MASK_LIMIT
+        or len(profile.static_ok) > masks
+        or len(profile.parts) > masks
+        or len(profile.score_parts) > masks // 8
     ):
         profile.cache.clear()
         profile.static_ok.clear()
@@ -126,7 +129,7 @@ def _fresh(profile: CompiledProfile, version: int) -> None:
 def static_survivors(profile: CompiledProfile, inp: CycleInput) -> Mask:
     """Clusters passing every static filter (bool mask), cached per job spec and table version."""
     table = inp.clusters
-    _fresh(profile, table.version)
+    _fresh(profile, table.version, len(table))
     static_ok: Mask | None = profile.static_ok.get(inp.job.static_key)
     if static_ok is None:
         static_ok = _by_parts(profile, inp)
@@ -187,6 +190,15 @@ def active_filters(profile: CompiledProfile, inp: CycleInput) -> list[tuple[str,
     return profile.active[1]
 
 
+def _idle_scores(profile: CompiledProfile, inp: CycleInput) -> frozenset[int]:
+    table = inp.clusters
+    key = (table.version, table.facts_version)
+    if profile.idle_scores is None or profile.idle_scores[0] != key:
+        idle = frozenset(i for i, (_, _, plugin) in enumerate(profile.scores) if plugin.idle(table))
+        profile.idle_scores = (key, idle)
+    return profile.idle_scores[1]
+
+
 def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
     """Clusters passing every filter, by cascading: each filter sees the previous survivors.
     Idle filters pass everyone and are not asked; a filter that skipped changes nothing."""
@@ -205,7 +217,11 @@ def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Eva
         return Evaluation(ranked=candidates, totals=np.zeros(0, dtype=np.int64), plugin_scores=[])
     totals = np.zeros(len(candidates), dtype=np.int64)
     per_plugin = []
+    idle = _idle_scores(profile, inp)
     for i, (name, weight, plugin) in enumerate(profile.scores):
+        if i in idle:  # 0 everywhere: adds nothing to the totals
+            per_plugin.append((name, weight, np.zeros(len(candidates), dtype=np.int64)))
+            continue
         norm = run_score(plugin, inp, candidates, memo=(profile, i))
         totals += norm * weight
         per_plugin.append((name, weight, norm))
@@ -229,7 +245,7 @@ def evaluate(
         order = np.argsort(inp.clusters.name_rank[candidates], kind="stable")
         return Evaluation(ranked=candidates[order], totals=np.zeros(len(candidates), np.int64), plugin_scores=[])
     table = inp.clusters
-    _fresh(profile, table.version)
+    _fresh(profile, table.version, len(table))
     n = len(table)
     every = np.arange(n, dtype=np.intp)
     results = []

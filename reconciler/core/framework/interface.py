@@ -138,6 +138,11 @@ class ScorePlugin(Plugin):
         depend only on that cluster and the key. None (the default): scored per job."""
         return None
 
+    def idle(self, clusters: ClusterTable) -> bool:
+        """True when, with this table (its version and facts), the plugin scores 0 on every
+        cluster for every job: the framework does not ask it until the table changes."""
+        return False
+
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         """Raw integer scores for ``candidates`` (any non-negative range)."""
         raise NotImplementedError

@@ -63,6 +63,8 @@ class CompiledProfile:
     cache_version: int = -1
     # The dynamic filters that are not idle, for one (table version, facts version).
     active: tuple[tuple[int, int], list[tuple[str, FilterPlugin]]] | None = None
+    # The indexes of idle score plugins, for one (table version, facts version).
+    idle_scores: tuple[tuple[int, int], frozenset[int]] | None = None
 
     @property
     def name(self) -> str:

@@ -160,6 +160,9 @@ class TopologyFit(FilterPlugin):
 class TopologyScore(ScorePlugin):
     name = SCORE
 
+    def idle(self, clusters: ClusterTable) -> bool:
+        return not node_arrays(clusters).has_nodes.any()
+
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         job = inp.job
         if not any(ps.topology is not None for ps in job.pod_sets):

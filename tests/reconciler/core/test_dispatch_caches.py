@@ -2,7 +2,8 @@
 
 - static filter verdicts per part of the job (``FilterPlugin.cache_key``) vs the cascade;
 - static raw scores per part of the job (``ScorePlugin.cache_key``) vs scoring each job;
-- idle dynamic filters skipped (``FilterPlugin.idle``) vs asked;
+- idle dynamic filters and score plugins skipped (``FilterPlugin.idle``, ``ScorePlugin.idle``)
+  vs asked;
 - ``Scratch.still_fits`` (a quota wait kept without filtering again) vs filtering again.
 
 Two leaders fold the same random inputs (clusters with labels and taints, ClusterQueues in a
@@ -43,6 +44,7 @@ def plain() -> Iterator[None]:
         mock.patch.object(cycle, "_by_parts", lambda profile, inp: None),
         mock.patch.object(cycle, "_raw_scores", lambda plugin, inp, candidates, memo: None),
         mock.patch.object(cycle, "active_filters", _every_dynamic),
+        mock.patch.object(cycle, "_idle_scores", lambda profile, inp: frozenset()),
         mock.patch("reconciler.core.dispatch.active_filters", _every_dynamic),
         mock.patch.object(Scratch, "still_fits", lambda self, seen: False),
     ):
