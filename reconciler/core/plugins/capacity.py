@@ -14,6 +14,7 @@ from collections.abc import Hashable
 import numpy as np
 import numpy.typing as npt
 
+from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.interface import (
     MAX_SCORE,
     CycleInput,
@@ -44,7 +45,6 @@ def reason_free(resource: str) -> str:
 def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], code: Code) -> FilterResult:
     n = len(slots)
     job = inp.job
-    describe = reason_total if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else reason_free
     if job.missing:
         # Nobody declared this resource at all: fail everywhere, naming it.
         reason = Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason_total(job.missing[0]))
@@ -52,8 +52,7 @@ def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], cod
     cols = np.flatnonzero(job.demand_vec > 0)
     if len(cols) == 0:
         return FilterResult.passing(n)
-    names = inp.clusters.resources.names
-    reasons = [Reason(code, describe(names[c])) for c in cols]
+    reasons = _reasons(inp.clusters, cols, code)
     # One gather of the demanded columns; the per-resource loop only where a cluster falls short.
     rows = available.take(slots, axis=0)  # take: the fastest gather of whole rows
     every = len(cols) == available.shape[1]
@@ -61,6 +60,23 @@ def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], cod
     if not short.any():
         return FilterResult(verdict=np.zeros(n, dtype=np.int32), reasons=reasons)
     return FilterResult(verdict=first_failure(short), reasons=reasons)
+
+
+def _reasons(table: ClusterTable, cols: Slots, code: Code) -> list[Reason]:
+    """The reasons for these resource columns, made once per table version (not per job)."""
+    version = (table.version, table.facts_version)
+    cached = table.derived.get(FEASIBILITY)
+    if cached is None or cached[0] != version:
+        cached = (version, {})
+        table.derived[FEASIBILITY] = cached
+    memo: dict[tuple[Code, bytes], list[Reason]] = cached[1]
+    key = (code, cols.tobytes())
+    reasons = memo.get(key)
+    if reasons is None:
+        describe = reason_total if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else reason_free
+        names = table.resources.names
+        reasons = memo[key] = [Reason(code, describe(names[c])) for c in cols]
+    return list(reasons)  # each result its own list: callers may extend theirs
 
 
 class ClusterFeasibility(FilterPlugin):
