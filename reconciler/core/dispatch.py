@@ -17,6 +17,7 @@ from reconciler.core import phases
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import (
     Evaluation,
+    active_filters,
     evaluate,
     feasible,
     rank,
@@ -105,6 +106,8 @@ def attempt(
     if quota is not None and _any_choice(s, d, candidates, claim_cluster=claim_cluster):
         flavors = quota()
         if flavors is None:
+            if not s.claims and all(plugin.per_cluster for _, plugin in active_filters(profile, inp)):
+                d.seen_feasible = (candidates, s.ticks, s.claim_changes)
             return QUOTA
     evaluation = rank(profile, inp, candidates=candidates)
     chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim_cluster)
@@ -241,6 +244,7 @@ def claim_for(s: Scratch, d: Draft, choice: Choice) -> None:
             claim=dict(job.demand),
         )
     )
+    s.claim_changes += 1
     s.claims[job.key] = Claim(
         preemptor=job.key,
         cluster=choice.cluster,

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from eventlog import events as ev
 from reconciler.core import phases, transitions
 from reconciler.core.jobs import Copy, JobRecord, find_copy
@@ -39,6 +42,9 @@ class Draft:
     capacity_only: bool = False
     notes: list[str] = field(default_factory=list)
     queue_wait: Wait | None = None  # tenancy: why its queue does not admit it in this pass
+    # Tenancy: the clusters it passed every filter on when its queue turned it down, with the
+    # scratch's tick and claim changes then (``Scratch.still_fits``).
+    seen_feasible: tuple[npt.NDArray[np.intp], int, int] | None = None
 
     @staticmethod
     def of(job: JobRecord, *, capacity_only: bool = False) -> Draft:

@@ -39,9 +39,11 @@ def cluster_health(s: Scratch) -> tuple[list[str], list[str]]:
         slot = table.index[name]
         s.emit(ev.ClusterLost(cluster=name, last_seen_ms=table.records[slot].last_seen_ms))
         s.ready[slot] = False
+        s.touch(slot)
     for name in recovered:
         s.emit(ev.ClusterRecovered(cluster=name))
         s.ready[table.index[name]] = True
+        s.touch(table.index[name])
         s.help = True
     return lost, recovered
 

@@ -49,6 +49,13 @@ class Scratch:
     _pool: tuple[int, RunningPool] | None = None
     _in_flight: InFlight | None = None
     _no_kueue: bool = False  # no worker reported queues (the table does not change in a pass)
+    # When each cluster's free capacity, health or in-flight copies last changed in this pass
+    # (a tick of ``ticks``; 0: not since the pass began), and how often claims were made or
+    # dropped: what a job was found to fit earlier in the pass still holds on clusters
+    # untouched since, as long as no claim changed what it may use (``still_fits``).
+    ticks: int = 0
+    touched_at: npt.NDArray[np.int64] | None = None
+    claim_changes: int = 0
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -111,6 +118,28 @@ class Scratch:
             return
         self.assumed[slot] += sign * table.vector(demand)
         self.free_base[slot] = table.capacity[slot] - np.maximum(table.reported[slot], self.assumed[slot])
+        self.touch(slot)
+
+    def touch(self, slot: int) -> None:
+        """Something per-cluster changed on this cluster (free capacity, health, copies)."""
+        if self.touched_at is None:
+            self.touched_at = np.zeros(len(self.state.clusters), dtype=np.int64)
+        self.ticks += 1
+        self.touched_at[slot] = self.ticks
+
+    def still_fits(self, seen: tuple[npt.NDArray[np.intp], int, int] | None) -> bool:
+        """Whether some cluster a job passed every filter on earlier in this pass (``seen``:
+        those clusters, the tick, the claim changes then) is untouched since, with no claim
+        made or dropped: its verdicts there are the same now. Only for filters whose verdict on
+        a cluster depends on that cluster alone (``FilterPlugin.per_cluster``)."""
+        if seen is None or self.claims:
+            return False
+        slots, tick, claims = seen
+        if claims != self.claim_changes or not len(slots):
+            return False
+        if self.touched_at is None:
+            return True
+        return bool((self.touched_at[slots] <= tick).any())
 
     def assume(self, cluster: str, demand: Resources) -> None:
         self._shift(cluster, demand, sign=+1)
@@ -142,6 +171,7 @@ class Scratch:
         claim = self.claims.pop(key, None)
         if claim is None:
             return
+        self.claim_changes += 1
         if expired:
             self.help = True
         else:
@@ -255,6 +285,7 @@ class Scratch:
     def copy_counted(self, job: JobRecord, copy: Copy) -> None:
         if copy.state in IN_FLIGHT and (flight := self.in_flight()) is not None:
             table = self.state.clusters
+            self.touch(table.index[copy.cluster])
             flight.add(
                 (job.key, copy.cluster, copy.attempt),
                 slot=table.index[copy.cluster],
@@ -268,6 +299,9 @@ class Scratch:
         dispatch skip specs that already failed in it."""
         if (flight := self.in_flight()) is not None:
             flight.remove((job.key, cluster, attempt))
+            slot = self.state.clusters.index.get(cluster)
+            if slot is not None:
+                self.touch(slot)
 
 
 IN_FLIGHT = (phases.COPY_NOMINATED, phases.COPY_CREATED)

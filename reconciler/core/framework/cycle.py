@@ -33,6 +33,9 @@ from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.framework.status import Code, Reason
 
 _CACHE_LIMIT = 4_096
+# Per-table arrays the caches may hold, in bytes per cache (bool masks: one byte per cluster;
+# raw scores: eight), so the memo stays bounded whatever the number of distinct specs.
+_ARRAY_BUDGET = 64 << 20
 
 
 @dataclass
@@ -56,13 +59,19 @@ def run_filter(name: str, plugin: FilterPlugin, inp: CycleInput, slots: Slots) -
         return result
     except Exception as err:  # a third-party bug must not stop dispatching for everyone
         reason = Reason(Code.ERROR, f"{name} failed: {type(err).__name__}: {err}")
-        return FilterResult(verdict=np.ones(len(slots), dtype=np.int32), reasons=[reason])
+        return FilterResult(verdict=np.ones(len(slots), dtype=np.int32), reasons=[reason], failed=True)
 
 
-def run_score(plugin: ScorePlugin, inp: CycleInput, candidates: Slots) -> Scores:
-    """Normalized, range-checked scores; a plugin that raises scores 0 everywhere."""
+def run_score(
+    plugin: ScorePlugin, inp: CycleInput, candidates: Slots, *, memo: tuple[CompiledProfile, int] | None = None
+) -> Scores:
+    """Normalized, range-checked scores; a plugin that raises scores 0 everywhere. With
+    ``memo`` (the profile and the plugin's index in it), raw scores of a plugin with a cache key
+    are read from the profile's cache."""
     try:
-        raw = plugin.score(inp, candidates)
+        raw = _raw_scores(plugin, inp, candidates, memo) if memo is not None else None
+        if raw is None:
+            raw = plugin.score(inp, candidates)
         norm = plugin.normalize(raw)
         if len(norm) != len(candidates):
             raise ValueError("wrong number of scores")
@@ -72,35 +81,133 @@ def run_score(plugin: ScorePlugin, inp: CycleInput, candidates: Slots) -> Scores
     return out
 
 
-def _fresh(profile: CompiledProfile, version: int) -> None:
-    if profile.cache_version != version or len(profile.cache) > _CACHE_LIMIT:
+def _raw_scores(
+    plugin: ScorePlugin, inp: CycleInput, candidates: Slots, memo: tuple[CompiledProfile, int]
+) -> Scores | None:
+    """Raw scores of the candidates from the scores over every present cluster, computed once
+    per cache key; None when the plugin has no key (or failed over every cluster: it is then
+    asked about the candidates alone, as always)."""
+    profile, index = memo
+    part_key = plugin.cache_key(inp.job)
+    if part_key is None:
+        return None
+    table = inp.clusters
+    _fresh(profile, table.version, len(table))
+    key = (index, part_key)
+    every: Scores | None = profile.score_parts.get(key)
+    if every is None:
+        present = np.flatnonzero(table.present)
+        try:
+            raw = np.asarray(plugin.score(inp, present))
+            if raw.shape != (len(present),):
+                return None
+        except Exception:  # scored per job instead, where a failure scores 0 as always
+            return None
+        every = np.zeros(len(table), dtype=raw.dtype)
+        every[present] = raw
+        profile.score_parts[key] = every
+    out: Scores = every[candidates]
+    return out
+
+
+def _fresh(profile: CompiledProfile, version: int, clusters: int) -> None:
+    masks = _ARRAY_BUDGET // max(clusters, 1)
+    if (
+        profile.cache_version != version
+        or len(profile.cache) > _CACHE_LIMIT
+        or len(profile.static_ok) > masks
+        or len(profile.parts) > masks
+        or len(profile.score_parts) > masks // 8
+    ):
         profile.cache.clear()
         profile.static_ok.clear()
+        profile.parts.clear()
+        profile.score_parts.clear()
         profile.cache_version = version
 
 
 def static_survivors(profile: CompiledProfile, inp: CycleInput) -> Mask:
     """Clusters passing every static filter (bool mask), cached per job spec and table version."""
     table = inp.clusters
-    _fresh(profile, table.version)
+    _fresh(profile, table.version, len(table))
     static_ok: Mask | None = profile.static_ok.get(inp.job.static_key)
     if static_ok is None:
-        slots = np.flatnonzero(table.present)
-        for name, plugin in profile.filters:
-            if plugin.static and len(slots):
-                slots = slots[run_filter(name, plugin, inp, slots).passed()]
-        static_ok = np.zeros(len(table), dtype=np.bool_)
-        static_ok[slots] = True
+        static_ok = _by_parts(profile, inp)
+        if static_ok is None:
+            static_ok = _cascade(profile, inp)
         profile.static_ok[inp.job.static_key] = static_ok
     return static_ok
 
 
-def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
-    """Clusters passing every filter, by cascading: each filter sees the previous survivors."""
-    slots = np.flatnonzero(static_survivors(profile, inp))
+def _cascade(profile: CompiledProfile, inp: CycleInput) -> Mask:
+    """Every static filter on the survivors of the ones before it."""
+    table = inp.clusters
+    slots = np.flatnonzero(table.present)
     for name, plugin in profile.filters:
-        if not plugin.static and len(slots):
+        if plugin.static and len(slots):
             slots = slots[run_filter(name, plugin, inp, slots).passed()]
+    static_ok = np.zeros(len(table), dtype=np.bool_)
+    static_ok[slots] = True
+    return static_ok
+
+
+def _by_parts(profile: CompiledProfile, inp: CycleInput) -> Mask | None:
+    """The same survivors as ``_cascade``, from each filter's verdicts for its part of the job
+    (``FilterPlugin.cache_key``), computed once over every present cluster: a job spec never
+    seen before is mostly a new combination of parts seen before. None when a static filter
+    has no key (a third-party one: its verdicts are only known on the survivors, so the
+    cascade runs as it always did) or failed (the cascade then says what it says)."""
+    table = inp.clusters
+    ok = table.present.copy()
+    for i, (name, plugin) in enumerate(profile.filters):
+        if not plugin.static:
+            continue
+        part_key = plugin.cache_key(inp.job)
+        if part_key is None:
+            return None
+        key = (i, part_key)
+        part: Mask | None = profile.parts.get(key)
+        if part is None:
+            present = np.flatnonzero(table.present)
+            part = np.zeros(len(table), dtype=np.bool_)
+            if len(present):
+                result = run_filter(name, plugin, inp, present)
+                if result.failed:
+                    return None
+                part[present] = result.verdict == 0
+            profile.parts[key] = part
+        np.logical_and(ok, part, out=ok)
+    return ok
+
+
+def active_filters(profile: CompiledProfile, inp: CycleInput) -> list[tuple[str, FilterPlugin]]:
+    """The profile's dynamic filters that are not idle with this table (memo per version)."""
+    table = inp.clusters
+    key = (table.version, table.facts_version)
+    if profile.active is None or profile.active[0] != key:
+        dynamic = [(name, plugin) for name, plugin in profile.filters if not plugin.static]
+        profile.active = (key, [(name, plugin) for name, plugin in dynamic if not plugin.idle(table)])
+    return profile.active[1]
+
+
+def _idle_scores(profile: CompiledProfile, inp: CycleInput) -> frozenset[int]:
+    table = inp.clusters
+    key = (table.version, table.facts_version)
+    if profile.idle_scores is None or profile.idle_scores[0] != key:
+        idle = frozenset(i for i, (_, _, plugin) in enumerate(profile.scores) if plugin.idle(table))
+        profile.idle_scores = (key, idle)
+    return profile.idle_scores[1]
+
+
+def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
+    """Clusters passing every filter, by cascading: each filter sees the previous survivors.
+    Idle filters pass everyone and are not asked; a filter that skipped changes nothing."""
+    slots = np.flatnonzero(static_survivors(profile, inp))
+    for name, plugin in active_filters(profile, inp):
+        if len(slots):
+            result = run_filter(name, plugin, inp, slots)
+            if not result.skipped or result.verdict.any():
+                slots = slots[result.passed()]
     return slots
 
 
@@ -110,8 +217,12 @@ def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Eva
         return Evaluation(ranked=candidates, totals=np.zeros(0, dtype=np.int64), plugin_scores=[])
     totals = np.zeros(len(candidates), dtype=np.int64)
     per_plugin = []
-    for name, weight, plugin in profile.scores:
-        norm = run_score(plugin, inp, candidates)
+    idle = _idle_scores(profile, inp)
+    for i, (name, weight, plugin) in enumerate(profile.scores):
+        if i in idle:  # 0 everywhere: adds nothing to the totals
+            per_plugin.append((name, weight, np.zeros(len(candidates), dtype=np.int64)))
+            continue
+        norm = run_score(plugin, inp, candidates, memo=(profile, i))
         totals += norm * weight
         per_plugin.append((name, weight, norm))
     if len(candidates) == 1:
@@ -134,7 +245,7 @@ def evaluate(
         order = np.argsort(inp.clusters.name_rank[candidates], kind="stable")
         return Evaluation(ranked=candidates[order], totals=np.zeros(len(candidates), np.int64), plugin_scores=[])
     table = inp.clusters
-    _fresh(profile, table.version)
+    _fresh(profile, table.version, len(table))
     n = len(table)
     every = np.arange(n, dtype=np.intp)
     results = []

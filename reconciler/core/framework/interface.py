@@ -8,6 +8,7 @@ arguments and must be a pure function of its inputs: no clock, no I/O, no random
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -72,6 +73,7 @@ class FilterResult:
     verdict: Codes
     reasons: list[Reason] = field(default_factory=list)
     skipped: bool = False
+    failed: bool = False  # the plugin raised: every cluster rejected with the error (run_filter)
 
     @staticmethod
     def passing(n: int) -> FilterResult:
@@ -79,7 +81,7 @@ class FilterResult:
 
     @staticmethod
     def from_mask(ok: npt.NDArray[np.bool_], reason: Reason) -> FilterResult:
-        verdict = np.where(ok, 0, 1).astype(np.int32)
+        verdict = np.logical_not(ok).astype(np.int32)
         return FilterResult(verdict=verdict, reasons=[reason])
 
     def passed(self) -> npt.NDArray[np.bool_]:
@@ -100,6 +102,25 @@ class FilterPlugin(Plugin):
     # True when the verdict depends only on the job's spec and the clusters' labels, taints and
     # capacity (not on usage or health): such verdicts are cached per (spec, table version).
     static: ClassVar[bool] = False
+    # True when the verdict on a cluster depends only on that cluster's own row of the input
+    # (free capacity, health, our copies in flight there) and on what is fixed for a pass: a
+    # change on one cluster then changes no verdict elsewhere (``Scratch.still_fits``).
+    per_cluster: ClassVar[bool] = False
+
+    def cache_key(self, job: JobView) -> Hashable | None:
+        """For a static filter: the part of the job its verdicts and reasons depend on. Jobs
+        with equal keys then share one evaluation over every cluster (per table version), so a
+        new job spec costs a lookup per filter instead of a pass over the clusters, as long as
+        each part of it was seen before. Each cluster's verdict must depend only on that
+        cluster and the key. None (the default): the job's whole ``static_key``, with the
+        filter run on the survivors of the filters before it."""
+        return None
+
+    def idle(self, clusters: ClusterTable) -> bool:
+        """True when, with this table (its version and facts), the filter passes every cluster
+        for every job and reports nothing (``FilterResult.passing``): the framework skips it
+        until the table changes. For filters of facts no worker reported yet."""
+        return False
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         """Verdicts for the clusters ``slots`` (indexes into the table), in that order. The
@@ -109,6 +130,19 @@ class FilterPlugin(Plugin):
 
 
 class ScorePlugin(Plugin):
+    def cache_key(self, job: JobView) -> Hashable | None:
+        """The part of the job the raw scores depend on, when they depend only on it and on
+        the clusters' labels, taints and capacity (not usage or health): raw scores are then
+        computed once per key over every cluster (per table version) and read for the
+        candidates; normalizing still sees only the candidates. Each cluster's raw score must
+        depend only on that cluster and the key. None (the default): scored per job."""
+        return None
+
+    def idle(self, clusters: ClusterTable) -> bool:
+        """True when, with this table (its version and facts), the plugin scores 0 on every
+        cluster for every job: the framework does not ask it until the table changes."""
+        return False
+
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         """Raw integer scores for ``candidates`` (any non-negative range)."""
         raise NotImplementedError

@@ -56,7 +56,15 @@ class CompiledProfile:
     cache: dict[tuple[bytes, int], FilterResult] = field(default_factory=dict)
     # Per job spec key: which clusters pass every static filter (bool mask over the table).
     static_ok: dict[bytes, Any] = field(default_factory=dict)
+    # Per (filter index, the filter's cache_key): which clusters pass that static filter alone.
+    parts: dict[tuple[int, Any], Any] = field(default_factory=dict)
+    # Per (score index, the score plugin's cache_key): raw scores over the table.
+    score_parts: dict[tuple[int, Any], Any] = field(default_factory=dict)
     cache_version: int = -1
+    # The dynamic filters that are not idle, for one (table version, facts version).
+    active: tuple[tuple[int, int], list[tuple[str, FilterPlugin]]] | None = None
+    # The indexes of idle score plugins, for one (table version, facts version).
+    idle_scores: tuple[tuple[int, int], frozenset[int]] | None = None
 
     @property
     def name(self) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
+import msgspec
 import numpy as np
 
 from reconciler.core.framework.interface import (
     CycleInput,
     FilterPlugin,
     FilterResult,
+    JobView,
     ScorePlugin,
     Scores,
     Slots,
@@ -19,10 +23,15 @@ NAME = "ClusterAffinity"
 SCORE_NAME = "ClusterAffinityScore"
 REASON_NO_TERM = "no required cluster-affinity term matches"
 
+_encoder = msgspec.msgpack.Encoder()
+
 
 class ClusterAffinity(FilterPlugin):
     name = NAME
     static = True
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return _encoder.encode(job.placement.cluster_affinity.required)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         required = inp.job.placement.cluster_affinity.required
@@ -36,6 +45,9 @@ class ClusterAffinityScore(ScorePlugin):
     """Sum of the weights of the preferred terms a cluster matches, normalized by the best."""
 
     name = SCORE_NAME
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return _encoder.encode(job.placement.cluster_affinity.preferred)
 
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         total = np.zeros(len(candidates), dtype=np.int64)

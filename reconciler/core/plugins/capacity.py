@@ -9,17 +9,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 import numpy.typing as npt
 
+from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.interface import (
     MAX_SCORE,
     CycleInput,
     FilterPlugin,
     FilterResult,
+    JobView,
     ScorePlugin,
     Scores,
     Slots,
+    first_failure,
 )
 from reconciler.core.framework.status import Code, Reason
 
@@ -40,7 +45,6 @@ def reason_free(resource: str) -> str:
 def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], code: Code) -> FilterResult:
     n = len(slots)
     job = inp.job
-    describe = reason_total if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else reason_free
     if job.missing:
         # Nobody declared this resource at all: fail everywhere, naming it.
         reason = Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reason_total(job.missing[0]))
@@ -48,18 +52,39 @@ def _fit(inp: CycleInput, slots: Slots, *, available: npt.NDArray[np.int64], cod
     cols = np.flatnonzero(job.demand_vec > 0)
     if len(cols) == 0:
         return FilterResult.passing(n)
-    verdict = np.zeros(n, dtype=np.int32)
-    for j in range(len(cols) - 1, -1, -1):  # a few resources, many clusters: loop over resources
-        col = cols[j]
-        verdict[available[slots, col] < job.demand_vec[col]] = j + 1
-    names = inp.clusters.resources.names
-    reasons = [Reason(code, describe(names[c])) for c in cols]
-    return FilterResult(verdict=verdict, reasons=reasons)
+    reasons = _reasons(inp.clusters, cols, code)
+    # One gather of the demanded columns; the per-resource loop only where a cluster falls short.
+    rows = available.take(slots, axis=0)  # take: the fastest gather of whole rows
+    every = len(cols) == available.shape[1]
+    short = rows < job.demand_vec if every else rows[:, cols] < job.demand_vec[cols]
+    if not short.any():
+        return FilterResult(verdict=np.zeros(n, dtype=np.int32), reasons=reasons)
+    return FilterResult(verdict=first_failure(short), reasons=reasons)
+
+
+def _reasons(table: ClusterTable, cols: Slots, code: Code) -> list[Reason]:
+    """The reasons for these resource columns, made once per table version (not per job)."""
+    version = (table.version, table.facts_version)
+    cached = table.derived.get(FEASIBILITY)
+    if cached is None or cached[0] != version:
+        cached = (version, {})
+        table.derived[FEASIBILITY] = cached
+    memo: dict[tuple[Code, bytes], list[Reason]] = cached[1]
+    key = (code, cols.tobytes())
+    reasons = memo.get(key)
+    if reasons is None:
+        describe = reason_total if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE else reason_free
+        names = table.resources.names
+        reasons = memo[key] = [Reason(code, describe(names[c])) for c in cols]
+    return list(reasons)  # each result its own list: callers may extend theirs
 
 
 class ClusterFeasibility(FilterPlugin):
     name = FEASIBILITY
     static = True
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return (job.demand_vec.tobytes(), job.missing)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         return _fit(inp, slots, available=inp.clusters.capacity, code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
@@ -67,6 +92,7 @@ class ClusterFeasibility(FilterPlugin):
 
 class ClusterHeadroom(FilterPlugin):
     name = HEADROOM
+    per_cluster = True
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         return _fit(inp, slots, available=inp.free, code=Code.UNSCHEDULABLE)
@@ -76,17 +102,17 @@ def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
     """Per candidate, 0..100: mean over the demanded resources of (free - demand) / capacity."""
     job = inp.job
     cols = np.flatnonzero(job.demand_vec > 0)
-    cap = inp.clusters.capacity[candidates]
+    cap = inp.clusters.capacity.take(candidates, axis=0)
     if len(cols) == 0:
         cols = np.flatnonzero(cap.sum(axis=0) > 0)
     if len(cols) == 0:
         return np.full(len(candidates), MAX_SCORE, dtype=np.int64)
-    out: Scores = np.zeros(len(candidates), dtype=np.int64)
-    for col in cols:
-        left = inp.free[candidates, col] - job.demand_vec[col]
-        frac = left * MAX_SCORE // np.maximum(cap[:, col], 1)
-        out += np.minimum(np.maximum(frac, 0), MAX_SCORE)
-    out //= len(cols)
+    # All demanded columns at once (rows gathered once): the same integer arithmetic per column.
+    free = inp.free.take(candidates, axis=0)
+    if len(cols) < cap.shape[1]:
+        cap, free = cap[:, cols], free[:, cols]
+    frac = (free - job.demand_vec[cols]) * MAX_SCORE // np.maximum(cap, 1)
+    out: Scores = np.clip(frac, 0, MAX_SCORE).sum(axis=1) // len(cols)
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from eventlog.kube.names import DRAINING_TAINT
+from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
 from reconciler.core.framework.status import Code, Reason
 
@@ -16,13 +17,25 @@ REASON_NOT_READY = "cluster not ready (lost or removed)"
 REASON_DRAINING = "cluster draining (its WorkerCluster was deleted)"
 
 
+def _draining_columns(table: ClusterTable) -> list[int]:
+    """The table's draining taint columns, found once per table version (not per job)."""
+    key = (table.version, table.facts_version)
+    cached = table.derived.get(NAME)
+    if cached is None or cached[0] != key:
+        cached = (key, [i for i, t in enumerate(table.taints) if t.key == DRAINING_TAINT])
+        table.derived[NAME] = cached
+    columns: list[int] = cached[1]
+    return columns
+
+
 class ClusterHealth(FilterPlugin):
     name = NAME
+    per_cluster = True
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         ok = np.asarray(inp.ready[slots])
         table = inp.clusters
-        columns = [i for i, t in enumerate(table.taints) if t.key == DRAINING_TAINT]
+        columns = _draining_columns(table)
         if not columns:
             return FilterResult.from_mask(ok, Reason(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, REASON_NOT_READY))
         draining = table.taint_matrix[slots][:, columns].any(axis=1)

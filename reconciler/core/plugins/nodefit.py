@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from eventlog.events import PodSet
+from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.interface import Codes, CycleInput, FilterPlugin, FilterResult, JobView, Slots
 from reconciler.core.framework.status import Code, Reason
 from reconciler.core.nodes import NodeArrays, node_arrays
@@ -224,6 +225,10 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
 
 class NodeFit(FilterPlugin):
     name = NAME
+    per_cluster = True
+
+    def idle(self, clusters: ClusterTable) -> bool:
+        return not node_arrays(clusters).has_nodes.any()
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         job = inp.job

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
-from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
+from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, JobView, Slots
 from reconciler.core.framework.status import Code, Reason
 
 NAME = "ClusterPinning"
@@ -14,6 +16,9 @@ REASON_NOT_PINNED = "not in the job's cluster-names"
 class ClusterPinning(FilterPlugin):
     name = NAME
     static = True
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return tuple(job.placement.cluster_names)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         names = inp.job.placement.cluster_names

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
-from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, Slots
+from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, JobView, Slots
 from reconciler.core.framework.status import Code, Reason
 
 NAME = "ClusterSelector"
@@ -17,6 +19,9 @@ def reason_label(key: str, value: str) -> str:
 class ClusterSelector(FilterPlugin):
     name = NAME
     static = True
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return tuple(sorted(job.placement.cluster_selector.items()))
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         selector = inp.job.placement.cluster_selector

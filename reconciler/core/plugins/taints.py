@@ -7,12 +7,16 @@ answers for every cluster.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
+import msgspec
 import numpy as np
 
 from reconciler.core.framework.interface import (
     CycleInput,
     FilterPlugin,
     FilterResult,
+    JobView,
     ScorePlugin,
     Scores,
     Slots,
@@ -24,6 +28,8 @@ from reconciler.core.framework.tolerations import tolerated
 NAME = "ClusterTaints"
 SCORE_NAME = "ClusterTaintScore"
 
+_encoder = msgspec.msgpack.Encoder()
+
 
 def reason_taint(taint_id: str) -> str:
     return f"taint {taint_id} not tolerated"
@@ -32,6 +38,9 @@ def reason_taint(taint_id: str) -> str:
 class ClusterTaints(FilterPlugin):
     name = NAME
     static = True
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return _encoder.encode(job.placement.cluster_tolerations)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         table = inp.clusters
@@ -53,6 +62,9 @@ class ClusterTaints(FilterPlugin):
 
 class ClusterTaintScore(ScorePlugin):
     name = SCORE_NAME
+
+    def cache_key(self, job: JobView) -> Hashable:
+        return _encoder.encode(job.placement.cluster_tolerations)
 
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         table = inp.clusters

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from eventlog.events import PodSet
+from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.interface import (
     MAX_SCORE,
     CycleInput,
@@ -134,6 +135,10 @@ def _memo(arrays: NodeArrays, name: str, job: JobView) -> object:
 
 class TopologyFit(FilterPlugin):
     name = FIT
+    per_cluster = True
+
+    def idle(self, clusters: ClusterTable) -> bool:
+        return not node_arrays(clusters).has_nodes.any()
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         job = inp.job
@@ -154,6 +159,9 @@ class TopologyFit(FilterPlugin):
 
 class TopologyScore(ScorePlugin):
     name = SCORE
+
+    def idle(self, clusters: ClusterTable) -> bool:
+        return not node_arrays(clusters).has_nodes.any()
 
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         job = inp.job

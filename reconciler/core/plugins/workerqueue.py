@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.interface import CycleInput, FilterPlugin, FilterResult, JobView, Slots
 from reconciler.core.framework.status import Code, Reason
 from reconciler.core.inflight import InFlight
@@ -123,6 +124,10 @@ def queue_fit(
 
 class WorkerQueueFit(FilterPlugin):
     name = NAME
+    per_cluster = True
+
+    def idle(self, clusters: ClusterTable) -> bool:
+        return not worker_queues(clusters).kueue.any()
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         queues = worker_queues(inp.clusters)

@@ -165,7 +165,7 @@ def final_reasons(s: Scratch, left: list[Draft]) -> None:
         if d.queue_wait is None or not d.queue_wait.key.startswith("QuotaExceeded"):
             continue
         profile = profile_for(s, d.job)
-        if profile is None:
+        if profile is None or s.still_fits(d.seen_feasible):
             continue
         if not len(feasible(profile, s.cycle_input(d.job), spec_key=d.job.spec_key)):
             d.queue_wait = None
