@@ -224,6 +224,7 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
 
 class NodeFit(FilterPlugin):
     name = NAME
+    preemptible = False  # victims' pods/quota are not located in the facts (docs/capacity.md)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         job = inp.job

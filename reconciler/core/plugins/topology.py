@@ -134,6 +134,7 @@ def _memo(arrays: NodeArrays, name: str, job: JobView) -> object:
 
 class TopologyFit(FilterPlugin):
     name = FIT
+    preemptible = False  # victims' pods/quota are not located in the facts (docs/capacity.md)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         job = inp.job

@@ -123,6 +123,7 @@ def queue_fit(
 
 class WorkerQueueFit(FilterPlugin):
     name = NAME
+    preemptible = False  # victims' pods/quota are not located in the facts (docs/capacity.md)
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         queues = worker_queues(inp.clusters)

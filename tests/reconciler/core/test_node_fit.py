@@ -7,7 +7,7 @@ import msgspec
 from eventlog import events as ev
 from reconciler.core import explain
 from tests.reconciler.core.capacity import GPU, gang, group, pods, report
-from tests.reconciler.core.harness import Harness, cluster, of_type
+from tests.reconciler.core.harness import Harness, cluster, job, of_type, ref
 
 
 def _nominated(decisions: list[ev.DecisionEvent]) -> list[str]:
@@ -129,3 +129,25 @@ def test_gang_score_prefers_room_for_all_replicas_over_min_count() -> None:
         for v in explain(h.state, "team/ray").clusters
     }
     assert scores == {"a-some": 0, "b-all": 100}
+
+
+def test_small_jobs_are_not_evicted_for_a_pod_no_fragmented_node_can_hold() -> None:
+    """Victims are chosen by the totals they free, which do not say on which node their pods
+    run: evicting four 2-GPU jobs from eight 1-GPU nodes would never make room for an 8-GPU pod.
+    The job waits for room instead (NodeFit's rejection is not resolvable by preemption)."""
+    h = Harness()
+    h.inputs(cluster("frag", gpu=8))
+    for i in range(4):
+        pin = ev.Placement(cluster_names=["frag"])
+        [n] = of_type(h.feed(job(f"small-{i}", placement=pin, gpu=2, priority=10)), ev.Nominated)
+        h.feed(ev.RemoteAdmitted(job=ref(f"small-{i}"), cluster="frag", attempt=n.attempt))
+    h.inputs(report("frag", group("g", (8, {"cpu": 16_000}))))  # every GPU in use
+    urgent = msgspec.structs.replace(gang("train", pods("main", 1, cpu=1000, gpu=8)), priority=100)
+    decisions = h.feed(urgent)
+    assert not of_type(decisions, ev.PreemptionClaimed)
+    assert not of_type(decisions, ev.Evict)
+    assert of_type(decisions, ev.Unschedulable)
+    [verdict] = explain(h.state, "team/train").clusters
+    assert ("NodeFit", "no node with 8 nvidia.com/gpu free (largest: 0)") in [
+        (r.plugin, r.reason) for r in verdict.rejections
+    ]
