@@ -6,8 +6,9 @@ of ``floor(free / request)``. A pod set fits when its rows hold at least its ``m
 (default: all). Several pod sets are taken largest per pod first, each taking the nodes with the
 most room for it and consuming them whole (a node half used by one set is not offered to the
 next): it may reject a gang a smarter packing would fit, but every gang it accepts really packs
-onto the reported nodes. Our own copies in flight are not subtracted here: they count against
-the cluster totals (``ClusterHeadroom``), and the next report shows them on nodes.
+onto the reported nodes. Our own copies nominated or created on a worker and not admitted yet
+(its report cannot show their pods) take whole nodes there, chosen as the gang fit chooses them
+(``copy_rows``); a cluster that passes on the report is judged again on the nodes they leave.
 
 Computed over every cluster's rows at once (no loop over clusters), once per pod-set shape and
 facts version (memo on the node arrays). A cluster whose worker reported no nodes passes.
@@ -21,7 +22,8 @@ import numpy.typing as npt
 from eventlog.events import PodSet
 from reconciler.core.framework.interface import Codes, CycleInput, FilterPlugin, FilterResult, JobView, Slots
 from reconciler.core.framework.status import Code, Reason
-from reconciler.core.nodes import NodeArrays, node_arrays
+from reconciler.core.inflight import NodeUse
+from reconciler.core.nodes import Index, NodeArrays, node_arrays
 from reconciler.core.plugins.amounts import amount
 from reconciler.core.plugins.podsets import Ints, minimum, order_largest_first, pods_per_node, usable_groups
 
@@ -222,6 +224,114 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
     return out.verdict, out.reasons
 
 
+def _greedy(seg: Index, n_seg: int, remaining: Ints, k: Ints, need: int) -> tuple[Ints, Ints]:
+    """Rows grouped in segments (one cluster each): per segment the pods its ``remaining`` nodes
+    hold, and per row the whole nodes taken for ``need`` pods, rows with the most pods per node
+    first (ties: row order), as ``_take_nodes`` takes them."""
+    order = np.lexsort((-k, seg))
+    avail = (remaining * k)[order]
+    cum = np.cumsum(avail)
+    seg_o = seg[order]
+    starts = np.flatnonzero(np.r_[True, seg_o[1:] != seg_o[:-1]]) if len(order) else np.zeros(0, np.intp)
+    lengths = np.diff(np.append(starts, len(order)))
+    before = cum - avail - np.repeat((cum - avail)[starts], lengths)
+    still = np.maximum(need - before, 0)
+    kk = k[order]
+    nodes = np.zeros_like(remaining)
+    nodes[order] = np.where(kk > 0, np.minimum(remaining[order], -(-still // np.maximum(kk, 1))), 0)
+    held = np.zeros(n_seg, dtype=np.int64)
+    np.add.at(held, seg, remaining * k)
+    return held, nodes
+
+
+def _rows_of(arrays: NodeArrays, slots: Index) -> tuple[Index, Index]:
+    """The bin rows of ``slots`` (each cluster's rows are contiguous) and each row's position
+    in ``slots``."""
+    lo = np.searchsorted(arrays.row_slot, slots, side="left")
+    hi = np.searchsorted(arrays.row_slot, slots, side="right")
+    lengths = hi - lo
+    seg = np.repeat(np.arange(len(slots), dtype=np.intp), lengths)
+    first = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    rows = (np.repeat(lo, lengths) + np.arange(int(lengths.sum())) - first).astype(np.intp)
+    return rows, seg
+
+
+def copy_rows(arrays: NodeArrays, job: JobView, slot: int, taken: Ints) -> tuple[Index, Ints]:
+    """The whole nodes a copy of ``job`` sent to cluster ``slot`` is assumed to take until the
+    worker reports its pods: for every pod set (largest per pod first) room for all its pods
+    (``count``, not ``min_count``), on the nodes with the most room for it not already taken.
+    Conservative like the gang fit: a node the copy uses partly is taken whole."""
+    rows, _ = _rows_of(arrays, np.array([slot], dtype=np.intp))
+    remaining = np.maximum(arrays.row_count[rows] - taken[rows], 0)
+    total = np.zeros(len(rows), dtype=np.int64)
+    seg = np.zeros(len(rows), dtype=np.intp)
+    for i in order_largest_first(job, arrays):
+        ps = job.pod_sets[i]
+        if ps.count <= 0 or len(rows) == 0:
+            continue
+        _, usable = usable_groups(arrays, ps)
+        k = pods_per_node(arrays, job.pod_vecs[i], usable, rows)
+        _, nodes = _greedy(seg, 1, remaining, k, ps.count)
+        remaining -= nodes
+        total += nodes
+    keep = total > 0
+    return rows[keep], total[keep]
+
+
+def _after_copies(job: JobView, arrays: NodeArrays, use: NodeUse) -> npt.NDArray[np.int32]:
+    """Per cluster: 0, or 1 + the pod set that no longer fits once the nodes our copies in flight
+    take are gone. Re-judged only for clusters whose taken nodes changed since this pod-set shape
+    was last judged in the pass (``use.log``)."""
+    cached = use.memo.get(job.pods_key)
+    start, fails = (
+        (cached[0], cached[1].copy()) if cached is not None else (0, np.zeros(arrays.n_clusters, np.int32))
+    )
+    changed = np.unique(np.array(use.log[start:], dtype=np.intp))
+    if len(changed):
+        rows, seg = _rows_of(arrays, changed)
+        remaining = np.maximum(arrays.row_count[rows] - use.taken[rows], 0)
+        fail = np.zeros(len(changed), dtype=np.int32)
+        order = order_largest_first(job, arrays)
+        together = len([i for i in order if minimum(job.pod_sets[i]) > 0]) > 1
+        for i in order:
+            ps = job.pod_sets[i]
+            need = minimum(ps)
+            if need == 0:
+                continue
+            _, usable = usable_groups(arrays, ps)
+            k = pods_per_node(arrays, job.pod_vecs[i], usable, rows)
+            held, nodes = _greedy(seg, len(changed), remaining, k, need)
+            if together:
+                remaining = remaining - nodes
+            fail[(held < need) & (fail == 0)] = i + 1
+        fails[changed] = fail
+    use.memo[job.pods_key] = (len(use.log), fails)
+    return fails
+
+
+def _crowded(
+    job: JobView, arrays: NodeArrays, use: NodeUse, verdict: Codes, reasons: list[Reason]
+) -> tuple[Codes, list[Reason]]:
+    """The verdicts once our copies in flight have their nodes: clusters that pass on the
+    report but not on what the copies leave are rejected (waiting helps: UNSCHEDULABLE)."""
+    fails = _after_copies(job, arrays, use)
+    hit = (fails > 0) & (verdict == 0)
+    if not hit.any():
+        return verdict, reasons
+    verdict = verdict.copy()
+    reasons = list(reasons)
+    for f in np.unique(fails[hit]).tolist():
+        name = job.pod_sets[int(f) - 1].name
+        reasons.append(
+            Reason(
+                Code.UNSCHEDULABLE,
+                f"nodes left once our copies on the way there have theirs hold too few pods of pod set {name}",
+            )
+        )
+        verdict[hit & (fails == f)] = len(reasons)
+    return verdict, reasons
+
+
 class NodeFit(FilterPlugin):
     name = NAME
     preemptible = False  # victims' pods/quota are not located in the facts (docs/capacity.md)
@@ -239,4 +349,7 @@ class NodeFit(FilterPlugin):
             cached = node_fit(job, arrays, inp.clusters.resources.names)
             arrays.remember(key, cached)
         verdict, reasons = cached
+        use = inp.in_flight.nodes if inp.in_flight is not None else None
+        if use is not None and use.log and job.pods_key:
+            verdict, reasons = _crowded(job, arrays, use, verdict, reasons)
         return FilterResult(verdict=verdict[slots], reasons=reasons)
