@@ -288,9 +288,11 @@ IN_FLIGHT = (phases.COPY_NOMINATED, phases.COPY_CREATED)
 
 
 def _unreported(job: JobRecord, facts: ClusterFacts | None) -> bool:
-    """An admitted copy whose pods the worker's node report may not show yet: admitted at or
-    after the last change of its nodes (the same instant counts: which came first is unknown)."""
-    return facts is not None and job.placed_at_ms is not None and job.placed_at_ms >= facts.nodes_at_ms
+    """An admitted copy whose pods the worker's node report may not show yet: admitted after the
+    last change of its nodes. A change at the same instant is taken to show them (a worker
+    reports as soon as pods bind); counting them there too kept them on the nodes until the next
+    change, which delayed the jobs waiting for those nodes."""
+    return facts is not None and job.placed_at_ms is not None and job.placed_at_ms > facts.nodes_at_ms
 
 
 def local_queue(job: JobRecord) -> str:

@@ -175,6 +175,7 @@ def test_copies_sent_in_one_pass_take_the_nodes_they_need() -> None:
     )
     # The next pass still counts the copy the worker has not admitted; once it has, the
     # worker's next report shows its pods on nodes.
+    h.advance(1_000)
     assert not of_type(h.feed(ev.RemoteAdmitted(job=ref("one"), cluster="w", attempt=1)), ev.Nominated)
     [verdict] = explain(h.state, "team/two").clusters
     assert [(r.plugin, r.code) for r in verdict.rejections] == [("NodeFit", "UNSCHEDULABLE")]
