@@ -32,7 +32,8 @@ class NodeUse:
         self.taken: Vec = np.zeros(rows, dtype=np.int64)
         self.entries: dict[CopyKey, tuple[int, Index, Vec]] = {}
         self.log: list[int] = []
-        self.memo: dict[bytes, tuple[int, npt.NDArray[np.int32]]] = {}  # NodeFit's, per pod-set shape
+        # NodeFit's, per pod-set shape: (log position, verdicts, clusters changed since judged)
+        self.memo: dict[bytes, tuple[int, npt.NDArray[np.int32], npt.NDArray[np.bool_]]] = {}
 
     def add(self, key: CopyKey, slot: int, rows: Index, nodes: Vec) -> None:
         if key in self.entries or len(rows) == 0:

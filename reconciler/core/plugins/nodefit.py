@@ -256,6 +256,30 @@ def _rows_of(arrays: NodeArrays, slots: Index) -> tuple[Index, Index]:
     return rows, seg
 
 
+def _usable(arrays: NodeArrays, job: JobView, i: int) -> Mask:
+    """Pod set ``i``'s usable groups, memoized per pod-set shape (copies and re-judging within a
+    pass ask for the same few shapes again and again)."""
+    key = ("usable", job.pods_key, i)
+    cached = arrays.memo.get(key) if job.pods_key else None
+    if cached is None:
+        cached = usable_groups(arrays, job.pod_sets[i])[1]
+        if job.pods_key:
+            arrays.remember(key, cached)
+    out: Mask = cached
+    return out
+
+
+def _order(arrays: NodeArrays, job: JobView) -> list[int]:
+    key = ("order", job.pods_key)
+    cached = arrays.memo.get(key) if job.pods_key else None
+    if cached is None:
+        cached = order_largest_first(job, arrays)
+        if job.pods_key:
+            arrays.remember(key, cached)
+    out: list[int] = cached
+    return out
+
+
 def copy_rows(arrays: NodeArrays, job: JobView, slot: int, taken: Ints) -> tuple[Index, Ints]:
     """The whole nodes a copy of ``job`` sent to cluster ``slot`` is assumed to take until the
     worker reports its pods: for every pod set (largest per pod first) room for all its pods
@@ -265,11 +289,11 @@ def copy_rows(arrays: NodeArrays, job: JobView, slot: int, taken: Ints) -> tuple
     remaining = np.maximum(arrays.row_count[rows] - taken[rows], 0)
     total = np.zeros(len(rows), dtype=np.int64)
     seg = np.zeros(len(rows), dtype=np.intp)
-    for i in order_largest_first(job, arrays):
+    for i in _order(arrays, job):
         ps = job.pod_sets[i]
         if ps.count <= 0 or len(rows) == 0:
             continue
-        _, usable = usable_groups(arrays, ps)
+        usable = _usable(arrays, job, i)
         k = pods_per_node(arrays, job.pod_vecs[i], usable, rows)
         _, nodes = _greedy(seg, 1, remaining, k, ps.count)
         remaining -= nodes
@@ -278,44 +302,52 @@ def copy_rows(arrays: NodeArrays, job: JobView, slot: int, taken: Ints) -> tuple
     return rows[keep], total[keep]
 
 
-def _after_copies(job: JobView, arrays: NodeArrays, use: NodeUse) -> npt.NDArray[np.int32]:
+def _after_copies(job: JobView, arrays: NodeArrays, use: NodeUse, wanted: Mask) -> npt.NDArray[np.int32]:
     """Per cluster: 0, or 1 + the pod set that no longer fits once the nodes our copies in flight
-    take are gone. Re-judged only for clusters whose taken nodes changed since this pod-set shape
-    was last judged in the pass (``use.log``)."""
+    take are gone; valid for the ``wanted`` clusters. Judged lazily: only clusters asked for
+    whose taken nodes changed since this pod-set shape last judged them in the pass
+    (``use.log``), so a pass costs rows of the clusters it sends copies to, not of all."""
     cached = use.memo.get(job.pods_key)
-    start, fails = (
-        (cached[0], cached[1].copy()) if cached is not None else (0, np.zeros(arrays.n_clusters, np.int32))
-    )
-    changed = np.unique(np.array(use.log[start:], dtype=np.intp))
-    if len(changed):
-        rows, seg = _rows_of(arrays, changed)
+    if cached is None:
+        start, fails, stale = 0, np.zeros(arrays.n_clusters, np.int32), np.zeros(arrays.n_clusters, np.bool_)
+    else:
+        start, fails, stale = cached
+    if start < len(use.log):
+        stale[np.array(use.log[start:], dtype=np.intp)] = True
+    todo = np.flatnonzero(stale & wanted)
+    if len(todo):
+        rows, seg = _rows_of(arrays, todo)
         remaining = np.maximum(arrays.row_count[rows] - use.taken[rows], 0)
-        fail = np.zeros(len(changed), dtype=np.int32)
-        order = order_largest_first(job, arrays)
+        fail = np.zeros(len(todo), dtype=np.int32)
+        order = _order(arrays, job)
         together = len([i for i in order if minimum(job.pod_sets[i]) > 0]) > 1
         for i in order:
             ps = job.pod_sets[i]
             need = minimum(ps)
             if need == 0:
                 continue
-            _, usable = usable_groups(arrays, ps)
+            usable = _usable(arrays, job, i)
             k = pods_per_node(arrays, job.pod_vecs[i], usable, rows)
-            held, nodes = _greedy(seg, len(changed), remaining, k, need)
+            held, nodes = _greedy(seg, len(todo), remaining, k, need)
             if together:
                 remaining = remaining - nodes
             fail[(held < need) & (fail == 0)] = i + 1
-        fails[changed] = fail
-    use.memo[job.pods_key] = (len(use.log), fails)
+        fails[todo] = fail
+        stale[todo] = False
+    use.memo[job.pods_key] = (len(use.log), fails, stale)
     return fails
 
 
 def _crowded(
-    job: JobView, arrays: NodeArrays, use: NodeUse, verdict: Codes, reasons: list[Reason]
+    job: JobView, arrays: NodeArrays, use: NodeUse, verdict: Codes, reasons: list[Reason], slots: Slots
 ) -> tuple[Codes, list[Reason]]:
     """The verdicts once our copies in flight have their nodes: clusters that pass on the
     report but not on what the copies leave are rejected (waiting helps: UNSCHEDULABLE)."""
-    fails = _after_copies(job, arrays, use)
-    hit = (fails > 0) & (verdict == 0)
+    wanted = np.zeros(arrays.n_clusters, dtype=np.bool_)
+    wanted[slots] = True
+    wanted &= verdict == 0
+    fails = _after_copies(job, arrays, use, wanted)
+    hit = wanted & (fails > 0)
     if not hit.any():
         return verdict, reasons
     verdict = verdict.copy()
@@ -351,5 +383,5 @@ class NodeFit(FilterPlugin):
         verdict, reasons = cached
         use = inp.in_flight.nodes if inp.in_flight is not None else None
         if use is not None and use.log and job.pods_key:
-            verdict, reasons = _crowded(job, arrays, use, verdict, reasons)
+            verdict, reasons = _crowded(job, arrays, use, verdict, reasons, slots)
         return FilterResult(verdict=verdict[slots], reasons=reasons)
