@@ -46,7 +46,7 @@ class Evaluation:
     # Only for full evaluations: verdicts of every filter over every cluster.
     filters: list[tuple[str, FilterResult]] = field(default_factory=list)
     passed: Mask | None = None
-    resolvable: Mask | None = None  # rejected only by UNSCHEDULABLE codes (preemption helps)
+    resolvable: Mask | None = None  # rejected only by UNSCHEDULABLE codes of preemptible filters
 
 
 def run_filter(name: str, plugin: FilterPlugin, inp: CycleInput, slots: Slots) -> FilterResult:
@@ -261,11 +261,13 @@ def evaluate(
         results.append((name, result))
     passed = table.present.copy()
     hard = np.zeros(n, dtype=np.bool_)
-    for _, result in results:
+    for i, (_, result) in enumerate(results):
         if result.skipped:
             continue
         passed &= result.verdict == 0
-        if any(r.code != Code.UNSCHEDULABLE for r in result.reasons):
+        if not profile.filters[i][1].preemptible:
+            hard |= result.verdict != 0  # see FilterPlugin.preemptible
+        elif any(r.code != Code.UNSCHEDULABLE for r in result.reasons):
             codes = np.array([0] + [int(r.code != Code.UNSCHEDULABLE) for r in result.reasons], dtype=np.bool_)
             hard |= codes[result.verdict]
     resolvable = table.present & ~passed & ~hard

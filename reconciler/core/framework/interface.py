@@ -122,6 +122,13 @@ class FilterPlugin(Plugin):
         until the table changes. For filters of facts no worker reported yet."""
         return False
 
+    # False when evicting jobs cannot be shown to make the filter pass: its UNSCHEDULABLE
+    # rejections still mean "wait for room", but preemption does not count such a cluster as a
+    # candidate. Victims are chosen by the cluster totals they free; a filter judging facts
+    # the totals do not locate (which node a victim's pods are on, which worker quota it uses)
+    # would otherwise see victims evicted that free nothing it needs.
+    preemptible: ClassVar[bool] = True
+
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         """Verdicts for the clusters ``slots`` (indexes into the table), in that order. The
         framework passes the survivors of earlier filters when it only needs the feasible set,

@@ -136,6 +136,7 @@ def _memo(arrays: NodeArrays, name: str, job: JobView) -> object:
 class TopologyFit(FilterPlugin):
     name = FIT
     per_cluster = True
+    preemptible = False  # victims' pods/quota are not located in the facts (docs/capacity.md)
 
     def idle(self, clusters: ClusterTable) -> bool:
         return not node_arrays(clusters).has_nodes.any()

@@ -125,6 +125,7 @@ def queue_fit(
 class WorkerQueueFit(FilterPlugin):
     name = NAME
     per_cluster = True
+    preemptible = False  # victims' pods/quota are not located in the facts (docs/capacity.md)
 
     def idle(self, clusters: ClusterTable) -> bool:
         return not worker_queues(clusters).kueue.any()

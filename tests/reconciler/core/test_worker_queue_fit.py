@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventlog import events as ev
+from reconciler.core import explain
 from reconciler.core.inflight import InFlight
 from reconciler.core.plugins.workerqueue import queue_fit
 from reconciler.core.scratch import job_view
 from reconciler.core.workerqueues import worker_queues
 from tests.reconciler.core.capacity import GPU, gang, pods
-from tests.reconciler.core.harness import Harness, cluster, of_type
+from tests.reconciler.core.harness import Harness, cluster, job, of_type, ref
 
 EXAMPLES = settings(
     max_examples=int(os.environ.get("KD_EXAMPLES", "150")),
@@ -284,3 +286,23 @@ def test_a_queue_report_rebuilds_only_its_workers_rows() -> None:
     assert blocks.by_slot[0] is a and blocks.by_slot[1] is not b
     assert arrays.used[:, h.state.clusters.resources.index[GPU]].tolist() == [0, 3]
     assert arrays.cq_of("team/default").tolist() == [0, 1]
+
+
+def test_a_full_worker_queue_is_waited_for_not_preempted_on() -> None:
+    """Victims are chosen by the totals they free; which worker ClusterQueue and flavor their
+    quota sits in is not known, so evicting them cannot be shown to make room in the job's."""
+    h = Harness()
+    h.inputs(cluster("w", gpu=8))
+    for i in range(4):
+        pin = ev.Placement(cluster_names=["w"])
+        [n] = of_type(h.feed(job(f"small-{i}", placement=pin, gpu=2, priority=10)), ev.Nominated)
+        h.feed(ev.RemoteAdmitted(job=ref(f"small-{i}"), cluster="w", attempt=n.attempt))
+    full = quota(gpu=(8, 0, None, 8), cpu=(100_000, 0, None, 4_000))  # the four small jobs' usage
+    h.inputs(queues_report("w", cq("gpu", ("a100", full)), local={"team/default": "gpu"}))
+    urgent = msgspec.structs.replace(gang("train", pods("main", 1, cpu=1000, gpu=8)), priority=100)
+    decisions = h.feed(urgent)
+    assert not of_type(decisions, ev.PreemptionClaimed)
+    assert not of_type(decisions, ev.Evict)
+    assert of_type(decisions, ev.Unschedulable)
+    [verdict] = explain(h.state, "team/train").clusters
+    assert ("WorkerQueueFit", "UNSCHEDULABLE") in [(r.plugin, r.code) for r in verdict.rejections]
