@@ -59,6 +59,7 @@ def serve_jobs(emu: KubeApiEmulator, *, kueue: bool = False) -> None:
     if kueue:
         emu.serve("kueue.x-k8s.io", "v1beta1", "workloads", kind="Workload")
         emu.serve("kueue.x-k8s.io", "v1beta1", "clusterqueues", kind="ClusterQueue", namespaced=False)
+        emu.serve("kueue.x-k8s.io", "v1beta1", "localqueues", kind="LocalQueue")
 
 
 @pytest.fixture

@@ -57,6 +57,13 @@ def kubeconfig(path: Path, server: ApiServer, name: str) -> str:
 
 
 def quota(server: ApiServer, gpus: int) -> None:
+    """Kueue on the worker: ClusterQueue ``cq`` with ``gpus``, and the LocalQueue the jobs name."""
+    server.emulator.put(
+        "kueue.x-k8s.io",
+        "v1beta1",
+        "localqueues",
+        {"metadata": {"name": "user-queue", "namespace": "team-a"}, "spec": {"clusterQueue": "cq"}},
+    )
     server.emulator.put(
         *CQ,
         {
