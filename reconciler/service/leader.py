@@ -56,7 +56,10 @@ async def run_candidate(
             standby.start()
         try:
             # Warm first, then ask for the lease: the term must not spend its lease rebuilding.
-            warmed = standby is None or await _until_stop(standby.ready.wait(), stop)
+            # But not for ever: a rebuild stuck on a NATS node that went away (its requests time
+            # out after 10 s) would keep every replica from leading. Past a TTL the lease is
+            # asked for anyway and the term rebuilds, as a candidate without a standby does.
+            warmed = standby is None or await _until_stop(_warm_within(standby, ttl_s, bound), stop)
             acquired = warmed and await _until_stop(lease.acquire(), stop)
         except (asyncio.CancelledError, KeyboardInterrupt):
             if standby is not None:
@@ -75,6 +78,9 @@ async def run_candidate(
                 standby.cancel()
             await _release(lease)
             return
+        if standby is not None and not standby.ready.is_set():
+            standby.cancel()
+            standby = None
         loop.warm = await standby.stop() if standby is not None else None
         bound.info("lease_acquired")
         reason = "error"
@@ -96,6 +102,14 @@ async def run_candidate(
             # give the others a TTL before competing again.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=ttl_s)
+
+
+async def _warm_within(standby: Standby, timeout_s: float, bound: Any) -> None:
+    """Until the standby is warm, or ``timeout_s`` (then the term will rebuild: said in the log)."""
+    try:
+        await asyncio.wait_for(standby.ready.wait(), timeout=timeout_s)
+    except TimeoutError:
+        bound.warning("standby_not_warm_in_time", waited_s=timeout_s, consequence="the term rebuilds its state")
 
 
 async def _until_stop(work: Any, stop: asyncio.Event) -> bool:
