@@ -21,9 +21,6 @@ class ClusterFacts(Struct, kw_only=True):
     # Whether the worker ever reported queues (it runs Kueue): a worker that did and has no
     # LocalQueue for a job does not admit it; one that never did is judged by its nodes only.
     kueue: bool = False
-    # When the node side last changed (fold time): copies admitted since may not show on the
-    # nodes yet, so NodeFit still counts them as taking nodes (reconciler.core.inflight).
-    nodes_at_ms: int = 0
 
     @property
     def has_nodes(self) -> bool:
@@ -55,7 +52,6 @@ def apply_report(facts: ClusterFacts | None, e: ClusterCapacityReported) -> tupl
         kueue=kueue,
     )
     before = facts or ClusterFacts()
-    new.nodes_at_ms = before.nodes_at_ms  # the fold stamps it when the node side changed
     nodes_changed = new.node_groups != before.node_groups or new.topology_levels != before.topology_levels
     queues_changed = (
         new.queues != before.queues or new.local_queues != before.local_queues or new.kueue != before.kueue

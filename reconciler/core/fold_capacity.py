@@ -26,8 +26,6 @@ def capacity_reported(state: State, e: ev.ClusterCapacityReported) -> None:
     facts, nodes_changed, queues_changed = apply_report(record.facts, e)
     if not (nodes_changed or queues_changed):
         return
-    if nodes_changed:
-        facts.nodes_at_ms = state.now_ms
     new_columns = False
     for group in e.node_groups:
         for name in group.allocatable:

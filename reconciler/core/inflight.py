@@ -5,10 +5,6 @@ must also lose what we already sent it. Kept per decide pass (the scratch builds
 state's copies and follows the pass's own nominations, placements and withdrawals), keyed per
 copy so that adding or removing one twice changes nothing. Plugins read it per worker
 ClusterQueue (``per_cq``), which follows the change log instead of summing again.
-
-The same copies take room on the worker's nodes (``NodeUse``): a reported histogram shows only
-pods already bound, so without it one pass could send several big-pod jobs to nodes that hold
-one of them. Which nodes a copy takes is NodeFit's choice (``plugins.nodefit.copy_rows``).
 """
 
 from __future__ import annotations
@@ -19,35 +15,7 @@ import numpy.typing as npt
 from reconciler.core.workerqueues import WorkerQueues
 
 Vec = npt.NDArray[np.int64]
-Index = npt.NDArray[np.intp]
 CopyKey = tuple[str, str, int]  # job key, cluster, attempt
-
-
-class NodeUse:
-    """Whole nodes our copies in flight take, per bin row of one pass's node arrays (the table,
-    hence the arrays, do not change within a pass). ``log`` lists the cluster slots whose rows
-    changed, in order, so NodeFit re-judges only those since it last looked."""
-
-    def __init__(self, rows: int) -> None:
-        self.taken: Vec = np.zeros(rows, dtype=np.int64)
-        self.entries: dict[CopyKey, tuple[int, Index, Vec]] = {}
-        self.log: list[int] = []
-        # NodeFit's, per pod-set shape: (log position, verdicts, clusters changed since judged)
-        self.memo: dict[bytes, tuple[int, npt.NDArray[np.int32], npt.NDArray[np.bool_]]] = {}
-
-    def add(self, key: CopyKey, slot: int, rows: Index, nodes: Vec) -> None:
-        if key in self.entries or len(rows) == 0:
-            return
-        self.entries[key] = (slot, rows, nodes)
-        self.taken[rows] += nodes
-        self.log.append(slot)
-
-    def remove(self, key: CopyKey) -> None:
-        entry = self.entries.pop(key, None)
-        if entry is not None:
-            slot, rows, nodes = entry
-            self.taken[rows] -= nodes
-            self.log.append(slot)
 
 
 class InFlight:
@@ -57,7 +25,6 @@ class InFlight:
         self._per_cq: tuple[WorkerQueues, int, npt.NDArray[np.int64]] | None = (
             None  # (arrays, log position, sums)
         )
-        self.nodes: NodeUse | None = None  # set while some worker reported nodes
 
     def add(self, key: CopyKey, *, slot: int, local_queue: str, demand: Vec) -> None:
         if key in self.entries:
@@ -69,8 +36,6 @@ class InFlight:
         entry = self.entries.pop(key, None)
         if entry is not None:
             self.log.append((*entry, -1))
-        if self.nodes is not None:
-            self.nodes.remove(key)
 
     def per_cq(self, queues: WorkerQueues, n_resources: int) -> npt.NDArray[np.int64]:
         """Per worker-CQ row of ``queues``: the demand of our copies in flight to it."""

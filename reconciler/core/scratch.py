@@ -15,12 +15,9 @@ from eventlog import events as ev
 from eventlog.events import Resources
 from reconciler.core import phases
 from reconciler.core.clusters import LOST, READY, REMOVED, Mask
-from reconciler.core.facts import ClusterFacts
 from reconciler.core.framework.interface import CycleInput, JobView
-from reconciler.core.inflight import InFlight, NodeUse
+from reconciler.core.inflight import InFlight
 from reconciler.core.jobs import Charge, Claim, Copy, JobRecord
-from reconciler.core.nodes import node_arrays
-from reconciler.core.plugins.nodefit import copy_rows
 from reconciler.core.pool import RunningPool
 from reconciler.core.queues.admit import queue_of
 from reconciler.core.queues.usage import Usage
@@ -58,7 +55,7 @@ class Scratch:
     ticks: int = 0
     touched_at: npt.NDArray[np.int64] | None = None
     claim_changes: int = 0
-    _no_facts: bool = False  # no worker reported queues or nodes (the table does not change in a pass)
+    _no_kueue: bool = False  # no worker reported queues (the table does not change in a pass)
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -258,54 +255,43 @@ class Scratch:
             in_flight=self.in_flight(),
         )
 
-    # ---- copies a worker's Kueue and node report do not count yet (reconciler.core.inflight) ---
+    # ---- copies a worker's Kueue does not count yet (reconciler.core.inflight) ---------------
 
     def in_flight(self) -> InFlight | None:
-        """Built on first use from the state's copies; None while no worker reported queues or
-        nodes."""
-        if self._in_flight is not None or self._no_facts:
+        """Built on first use from the state's copies; None while no worker reported queues."""
+        if self._in_flight is not None or self._no_kueue:
             return self._in_flight
         table = self.state.clusters
         queues = worker_queues(table)
-        arrays = node_arrays(table)
-        if not queues.kueue.any() and not arrays.has_nodes.any():
-            self._no_facts = True
+        if not queues.kueue.any():
+            self._no_kueue = True
             return None
         flight = InFlight()
-        if arrays.has_nodes.any():
-            flight.nodes = NodeUse(len(arrays.row_slot))
-        self._in_flight = flight
-        for slot in np.flatnonzero(queues.kueue | arrays.has_nodes):
+        for slot in np.flatnonzero(queues.kueue):
             name = table.names[slot]
             for key in self.state.by_cluster.get(name, {}):
                 job = self.state.jobs[key]
                 for c in job.copies:
-                    if c.cluster != name or not c.counted:
-                        continue
-                    if c.state in IN_FLIGHT:
-                        self._track(flight, job, name, c.attempt)
-                    elif c.state == phases.COPY_ADMITTED and _unreported(job, table.records[slot].facts):
-                        self._track(flight, job, name, c.attempt, queue=False)
+                    if c.cluster == name and c.counted and c.state in IN_FLIGHT:
+                        flight.add(
+                            (key, name, c.attempt),
+                            slot=int(slot),
+                            local_queue=local_queue(job),
+                            demand=table.vector(job.demand),
+                        )
+        self._in_flight = flight
         return flight
-
-    def _track(self, flight: InFlight, job: JobRecord, cluster: str, attempt: int, *, queue: bool = True) -> None:
-        """Our copy counts against its worker's queue (``queue``: not admitted there yet) and,
-        if the worker reported nodes, takes nodes until a report can show its pods."""
-        table = self.state.clusters
-        slot = table.index[cluster]
-        key = (job.key, cluster, attempt)
-        if queue:
-            flight.add(key, slot=slot, local_queue=local_queue(job), demand=table.vector(job.demand))
-        if flight.nodes is not None and job.pod_sets:
-            arrays = node_arrays(table)
-            if arrays.has_nodes[slot]:
-                rows, nodes = copy_rows(arrays, job_view(self.state, job), slot, flight.nodes.taken)
-                flight.nodes.add(key, slot, rows, nodes)
 
     def copy_counted(self, job: JobRecord, copy: Copy) -> None:
         if copy.state in IN_FLIGHT and (flight := self.in_flight()) is not None:
-            self.touch(self.state.clusters.index[copy.cluster])
-            self._track(flight, job, copy.cluster, copy.attempt)
+            table = self.state.clusters
+            self.touch(table.index[copy.cluster])
+            flight.add(
+                (job.key, copy.cluster, copy.attempt),
+                slot=table.index[copy.cluster],
+                local_queue=local_queue(job),
+                demand=table.vector(job.demand),
+            )
 
     def copy_done(self, job: JobRecord, cluster: str, attempt: int) -> None:
         """The copy stopped counting. A copy placed in this pass stays in flight until the pass
@@ -319,14 +305,6 @@ class Scratch:
 
 
 IN_FLIGHT = (phases.COPY_NOMINATED, phases.COPY_CREATED)
-
-
-def _unreported(job: JobRecord, facts: ClusterFacts | None) -> bool:
-    """An admitted copy whose pods the worker's node report may not show yet: admitted after the
-    last change of its nodes. A change at the same instant is taken to show them (a worker
-    reports as soon as pods bind); counting them there too kept them on the nodes until the next
-    change, which delayed the jobs waiting for those nodes."""
-    return facts is not None and job.placed_at_ms is not None and job.placed_at_ms > facts.nodes_at_ms
 
 
 def local_queue(job: JobRecord) -> str:

@@ -6,9 +6,8 @@ of ``floor(free / request)``. A pod set fits when its rows hold at least its ``m
 (default: all). Several pod sets are taken largest per pod first, each taking the nodes with the
 most room for it and consuming them whole (a node half used by one set is not offered to the
 next): it may reject a gang a smarter packing would fit, but every gang it accepts really packs
-onto the reported nodes. Our own copies nominated or created on a worker and not admitted yet
-(its report cannot show their pods) take whole nodes there, chosen as the gang fit chooses them
-(``copy_rows``); a cluster that passes on the report is judged again on the nodes they leave.
+onto the reported nodes. Our own copies in flight are not subtracted here: they count against
+the cluster totals (``ClusterHeadroom``), and the next report shows them on nodes.
 
 Computed over every cluster's rows at once (no loop over clusters), once per pod-set shape and
 facts version (memo on the node arrays). A cluster whose worker reported no nodes passes.
@@ -23,8 +22,7 @@ from eventlog.events import PodSet
 from reconciler.core.clusters import ClusterTable
 from reconciler.core.framework.interface import Codes, CycleInput, FilterPlugin, FilterResult, JobView, Slots
 from reconciler.core.framework.status import Code, Reason
-from reconciler.core.inflight import NodeUse
-from reconciler.core.nodes import Index, NodeArrays, node_arrays
+from reconciler.core.nodes import NodeArrays, node_arrays
 from reconciler.core.plugins.amounts import amount
 from reconciler.core.plugins.podsets import Ints, minimum, order_largest_first, pods_per_node, usable_groups
 
@@ -225,146 +223,6 @@ def node_fit(job: JobView, arrays: NodeArrays, names: list[str]) -> tuple[Codes,
     return out.verdict, out.reasons
 
 
-def _greedy(seg: Index, n_seg: int, remaining: Ints, k: Ints, need: int) -> tuple[Ints, Ints]:
-    """Rows grouped in segments (one cluster each): per segment the pods its ``remaining`` nodes
-    hold, and per row the whole nodes taken for ``need`` pods, rows with the most pods per node
-    first (ties: row order), as ``_take_nodes`` takes them."""
-    order = np.lexsort((-k, seg))
-    avail = (remaining * k)[order]
-    cum = np.cumsum(avail)
-    seg_o = seg[order]
-    starts = np.flatnonzero(np.r_[True, seg_o[1:] != seg_o[:-1]]) if len(order) else np.zeros(0, np.intp)
-    lengths = np.diff(np.append(starts, len(order)))
-    before = cum - avail - np.repeat((cum - avail)[starts], lengths)
-    still = np.maximum(need - before, 0)
-    kk = k[order]
-    nodes = np.zeros_like(remaining)
-    nodes[order] = np.where(kk > 0, np.minimum(remaining[order], -(-still // np.maximum(kk, 1))), 0)
-    held = np.zeros(n_seg, dtype=np.int64)
-    np.add.at(held, seg, remaining * k)
-    return held, nodes
-
-
-def _rows_of(arrays: NodeArrays, slots: Index) -> tuple[Index, Index]:
-    """The bin rows of ``slots`` (each cluster's rows are contiguous) and each row's position
-    in ``slots``."""
-    lo = np.searchsorted(arrays.row_slot, slots, side="left")
-    hi = np.searchsorted(arrays.row_slot, slots, side="right")
-    lengths = hi - lo
-    seg = np.repeat(np.arange(len(slots), dtype=np.intp), lengths)
-    first = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    rows = (np.repeat(lo, lengths) + np.arange(int(lengths.sum())) - first).astype(np.intp)
-    return rows, seg
-
-
-def _usable(arrays: NodeArrays, job: JobView, i: int) -> Mask:
-    """Pod set ``i``'s usable groups, memoized per pod-set shape (copies and re-judging within a
-    pass ask for the same few shapes again and again)."""
-    key = ("usable", job.pods_key, i)
-    cached = arrays.memo.get(key) if job.pods_key else None
-    if cached is None:
-        cached = usable_groups(arrays, job.pod_sets[i])[1]
-        if job.pods_key:
-            arrays.remember(key, cached)
-    out: Mask = cached
-    return out
-
-
-def _order(arrays: NodeArrays, job: JobView) -> list[int]:
-    key = ("order", job.pods_key)
-    cached = arrays.memo.get(key) if job.pods_key else None
-    if cached is None:
-        cached = order_largest_first(job, arrays)
-        if job.pods_key:
-            arrays.remember(key, cached)
-    out: list[int] = cached
-    return out
-
-
-def copy_rows(arrays: NodeArrays, job: JobView, slot: int, taken: Ints) -> tuple[Index, Ints]:
-    """The whole nodes a copy of ``job`` sent to cluster ``slot`` is assumed to take until the
-    worker reports its pods: for every pod set (largest per pod first) room for all its pods
-    (``count``, not ``min_count``), on the nodes with the most room for it not already taken.
-    Conservative like the gang fit: a node the copy uses partly is taken whole."""
-    rows, _ = _rows_of(arrays, np.array([slot], dtype=np.intp))
-    remaining = np.maximum(arrays.row_count[rows] - taken[rows], 0)
-    total = np.zeros(len(rows), dtype=np.int64)
-    seg = np.zeros(len(rows), dtype=np.intp)
-    for i in _order(arrays, job):
-        ps = job.pod_sets[i]
-        if ps.count <= 0 or len(rows) == 0:
-            continue
-        usable = _usable(arrays, job, i)
-        k = pods_per_node(arrays, job.pod_vecs[i], usable, rows)
-        _, nodes = _greedy(seg, 1, remaining, k, ps.count)
-        remaining -= nodes
-        total += nodes
-    keep = total > 0
-    return rows[keep], total[keep]
-
-
-def _after_copies(job: JobView, arrays: NodeArrays, use: NodeUse, wanted: Mask) -> npt.NDArray[np.int32]:
-    """Per cluster: 0, or 1 + the pod set that no longer fits once the nodes our copies in flight
-    take are gone; valid for the ``wanted`` clusters. Judged lazily: only clusters asked for
-    whose taken nodes changed since this pod-set shape last judged them in the pass
-    (``use.log``), so a pass costs rows of the clusters it sends copies to, not of all."""
-    cached = use.memo.get(job.pods_key)
-    if cached is None:
-        start, fails, stale = 0, np.zeros(arrays.n_clusters, np.int32), np.zeros(arrays.n_clusters, np.bool_)
-    else:
-        start, fails, stale = cached
-    if start < len(use.log):
-        stale[np.array(use.log[start:], dtype=np.intp)] = True
-    todo = np.flatnonzero(stale & wanted)
-    if len(todo):
-        rows, seg = _rows_of(arrays, todo)
-        remaining = np.maximum(arrays.row_count[rows] - use.taken[rows], 0)
-        fail = np.zeros(len(todo), dtype=np.int32)
-        order = _order(arrays, job)
-        together = len([i for i in order if minimum(job.pod_sets[i]) > 0]) > 1
-        for i in order:
-            ps = job.pod_sets[i]
-            need = minimum(ps)
-            if need == 0:
-                continue
-            usable = _usable(arrays, job, i)
-            k = pods_per_node(arrays, job.pod_vecs[i], usable, rows)
-            held, nodes = _greedy(seg, len(todo), remaining, k, need)
-            if together:
-                remaining = remaining - nodes
-            fail[(held < need) & (fail == 0)] = i + 1
-        fails[todo] = fail
-        stale[todo] = False
-    use.memo[job.pods_key] = (len(use.log), fails, stale)
-    return fails
-
-
-def _crowded(
-    job: JobView, arrays: NodeArrays, use: NodeUse, verdict: Codes, reasons: list[Reason], slots: Slots
-) -> tuple[Codes, list[Reason]]:
-    """The verdicts once our copies in flight have their nodes: clusters that pass on the
-    report but not on what the copies leave are rejected (waiting helps: UNSCHEDULABLE)."""
-    wanted = np.zeros(arrays.n_clusters, dtype=np.bool_)
-    wanted[slots] = True
-    wanted &= verdict == 0
-    fails = _after_copies(job, arrays, use, wanted)
-    hit = wanted & (fails > 0)
-    if not hit.any():
-        return verdict, reasons
-    verdict = verdict.copy()
-    reasons = list(reasons)
-    for f in np.unique(fails[hit]).tolist():
-        name = job.pod_sets[int(f) - 1].name
-        reasons.append(
-            Reason(
-                Code.UNSCHEDULABLE,
-                f"nodes left once our copies on the way there have theirs hold too few pods of pod set {name}",
-            )
-        )
-        verdict[hit & (fails == f)] = len(reasons)
-    return verdict, reasons
-
-
 class NodeFit(FilterPlugin):
     name = NAME
     per_cluster = True
@@ -386,7 +244,4 @@ class NodeFit(FilterPlugin):
             cached = node_fit(job, arrays, inp.clusters.resources.names)
             arrays.remember(key, cached)
         verdict, reasons = cached
-        use = inp.in_flight.nodes if inp.in_flight is not None else None
-        if use is not None and use.log and job.pods_key:
-            verdict, reasons = _crowded(job, arrays, use, verdict, reasons, slots)
         return FilterResult(verdict=verdict[slots], reasons=reasons)

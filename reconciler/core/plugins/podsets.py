@@ -18,7 +18,6 @@ from reconciler.core.framework.tolerations import tolerated
 from reconciler.core.nodes import NodeArrays
 
 Ints = npt.NDArray[np.int64]
-Index = npt.NDArray[np.intp]
 
 # Pods per row are capped here: enough for any pod set, small enough that count * pods never
 # overflows.
@@ -62,21 +61,19 @@ def usable_groups(arrays: NodeArrays, ps: PodSet) -> tuple[Mask, Mask]:
     return selected, selected & ~blocked
 
 
-def pods_per_node(arrays: NodeArrays, request: Ints, usable: Mask, rows: Index | None = None) -> Ints:
-    """Per bin row (or per row of ``rows``): how many pods with this request one of its nodes
-    holds (0 if unusable)."""
+def pods_per_node(arrays: NodeArrays, request: Ints, usable: Mask) -> Ints:
+    """Per bin row: how many pods with this request one of its nodes holds (0 if unusable)."""
     cols = np.flatnonzero(request > 0)
-    vector = arrays.row_vector if rows is None else arrays.row_vector[rows]
-    group = arrays.row_group if rows is None else arrays.row_group[rows]
+    rows = len(arrays.row_slot)
     if len(cols) == 0:
-        k: Ints = np.full(len(vector), _MANY, dtype=np.int64)
+        k: Ints = np.full(rows, _MANY, dtype=np.int64)
     else:
         free = np.maximum(arrays.free_vectors[:, cols], 0)
         per_vector = (free // request[cols]).min(axis=1)
         np.minimum(per_vector, _MANY, out=per_vector)
-        k = per_vector[vector]
+        k = per_vector[arrays.row_vector]
     if not usable.all():
-        k[~usable[group]] = 0
+        k[~usable[arrays.row_group]] = 0
     return k
 
 

@@ -151,38 +151,3 @@ def test_small_jobs_are_not_evicted_for_a_pod_no_fragmented_node_can_hold() -> N
     assert ("NodeFit", "no node with 8 nvidia.com/gpu free (largest: 0)") in [
         (r.plugin, r.reason) for r in verdict.rejections
     ]
-
-
-def _big(name: str) -> ev.JobSubmitted:
-    return gang(name, pods("main", 1, cpu=88_000, gpu=8))
-
-
-def test_copies_sent_in_one_pass_take_the_nodes_they_need() -> None:
-    """The report cannot show the pods of copies sent since: the first copy takes the one node
-    that holds an 8-GPU, 88-core pod, so the second waits, although the worker's totals hold
-    both (and its other nodes hold one each of 8 GPUs but only 16 cores)."""
-    h = Harness()
-    h.inputs(
-        cluster("w", cpu=400_000, gpu=32),
-        report("w", group("g", (1, {"cpu": 96_000, GPU: 8}), (3, {"cpu": 16_000, GPU: 8}))),
-    )
-    decisions = h.feed(_big("one"), _big("two"))
-    assert [(n.job.name, n.clusters) for n in of_type(decisions, ev.Nominated)] == [("one", ["w"])]
-    [u] = of_type(decisions, ev.Unschedulable)
-    assert u.job.name == "two"
-    assert u.message == (
-        "1 cluster: nodes left once our copies on the way there have theirs hold too few pods of pod set main"
-    )
-    # The next pass still counts the copy the worker has not admitted; once it has, the
-    # worker's next report shows its pods on nodes.
-    h.advance(1_000)
-    assert not of_type(h.feed(ev.RemoteAdmitted(job=ref("one"), cluster="w", attempt=1)), ev.Nominated)
-    [verdict] = explain(h.state, "team/two").clusters
-    assert [(r.plugin, r.code) for r in verdict.rejections] == [("NodeFit", "UNSCHEDULABLE")]
-    # A later report shows job one's pod on its node and another big node come free: that
-    # report is the whole truth, so two goes there.
-    h.advance(1_000)
-    later = report(
-        "w", group("g", (1, {"cpu": 96_000, GPU: 8}), (1, {"cpu": 8_000}), (2, {"cpu": 16_000, GPU: 8}))
-    )
-    assert [n.job.name for n in of_type(h.feed(later), ev.Nominated)] == ["two"]
