@@ -26,9 +26,9 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nats.js.api import StorageType, StreamConfig
 
 from bench.dispatch import Leader, queues_config
+from bench.log_append import bench_plain as plain_publish
 from eventlog import codec
 from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
@@ -86,21 +86,6 @@ async def publish_all(jlog: JetStreamLog, events: Sequence[ev.InputEvent], *, ta
     for i in range(0, len(events), 1000):
         chunk = events[i : i + 1000]
         await jlog.inbox.publish_many([(e, f"{tag}{i + k}") for k, e in enumerate(chunk)], timeout_s=30)
-
-
-async def plain_publish(jlog: JetStreamLog, payloads: list[tuple[str, bytes]], *, window: int) -> float:
-    """nats-py's pipelined publish (``publish_async``, ``window`` at a time) to a plain stream."""
-    js = jlog.js
-    await js.add_stream(
-        StreamConfig(name="BENCH_PLAIN", subjects=["bench.plain.>"], storage=StorageType.FILE)
-    )
-    t0 = time.perf_counter()
-    for start in range(0, len(payloads), window):
-        futures = [await js.publish_async(f"bench.plain.{s}", p) for s, p in payloads[start : start + window]]
-        await asyncio.gather(*futures)
-    elapsed = time.perf_counter() - t0
-    await js.delete_stream("BENCH_PLAIN")
-    return len(payloads) / elapsed
 
 
 class TimedLoop(LeaderLoop):
