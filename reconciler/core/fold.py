@@ -39,6 +39,7 @@ def fold(state: State, entry: ev.LogEntry) -> State:
     state.seq = entry.seq
     state.now_ms = entry.at_ms
     _fire_timers(state)
+    state.retire()
     handler = _HANDLERS.get(type(event))
     if handler is not None:
         handler(state, event)
@@ -193,6 +194,7 @@ def _deleted(state: State, e: ev.JobDeleted) -> None:
     job = _job(state, e.job)
     if job is not None and transitions.apply(job, e, state):
         state.mark(job.key)
+        state.deleted.append((state.now_ms, job.key, job.ref.uid))
 
 
 # ---- cluster inputs ----------------------------------------------------------------------------

@@ -5,6 +5,8 @@ profiles) are rebuilt on load; everything a later ``decide`` depends on is in th
 
 from __future__ import annotations
 
+from collections import deque
+
 import msgspec
 from msgspec import Struct
 
@@ -45,6 +47,9 @@ class Snapshot(Struct, kw_only=True):
     queues: QueuesConfigured | None = None
     quota_freed: list[str] = []
     open_quota_freed: list[str] = []
+    # None in snapshots from before deleted jobs were retired: their deleted jobs start the
+    # retirement period at the snapshot's time.
+    deleted: list[tuple[int, str, str]] | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -82,6 +87,7 @@ def dump_state(state: State) -> bytes:
             queues=state.queues,
             quota_freed=list(state.quota_freed),
             open_quota_freed=list(state.open_quota_freed),
+            deleted=list(state.deleted),
         )
     )
 
@@ -136,4 +142,8 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
     state.install_queues(snap.queues)  # usage is recounted from the charges jobs hold
     state.quota_freed = dict.fromkeys(snap.quota_freed)
     state.open_quota_freed = list(snap.open_quota_freed)
+    if snap.deleted is not None:
+        state.deleted = deque(tuple(d) for d in snap.deleted)  # type: ignore[misc]
+    else:
+        state.deleted = deque((snap.now_ms, j.key, j.ref.uid) for j in snap.jobs if j.phase == phases.DELETED)
     return state

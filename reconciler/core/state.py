@@ -7,6 +7,7 @@ anything that could alter a later decision, which is what makes replay exact.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass, field
 
 from eventlog.events import PolicyLoaded, QueuesConfigured, Resources
@@ -25,6 +26,10 @@ from reconciler.core.queues.usage import Usage
 DEFAULT_WORKER_LOST_TIMEOUT_MS = 60_000
 DEFAULT_CLAIM_TTL_MS = 120_000
 DEFAULT_REQUEUE_BACKOFF_MS = 10_000
+# A deleted job's record is dropped this long (log time) after its deletion once nothing refers
+# to it any more (no copies, no quota, no claim): without it the state grows with every job ever
+# submitted. Reports that arrive later about it are ignored, as they are for unknown jobs.
+RETIRE_DELETED_AFTER_MS = 600_000
 
 
 @dataclass
@@ -61,6 +66,8 @@ class State:
     last_was_decision: bool = False
     open_batch: tuple[list[str], bool] | None = None  # (pending keys, help) while folding a batch
     unsubmitted: dict[str, str] = field(default_factory=dict)  # seen by the watcher, never submitted
+    # Deleted jobs in the order they were deleted: (deleted at ms, job key, uid), see ``retire``.
+    deleted: deque[tuple[int, str, str]] = field(default_factory=deque)
     # Tenancy: the last queue configuration, compiled (None: tenancy off), and quota usage.
     queues: QueuesConfigured | None = None
     tree: QueueTree | None = None
@@ -222,6 +229,25 @@ class State:
 
     def wake(self, job: JobRecord, at_ms: int | None) -> None:
         self.timer(at_ms, job.key)
+
+    def retire(self) -> None:
+        """Drop the records of jobs deleted ``RETIRE_DELETED_AFTER_MS`` ago that nothing refers
+        to; one still referred to (a copy not yet gone, quota, a claim) waits another
+        period. A pure function of the log, so every replica and every replay drops the same."""
+        deleted = self.deleted
+        if not deleted or deleted[0][0] + RETIRE_DELETED_AFTER_MS > self.now_ms:
+            return
+        victims = self.claimed_victims() if self.claims else {}
+        while deleted and deleted[0][0] + RETIRE_DELETED_AFTER_MS <= self.now_ms:
+            _, key, uid = deleted.popleft()
+            job = self.jobs.get(key)
+            if job is None or job.ref.uid != uid or job.phase != phases.DELETED:
+                continue  # a new job under the same name, or dropped already
+            if job.copies or job.charge is not None or key in self.claims or key in victims:
+                deleted.append((self.now_ms, key, uid))
+                continue
+            del self.jobs[key]
+            self.view_memo.pop(key, None)
 
     def claimed_victims(self) -> dict[str, str]:
         """victim key -> preemptor key, over all live claims."""

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
+
 from eventlog import events as ev
-from reconciler.core import summary
+from reconciler.core import fold, summary
+from reconciler.core.snapshot import dump_state, load_state
+from reconciler.core.state import RETIRE_DELETED_AFTER_MS
 from tests.reconciler.core.harness import Harness, cluster, job, of_type, ref
 
 LOST_AFTER = 60_000
@@ -239,3 +243,29 @@ def test_on_return_stale_copies_are_withdrawn_before_anything_new_lands_there() 
     kinds = [(type(d).__name__, getattr(d, "cluster", None) or getattr(d, "clusters", None)) for d in back]
     assert kinds == [("ClusterRecovered", "a"), ("Withdrawn", "a"), ("Nominated", ["a"])]
     assert back[1].job == ref("old") and back[2].job == ref("new")
+
+
+def test_a_deleted_job_leaves_the_state_once_its_copies_are_gone_and_the_period_is_over() -> None:
+
+    h = Harness()
+    h.inputs(cluster("a"))
+    where = place(h, "j")
+    place(h, "k")
+    [cleanup] = of_type(h.feed(ev.JobDeleted(job=ref("j"))), ev.CleanUp)
+    # Its copy is not gone yet: the record stays past the period, and the report still counts.
+    h.advance(RETIRE_DELETED_AFTER_MS + 1)
+    assert "team/j" in h.state.jobs
+    h.feed(ev.RemoteGone(job=ref("j"), cluster=where, attempt=cleanup.attempt))
+    assert h.state.jobs["team/j"].copies == []
+    # A snapshot taken now drops it at the same moment as the state that folded the log.
+    restored = load_state(dump_state(h.state))
+    h.advance(RETIRE_DELETED_AFTER_MS)
+    assert "team/j" not in h.state.jobs and "team/k" in h.state.jobs
+    for entry in h.log[restored.seq :]:
+        fold(restored, entry)
+    assert restored.jobs.keys() == h.state.jobs.keys()
+    # A late report about it is ignored, as for any job the state does not know; a new job under
+    # the same name starts afresh.
+    assert h.feed(ev.RemoteGone(job=ref("j"), cluster=where, attempt=cleanup.attempt)) == []
+    again = msgspec.structs.replace(job("j"), job=msgspec.structs.replace(ref("j"), uid="uid-team-j-2"))
+    assert of_type(h.feed(again), ev.Nominated)
