@@ -7,6 +7,7 @@ it twice, after a restart or from a second actuator, does nothing new.
 
 from __future__ import annotations
 
+from collections import deque
 from enum import StrEnum
 from typing import Any
 
@@ -14,6 +15,7 @@ from msgspec import Struct, field
 
 from eventlog import events as ev
 from eventlog.kube.names import DRAINING_TAINT
+from reconciler.core.state import RETIRE_DELETED_AFTER_MS
 from reconciler.service.clusters.base import RemoteSpec
 
 CopyKey = tuple[str, str, int]  # (job uid, cluster, attempt)
@@ -51,11 +53,16 @@ class Desired:
         self.capacity: dict[str, ev.Resources] = {}  # cluster -> its capacity as the log has it
         self.queues: ev.QueuesConfigured | None = None  # the latest queue config (for the watcher's backfill)
         self.seq = 0
+        # Deleted jobs in the order of deletion, (at ms, uid): forgotten after the core's period,
+        # see ``_retire``, so a long-running actuator does not keep every job it ever saw.
+        self._deleted: deque[tuple[int, str]] = deque()
 
     def fold(self, entry: ev.LogEntry) -> list[CopyKey]:
         """Fold one entry; returns the copies whose intent changed (to be applied)."""
         self.seq = entry.seq
         event = entry.event
+        if self._deleted and self._deleted[0][0] + RETIRE_DELETED_AFTER_MS <= entry.at_ms:
+            self._retire(entry.at_ms)
         job = getattr(event, "job", None)
         if isinstance(job, ev.JobRef):
             self.refs[job.uid] = job
@@ -106,6 +113,7 @@ class Desired:
             case ev.JobDeleted():
                 self._ended.add(event.job.uid)
                 self._drop_spec_if_done(event.job.uid)
+                self._deleted.append((entry.at_ms, event.job.uid))
             case ev.Evict():
                 key = (event.job.uid, event.cluster, event.attempt)
                 self.evict_reason[key] = event.reason
@@ -138,6 +146,28 @@ class Desired:
         if uid not in self._ended:
             return
         if all(self.intents.get(k) in (Intent.GONE, Intent.FINISHED) for k in self._keys.get(uid, ())):
+            self.jobs.pop(uid, None)
+            self._ended.discard(uid)
+
+    def _retire(self, now_ms: int) -> None:
+        """Forget jobs deleted a period ago whose copies are all gone (one with a copy still
+        wanted waits another period). A copy of a forgotten job found on a worker later is
+        unknown, and collected like any unknown copy once past the grace period."""
+        deleted = self._deleted
+        while deleted and deleted[0][0] + RETIRE_DELETED_AFTER_MS <= now_ms:
+            _, uid = deleted.popleft()
+            keys = self._keys.get(uid, [])
+            if any(self.intents.get(k) is not Intent.GONE for k in keys):
+                deleted.append((now_ms, uid))
+                continue
+            for k in keys:
+                self.intents.pop(k, None)
+                self.evict_reason.pop(k, None)
+            self._keys.pop(uid, None)
+            self.latest_attempt.pop(uid, None)
+            self.placed.pop(uid, None)
+            self.refs.pop(uid, None)
+            self.submitted.discard(uid)
             self.jobs.pop(uid, None)
             self._ended.discard(uid)
 

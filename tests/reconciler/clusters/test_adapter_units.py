@@ -9,6 +9,7 @@ import pytest
 from eventlog import events as ev
 from eventlog.kube.kinds import lookup_api_version
 from eventlog.kube.quantity import to_units
+from reconciler.core.state import RETIRE_DELETED_AFTER_MS
 from reconciler.service.clusters import rbac
 from reconciler.service.clusters.backfill import NotBackfillable, placement_of, submission_of
 from reconciler.service.clusters.base import RemoteSpec, fact_id, remote_fact_id
@@ -213,8 +214,8 @@ def test_every_adapter_call_is_listed_and_unlisted_calls_fail() -> None:
         rbac.check("manager", "batch", "jobs", "delete")  # kdispatch never deletes user jobs
 
 
-def entry(seq: int, event: ev.AnyEvent) -> ev.LogEntry:
-    return ev.LogEntry(seq=seq, at_ms=seq, event=event)
+def entry(seq: int, event: ev.AnyEvent, *, at_ms: int | None = None) -> ev.LogEntry:
+    return ev.LogEntry(seq=seq, at_ms=seq if at_ms is None else at_ms, event=event)
 
 
 def test_projection_intents_are_levels_and_gone_is_final() -> None:
@@ -250,6 +251,25 @@ def test_projection_forgets_an_ended_jobs_spec_but_not_that_it_was_submitted() -
     d.fold(entry(5, ev.CleanUp(job=job, cluster="w1", attempt=1)))
     assert "u" not in d.jobs and "u" in d.submitted  # a restart's watcher will not backfill it
     assert d.collectable(job_uid="u", cluster="w1", attempt=1, age_ms=0, grace_ms=10)
+
+
+def test_projection_forgets_a_deleted_job_a_period_after_its_copies_are_gone() -> None:
+    d = Desired()
+    job = ev.JobRef(namespace="a", name="b", uid="u")
+    other = ev.JobRef(namespace="a", name="c", uid="v")
+    d.fold(entry(1, ev.JobSubmitted(job=job, pod_sets=[]), at_ms=0))
+    d.fold(entry(2, ev.Nominated(job=job, clusters=["w1"], attempt=1), at_ms=0))
+    d.fold(entry(3, ev.JobDeleted(job=job), at_ms=1_000))
+    # Its copy is not withdrawn yet when the period is over: kept for another period.
+    d.fold(entry(4, ev.JobSubmitted(job=other, pod_sets=[]), at_ms=1_000 + RETIRE_DELETED_AFTER_MS))
+    assert "u" in d.submitted and d.intent(("u", "w1", 1)) is Intent.RUN
+    d.fold(entry(5, ev.CleanUp(job=job, cluster="w1", attempt=1), at_ms=2_000 + RETIRE_DELETED_AFTER_MS))
+    d.fold(entry(6, ev.Tick(), at_ms=1_000 + 2 * RETIRE_DELETED_AFTER_MS))
+    assert "u" not in d.submitted and "u" not in d.refs and d.intent(("u", "w1", 1)) is None
+    assert "v" in d.submitted  # not deleted: kept
+    # A copy of it still found on a worker is collected like any unknown copy, after the grace.
+    assert not d.collectable(job_uid="u", cluster="w1", attempt=1, age_ms=5, grace_ms=10)
+    assert d.collectable(job_uid="u", cluster="w1", attempt=1, age_ms=11, grace_ms=10)
 
 
 def _copy_of(manifest: dict[str, object], *, api_version: str, kind_name: str, kueue: bool) -> dict[str, Any]:
