@@ -28,8 +28,11 @@ At the end (load stopped, then up to ``--settle`` seconds for backfill) it check
     placement of the job is still open);
   - ``kdispatch replay --verify`` passes on the log;
   - reconciler and webhook RSS grew less than ``--rss-growth`` (5%) over the last half of the
-    run, each from the end of its warm-up on (once it met an overload and a bad-review burst:
-    see ``warmed_up_at``; of its latest instance that lived long enough, see ``rss_growth``); completed jobs are deleted from the manager after ``--ttl-after-finished``
+    run, judged on the longest stretch there of one process doing one job (the same instance,
+    leading or standing by throughout: see ``rss_growth``), from the end of its warm-up on (once
+    it met an overload and a bad-review burst: see ``warmed_up_at``); the samples go to
+    ``rss.jsonl`` and ``rss.png`` in the run's directory; completed jobs are deleted from the
+    manager after ``--ttl-after-finished``
     (60 s) so that the jobs it holds level off;
 and prints the load held (jobs/s), faults survived by kind, the worst time from a fault to the
 next decision in the log, and as its last line the headline. Exit 0 when every check holds.
@@ -406,7 +409,8 @@ class Run:
     rng: random.Random
     faults: list[Fault] = field(default_factory=list)
     failed_injections: Counter[str] = field(default_factory=Counter)
-    rss: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)  # name -> (t, pid, kB)
+    # name -> (t, pid, kB, role): role "leader" or "standby" for a reconciler, "" for the webhook
+    rss: dict[str, list[tuple[float, int, int, str]]] = field(default_factory=dict)
 
     async def leader(self, timeout_s: float = 30.0) -> int | None:
         """Index of the replica answering the API (the leader), or None."""
@@ -489,12 +493,27 @@ class Run:
         say("fault", kind, fault.detail)
         return fault
 
-    def sample_rss(self) -> None:
+    async def leading(self) -> int | None:
+        """One look (no waiting) at which replica answers the API, i.e. leads."""
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as s:
+            for i, port in enumerate(self.metrics_ports):
+                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                    async with s.get(f"http://127.0.0.1:{port}/api/v1/queues") as resp:
+                        if resp.status == 200:
+                            return i
+        return None
+
+    async def sample_rss(self) -> None:
+        lead = await self.leading()
         now = time.monotonic()
-        for p in (self.webhook, *self.reconcilers):
+        for p in (*self.reconcilers, self.webhook):
             kb = p.rss_kb()
-            if kb is not None and p.pid is not None:
-                self.rss.setdefault(p.name, []).append((now, p.pid, kb))
+            if kb is None or p.pid is None:
+                continue
+            role = ""
+            if p in self.reconcilers:
+                role = "leader" if lead is not None and self.reconcilers[lead] is p else "standby"
+            self.rss.setdefault(p.name, []).append((now, p.pid, kb, role))
 
 
 RAISING = ("overload", "bad_reviews")  # the bursts that lift a process's RSS to its plateau
@@ -512,25 +531,69 @@ def warmed_up_at(born: float, faults: list[Fault], *, warmup_s: float | None, se
     return max(ends) + settle_s
 
 
+def stretches(samples: list[tuple[float, int, int, str]]) -> list[list[tuple[float, int, int, str]]]:
+    """Runs of samples of one instance doing one job throughout (leading, or standing by)."""
+    runs: list[list[tuple[float, int, int, str]]] = []
+    for sample in samples:
+        if runs and runs[-1][-1][1] == sample[1] and runs[-1][-1][3] == sample[3]:
+            runs[-1].append(sample)
+        else:
+            runs.append([sample])
+    return runs
+
+
 def rss_growth(
-    samples: list[tuple[float, int, int]], *, half_at: float, warmed_up: Callable[[float], float]
+    samples: list[tuple[float, int, int, str]], *, half_at: float, warmed_up: Callable[[float], float]
 ) -> tuple[float | None, str]:
-    """Growth over the last half of the run, after warm-up, of the latest instance of a process
-    (restarted by a fault) that has at least 10 samples there: the median of the last fifth of
-    its samples there against the median of the first fifth (RSS is a saw-tooth: single
-    samples say little). (None, why) if no instance has such a window."""
-    pids = list(dict.fromkeys(s[1] for s in samples))
-    for pid in reversed(pids):
-        mine = [s for s in samples if s[1] == pid]
-        since = max(half_at, warmed_up(mine[0][0]))
-        window = [s[2] for s in mine if s[0] >= since]
+    """Growth over the last half of the run, after warm-up, of a process while it did the same
+    job: the longest stretch of one instance that kept its role (a restart starts a new instance;
+    a standby that takes over starts to lead, which takes memory once: the actuator's view, the
+    status writer) with at least 10 samples there, the median of the last fifth of its samples
+    against the median of the first fifth (RSS is a saw-tooth: single samples say little). The
+    stretch's warm-up counts from its start. (None, why) if no stretch is long enough."""
+    best: tuple[float, list[int], str] | None = None
+    for run in stretches(samples):
+        since = max(half_at, warmed_up(run[0][0]))
+        window = [s[2] for s in run if s[0] >= since]
         if len(window) < 10:
             continue
-        fifth = len(window) // 5
-        first, last = sorted(window[:fifth])[fifth // 2], sorted(window[-fifth:])[fifth // 2]
-        note = "" if pid == pids[-1] else f", of the instance before the last restart (pid {pid})"
-        return (last - first) / first, f"over {mine[-1][0] - since:.0f} s{note}"
-    return None, "no instance lived through the last half after its warm-up"
+        span = run[-1][0] - since
+        if best is None or span > best[0]:
+            role = f", {run[0][3]}" if run[0][3] else ""
+            best = (span, window, f"over {span:.0f} s of pid {run[0][1]}{role}")
+    if best is None:
+        return None, "no instance kept its role through 10 samples of the last half after its warm-up"
+    _, window, how = best
+    fifth = len(window) // 5
+    first, last = sorted(window[:fifth])[fifth // 2], sorted(window[-fifth:])[fifth // 2]
+    return (last - first) / first, how
+
+
+def plot_rss(run: Run, started: float, path: Path) -> None:
+    """RSS of every process over the run, one line per instance, faults as ticks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    colors = {"webhook": "tab:green"}
+    for name, samples in sorted(run.rss.items()):
+        color = colors.get(name, "tab:blue" if name.endswith("0") else "tab:orange")
+        for i, part in enumerate(stretches(samples)):
+            xs = [(s[0] - started) / 60 for s in part]
+            ys = [s[2] / 1024 for s in part]
+            ax.plot(xs, ys, color=color, lw=1.6 if part[0][3] == "leader" else 0.9,
+                    label=name if i == 0 else None)
+    for f in run.faults:
+        ax.axvline((f.over_at - started) / 60, color="0.85", lw=0.6, zorder=0)
+    ax.set_xlabel("minutes (grey: a fault ends; thick: leading)")
+    ax.set_ylabel("RSS, MB")
+    ax.legend(loc="upper left")
+    ax.set_title("soak: RSS of each process (a new line at each restart or change of role)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 # -- checks -------------------------------------------------------------------------------------------
@@ -664,7 +727,7 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
 
             async def sampler() -> None:
                 while not stop_load.is_set():
-                    run.sample_rss()
+                    await run.sample_rss()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop_load.wait(), args.rss_every)
 
@@ -707,7 +770,7 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
         )
         try:
             seen: Counter[str] = Counter()
-            entries = []
+            entries: list[ev.LogEntry] = []
             while True:
                 async for batch in jlog.reader.read(from_seq=len(entries) + 1):
                     entries.extend(batch)
@@ -735,6 +798,11 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
     with (root / "log.jsonl").open("wb") as out:  # for a look afterwards (kept with the directory)
         for e in entries:
             out.write(msgspec.json.encode(e) + b"\n")
+    with (root / "rss.jsonl").open("w") as rss_out:  # (seconds into the run, process, pid, kB, role)
+        for name, samples in sorted(run.rss.items()):
+            for t, pid, kb, role in samples:
+                rss_out.write(json.dumps([round(t - started, 1), name, pid, kb, role]) + "\n")
+    plot_rss(run, started, root / "rss.png")
     subs = submissions(entries)
     lost = [tally.accepted[u] for u in tally.accepted if subs[u] == 0]
     doubled = [u for u, n in subs.items() if n > 1]
@@ -781,6 +849,7 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
             f"rss {name:15s} {s[-1][2] // 1024 if s else 0} MB at the end, peak {max(x[2] for x in s) // 1024 if s else 0} MB; "
             f"last-half growth after warm-up {'n/a' if g is None else f'{g * 100:+.1f}%'} ({how})"
         )
+    print(f"rss samples         {root / 'rss.jsonl'}, drawn in {root / 'rss.png'}")
     print(f"replay --verify     {'ok' if ok_replay else 'FAILED'}: {replay_line}")
 
     failures = []
@@ -803,8 +872,8 @@ async def soak(args: argparse.Namespace, root: Path) -> int:
         print(f"NOTE faults that could not be injected (the harness, counted apart): {dict(run.failed_injections)}")
     if any(d is None for _, d in fault_delays):
         failures.append("a fault was never followed by a decision")
-    for f in failures:
-        print("FAIL", f)
+    for failure in failures:
+        print("FAIL", failure)
     worst_text = f"{worst[1]:.1f} s ({worst[0].kind})" if worst else "n/a"
     verdict = "PASS" if not failures else f"FAIL ({len(failures)})"
     print(
