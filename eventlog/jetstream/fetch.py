@@ -313,6 +313,12 @@ class StreamFetcher:
             return False
         return True
 
+    def restart(self) -> None:
+        """Recreate the consumer at ``next_seq`` before the next request: one that answers but
+        delivers nothing while the stream holds more (seen after a node restart) is not trusted."""
+        self._lost = True
+        self._outstanding = 0
+
     @property
     def outstanding(self) -> int:
         """Messages requested and not yet received (nor written off by a status)."""

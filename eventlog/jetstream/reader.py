@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from eventlog import codec
 from eventlog.events import LogEntry
 from eventlog.jetstream.fetch import StreamFetcher
+from eventlog.store import LogError
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
 
 # Messages requested ahead of decoding, so the server streams while Python decodes.
 _READ_AHEAD = 8192
+# A read that gets nothing this long while the stream holds more recreates its consumer; twice as
+# long, it fails (the caller, a standby or a term starting, retries or hands the lease on) rather
+# than wait for ever: a term that starts must never hold the lease without deciding.
+_STALL_S = 15.0
 
 
 class JetStreamReader:
     """Implements ``eventlog.store.LogReader`` on a ``JetStreamLog``."""
 
-    def __init__(self, jlog: JetStreamLog) -> None:
+    def __init__(self, jlog: JetStreamLog, *, stall_s: float = _STALL_S) -> None:
         self._jlog = jlog
+        self.stall_s = stall_s
 
     async def last_seq(self) -> int:
         info = await self._jlog.js.stream_info(self._jlog.names.log_stream)
@@ -50,6 +57,8 @@ class JetStreamReader:
             filter_subject=f"{names.log_prefix}.>",
             next_seq=max(1, from_seq),
         ).open()
+        loop = asyncio.get_running_loop()
+        progress_at, restarted = loop.time(), False
         try:
             while fetcher.next_seq <= end:
                 unrequested = end - (fetcher.next_seq - 1) - fetcher.outstanding
@@ -57,8 +66,19 @@ class JetStreamReader:
                     await fetcher.ensure(min(_READ_AHEAD, unrequested), reserve=_READ_AHEAD // 2)
                 got = fetcher.take(min(batch, end - fetcher.next_seq + 1))
                 if not got:
+                    stalled = loop.time() - progress_at
+                    if stalled > 2 * self.stall_s:
+                        raise LogError(
+                            f"reading {names.log_stream}: nothing after entry {fetcher.next_seq - 1} for "
+                            f"{stalled:.0f} s although the stream ends at {end}; the consumer was recreated "
+                            "once. Is every NATS node of the stream up?"
+                        )
+                    if stalled > self.stall_s and not restarted:
+                        fetcher.restart()
+                        restarted = True
                     await fetcher.wait(1.0)
                     continue
+                progress_at, restarted = loop.time(), False
                 entries = codec.decode_entries([data for _, _, data in got])
                 if until_ms is not None and entries[-1].at_ms > until_ms:
                     kept = [e for e in entries if e.at_ms <= until_ms]
