@@ -95,8 +95,11 @@ async def run_candidate(
         finally:
             loop.metrics.step_downs.labels(reason=reason).inc()
             bound.info("stepped_down", reason=reason)
-            if reason != "lease-lost":
-                await _release(lease)
+            # Always, even when the term ended for "lease-lost": that may be only this replica's
+            # own view (a renewal came late), while its renewals carry on in the background and
+            # keep the key alive; then no replica could ever lead again. Releasing stops them and
+            # deletes the key if it is still ours.
+            await _release(lease)
         if reason in ("fenced", "error"):
             # Someone else wrote while we held the lease (or thought we did), or we failed:
             # give the others a TTL before competing again.

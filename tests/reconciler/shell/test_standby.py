@@ -95,3 +95,39 @@ async def test_a_warm_candidate_takes_over_when_the_leader_steps_down(jslog: Jet
     await cand_b
     result = await replay(jslog.reader, verify=True)
     assert result.mismatch is None
+
+
+async def test_a_term_ended_by_a_late_renewal_gives_the_lease_back(jslog: JetStreamLog) -> None:
+    """A leader whose renewal came late (a starved process: its own view says the lease may have
+    expired) ends its term. Its renewals must stop with it: in the soak, a term that ended so
+    kept renewing the key in the background, and no replica could lead again."""
+    leases = []
+    make = jslog.lease
+
+    def recording(*args: object, **kwargs: object) -> object:
+        lease = make(*args, **kwargs)  # type: ignore[arg-type]
+        leases.append(lease)
+        return lease
+
+    jslog.lease = recording  # type: ignore[method-assign]
+    loop_a = LeaderLoop(jslog, LoopSettings(leader_id="A", policy=POLICY, idle_wait_s=0.02))
+    loop_b = LeaderLoop(jslog, LoopSettings(leader_id="B", policy=POLICY, idle_wait_s=0.02))
+    stop = asyncio.Event()
+    cand_a = asyncio.create_task(run_candidate(jslog, loop_a, stop=stop, ttl_s=2.0, warm=False))
+    await wait_ready(loop_a, timeout_s=20)
+    cand_b = asyncio.create_task(run_candidate(jslog, loop_b, stop=stop, ttl_s=2.0, warm=False))
+    await publish_clusters(jslog)
+    await jslog.inbox.publish(submission(0), msg_id="s0")
+    await wait_for(jslog, lambda es: len(decisions_of(es, ev.Nominated)) >= 1)
+    [lease_a] = [lease for lease in leases if lease.holder == "A"]
+    lease_a._valid_until = 0.0  # the renewal came late: A's sequencer no longer vouches for it
+    await jslog.inbox.publish(submission(1), msg_id="s1")
+    await wait_for(jslog, lambda es: len(decisions_of(es, ev.Nominated)) >= 2, timeout_s=30)
+    await eventually(
+        lambda: lease_a._renewer is None or lease_a._renewer.done() or Unmet("A still renews the lease it gave up"),
+        what="A's renewals to stop",
+    )
+    stop.set()
+    await asyncio.gather(cand_a, cand_b)
+    result = await replay(jslog.reader, verify=True)
+    assert result.mismatch is None
