@@ -157,7 +157,7 @@ async def _https_client(spec: dict[str, Any]) -> dict[str, Any]:
     template: str = spec["template"]
     first, count = int(spec["first"]), int(spec["count"])
     bodies = [template.replace(MARK, str(first + i)).encode() for i in range(count)]
-    sent = [0] * count
+    sent, answered = [0] * count, [0] * count
     failures: dict[str, int] = {}
     ctx = ssl.create_default_context(cafile=spec["ca"])
     connector = aiohttp.TCPConnector(limit=int(spec["concurrency"]), ssl=ctx)
@@ -173,9 +173,18 @@ async def _https_client(spec: dict[str, Any]) -> dict[str, Any]:
         started, cpu_started = time.monotonic(), time.process_time()
         todo = iter(range(count))
 
+        rate = float(spec.get("rate", 0))  # this client's share; 0: closed loop, as fast as answered
+        start_ms = _wall_ms()
+
         async def worker() -> None:
             for i in todo:
-                sent[i] = _wall_ms()
+                if rate:
+                    # Open loop: each review at its own time, its latency counted from then even if
+                    # every connection was busy (no coordinated omission).
+                    sent[i] = start_ms + round(i * 1000 / rate)
+                    await asyncio.sleep(max(0.0, (sent[i] - _wall_ms()) / 1000))
+                else:
+                    sent[i] = _wall_ms()
                 try:
                     async with session.post(
                         spec["url"] + "/validate", data=bodies[i], headers=headers
@@ -187,10 +196,18 @@ async def _https_client(spec: dict[str, Any]) -> dict[str, Any]:
                 except aiohttp.ClientError as err:
                     key = f"{type(err).__name__}: {err}"
                     failures[key] = failures.get(key, 0) + 1
+                answered[i] = _wall_ms()
 
         await asyncio.gather(*(worker() for _ in range(int(spec["concurrency"]))))
         elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
-    return {"first": first, "sent_ms": sent, "failures": failures, "elapsed_s": elapsed, "cpu_s": cpu}
+    return {
+        "first": first,
+        "sent_ms": sent,
+        "answered_ms": answered,
+        "failures": failures,
+        "elapsed_s": elapsed,
+        "cpu_s": cpu,
+    }
 
 
 async def _inbox_client(spec: dict[str, Any]) -> dict[str, Any]:
@@ -211,11 +228,22 @@ async def _inbox_client(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
         started, cpu_started = time.monotonic(), time.process_time()
-        for start in range(0, count, BURST):
-            now = _wall_ms()
-            end = min(count, start + BURST)
-            sent[start:end] = [now] * (end - start)
-            await jlog.inbox.publish_many(facts[start:end], timeout_s=30)
+        rate = float(spec.get("rate", 0))
+        if rate:  # open loop: every 5 ms, whatever is due, in one burst
+            start_ms, done = _wall_ms(), 0
+            while done < count:
+                due = min(count, int((_wall_ms() - start_ms) * rate / 1000) + 1)
+                if due > done:
+                    sent[done:due] = [start_ms + round(i * 1000 / rate) for i in range(done, due)]
+                    await jlog.inbox.publish_many(facts[done:due], timeout_s=30)
+                    done = due
+                await asyncio.sleep(0.005)
+        else:
+            for start in range(0, count, BURST):
+                now = _wall_ms()
+                end = min(count, start + BURST)
+                sent[start:end] = [now] * (end - start)
+                await jlog.inbox.publish_many(facts[start:end], timeout_s=30)
         elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
     finally:
         await jlog.close()
@@ -271,8 +299,8 @@ class Proc:
 
 def spawn(name: str, argv: list[str], workdir: Path, *, profile: Path | None = None) -> Proc:
     log = workdir / f"{name}.log"
-    if profile is not None:  # cProfile writes its file when the process exits normally (SIGTERM is graceful)
-        argv = [sys.executable, "-m", "cProfile", "-o", str(profile / f"{name}.prof"), *argv[1:]]
+    if profile is not None:  # the profile is written when the process exits normally (SIGTERM is graceful)
+        argv = [sys.executable, __file__, "--profiled", str(profile / f"{name}.prof"), *argv[1:]]
     with log.open("wb") as out:
         popen = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
@@ -326,6 +354,7 @@ class Result:
     failures: dict[str, int]
     cpu: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    answered_s: list[float] = field(default_factory=list)  # review sent -> its answer (HTTPS runs)
 
 
 class PlacedWatch:
@@ -369,7 +398,15 @@ async def registered_clusters(jlog: Any) -> int:
 
 
 def run_clients(
-    kind: str, *, n: int, clients: int, concurrency: int, template: str, extra: dict[str, Any], workdir: Path
+    kind: str,
+    *,
+    n: int,
+    clients: int,
+    concurrency: int,
+    template: str,
+    extra: dict[str, Any],
+    workdir: Path,
+    rate: float = 0.0,
 ) -> tuple[list[Proc], Callable[[], list[dict[str, Any]]]]:
     """Start the client processes (each waits for a common start time after its warm-up)."""
     start_at = time.time() + 3.0 + 0.5 * clients  # their imports, connections and handshakes first
@@ -384,6 +421,7 @@ def run_clients(
             "count": count,
             "concurrency": max(1, concurrency // clients),
             "start_at": start_at,
+            "rate": rate / clients,
             **extra,
         }
         out = workdir / f"client-{kind}-{c}.json"
@@ -418,6 +456,12 @@ def sent_times(results: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str,
     return sent, failures
 
 
+def answer_times(results: list[dict[str, Any]]) -> list[float]:
+    return [
+        (a - s) / 1000 for r in results for s, a in zip(r["sent_ms"], r.get("answered_ms", []), strict=False)
+    ]
+
+
 async def measure_ceiling(args: argparse.Namespace, template: str, workdir: Path, nats: Any) -> Result:
     """The HTTPS load against bench/webhook.py's bare aiohttp handler: the client's ceiling."""
     from webhook.tls import self_signed
@@ -449,7 +493,16 @@ async def measure_ceiling(args: argparse.Namespace, template: str, workdir: Path
         bare.stop()
     sent, failures = sent_times(out)
     elapsed = max(r["elapsed_s"] for r in out)
-    return Result("client ceiling (bare aiohttp)", len(sent), len(sent) / elapsed, [], failures, cpu, elapsed)
+    return Result(
+        "client ceiling (bare aiohttp)",
+        len(sent),
+        len(sent) / elapsed,
+        [],
+        failures,
+        cpu,
+        elapsed,
+        answer_times(out),
+    )
 
 
 async def measure_pipeline(
@@ -541,6 +594,7 @@ async def measure_pipeline(
             template=template,
             extra=extra,
             workdir=run_dir,
+            rate=args.rate,
         )
         await asyncio.sleep(max(0.0, 2.5 + 0.5 * args.clients))  # marks taken as the clients start
         for p in procs:
@@ -580,12 +634,14 @@ async def measure_pipeline(
     rate = len(sent) / max((last_placed - first_sent) / 1000, 1e-3)
     latencies = [(placed[uid] - ms) / 1000 for uid, ms in sent.items()]
     label = "webhook over HTTPS -> Placed" if through_webhook else "baseline: straight to the inbox -> Placed"
-    return Result(label, len(sent), rate, latencies, failures, cpu, wall)
+    return Result(label, len(sent), rate, latencies, failures, cpu, wall, answer_times(out))
 
 
 def print_profiles(profile_dir: Path, top: int) -> None:
     for prof in sorted(profile_dir.glob("*/*.prof")):
-        print(f"\n-- cProfile {prof.parent.name}/{prof.stem}: top {top} by own time --")
+        print(
+            f"\n-- cProfile {prof.parent.name}/{prof.stem} (wall clock; epoll poll = idle): top {top} by own time --"
+        )
         stats = pstats.Stats(str(prof))
         stats.sort_stats("tottime").print_stats(top)
 
@@ -600,6 +656,9 @@ def row(r: Result) -> str:
     if r.latencies_s:
         p = [percentile(r.latencies_s, q) * 1000 for q in (50, 95, 99)]
         head += f"   p50 {p[0]:>6.0f} ms   p95 {p[1]:>6.0f} ms   p99 {p[2]:>6.0f} ms"
+    if r.answered_s:
+        a = [percentile(r.answered_s, q) * 1000 for q in (50, 95, 99)]
+        head += f"\n    review answered (sent -> HTTP 200): p50 {a[0]:.0f} ms   p95 {a[1]:.0f} ms   p99 {a[2]:.0f} ms"
     if r.failures:
         head += f"   FAILED {sum(r.failures.values())}: {next(iter(r.failures))}"
     return head
@@ -651,7 +710,9 @@ async def drive(args: argparse.Namespace) -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"jobs: {args.jobs:,} per measurement (1 GPU each), {args.clients} client process(es), "
-        f"{args.concurrency} connections; 3 simulated workers; real nats-server, webhook, kdispatch serve"
+        f"{args.concurrency} connections, "
+        + (f"open loop at {args.rate:,.0f} jobs/s" if args.rate else "closed loop")
+        + "; 3 simulated workers; real nats-server, webhook, kdispatch serve"
     )
     print(f"machine: {os.cpu_count()} cores, load average {load} (figures scale with what else runs)")
     for r in results:
@@ -683,15 +744,43 @@ async def drive(args: argparse.Namespace) -> None:
     )
 
 
+def profiled(out: str, argv: list[str]) -> None:
+    """Run ``-m module args`` under cProfile and write its stats when the module returns.
+
+    Timed by the wall clock (a CPU-time timer is a system call here, 2 us, and slowed the
+    reconciler tenfold): on a shared machine a function is also charged with the moments its
+    process waited for a core, which spreads evenly enough to read the shares; ``select.epoll``'s
+    ``poll`` is the idle time."""
+    import cProfile
+    import runpy
+
+    assert argv[0] == "-m", argv
+    sys.argv = [argv[1], *argv[2:]]
+    profile = cProfile.Profile()
+    try:
+        profile.runcall(runpy.run_module, argv[1], run_name="__main__", alter_sys=True)
+    finally:
+        profile.dump_stats(out)
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--client":
         client_main(sys.argv[2])
+        return
+    if len(sys.argv) > 3 and sys.argv[1] == "--profiled":
+        profiled(sys.argv[2], sys.argv[3:])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3000, help="jobs per measurement (default 3000)")
     parser.add_argument("--clients", type=int, default=2, help="load client processes (default 2)")
     parser.add_argument(
         "--concurrency", type=int, default=128, help="connections over all clients (default 128)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="jobs/s offered, open loop (default 0: closed loop, as fast as the system answers)",
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="baseline + webhook rounds (default 1; the best is the figure)"
