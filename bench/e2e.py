@@ -6,22 +6,26 @@
 
 Every part is its own process, as deployed: a real nats-server, ``python -m webhook`` with its
 self-signed development certificate, ``kdispatch serve`` with three simulated clusters, and the
-load in ``--clients`` processes of their own (aiohttp, ``--concurrency`` connections in all,
-closed loop). A job's latency is from the moment its review is sent to the sequencing time
-(``at_ms``) of its Placed entry; the throughput is the jobs over the time from the first review
-sent to the last Placed appended.
+load in ``--clients`` processes of their own (aiohttp, ``--concurrency`` connections in all). A
+job's latency is from the moment its review is sent (open loop: the moment it was due) to the
+sequencing time (``at_ms``) of its Placed entry; the throughput is the jobs over the time from
+the first review sent to the last Placed appended.
 
-Three measurements in the same run, each on a fresh log root and a fresh reconciler:
+Measured in the same run, each on a fresh log root and a fresh reconciler:
 
 - client ceiling: the same HTTPS load against a bare aiohttp handler (bench/webhook.py's) that
   decodes the body and allows: what the load client (and TLS) can drive on this machine;
 - baseline: the same jobs published straight to the inbox (the exact JobSubmitted events and
   message ids the webhook would record, computed beforehand with ``webhook.admit``), in bursts of
   200 as a producer with many facts does: the pipeline without the HTTPS hop;
-- the pipeline through the webhook over HTTPS.
+- the pipeline through the webhook over HTTPS;
 
-Also printed: the CPU seconds each process used while it ran (so where the 2 cores went), and
-with ``--profile DIR`` a cProfile of the webhook and the reconciler (top functions by own time).
+baseline and webhook first closed loop (throughput: as fast as each path takes the jobs; their
+latencies are then only the backlog's drain time, the webhook answering faster than the
+reconciler places), then open loop at half the slower closed-loop rate (``--rate``) for the
+latency figure. Also printed: the CPU each process used per job, which unlike jobs/s does not
+depend on what else runs on the machine, and the ceiling that implies on 2 cores; ``--profile
+DIR`` runs the webhook and the reconciler under cProfile and prints their top functions.
 Floors (issue 16): >= 5,000 jobs/s on 2 cores, p95 submit-to-placed < 200 ms.
 
 Run: ``.venv/bin/python bench/e2e.py [--jobs 3000] [--clients 2] [--concurrency 128]``. The last
