@@ -15,6 +15,7 @@ from eventlog import events as ev
 from eventlog.embedded import EmbeddedNats
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.store import PublishTimeout
+from tests.stalling import stall
 from tests.waiting import eventually
 from webhook.batcher import BatchingInbox
 
@@ -61,8 +62,9 @@ async def test_each_waiter_gets_its_own_bound_when_nats_stalls(tmp_path: Path) -
     jlog = await connect(server.url, root="stall")
     try:
         inbox = BatchingInbox(jlog)
-        assert server.pid is not None
-        os.kill(server.pid, signal.SIGSTOP)  # connected, but nothing is acknowledged
+        # Connected, but nothing is acknowledged. Stopped before anything is published: a
+        # server still finishing its stop acknowledged both publishes under load (tests/stalling.py).
+        pid = await stall(server)
         try:
             slow = asyncio.ensure_future(inbox.publish(_event(1), msg_id="a", timeout_s=3))
             fast = asyncio.ensure_future(inbox.publish(_event(2), msg_id="b", timeout_s=0.3))
@@ -73,7 +75,7 @@ async def test_each_waiter_gets_its_own_bound_when_nats_stalls(tmp_path: Path) -
             with pytest.raises(PublishTimeout):
                 await slow
         finally:
-            os.kill(server.pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
     finally:
         await jlog.close()
         await server.stop_async()

@@ -17,6 +17,7 @@ import pytest
 
 from eventlog.embedded import EmbeddedNats
 from eventlog.kube import names
+from tests.stalling import stall
 from tests.webhook.conftest import Webhook, review, start_webhook
 from webhook import admit, jsonpatch
 from webhook.review import ReviewError, decode_review
@@ -108,7 +109,7 @@ async def test_an_overload_burst_is_shed_fast_and_memory_stays_flat(tmp_path: Pa
         body = review(_held(_big_job("burst")), uid="burst")
         # Reviews that reach the inbox wait on its ack for the whole bound: with NATS stopped,
         # every admitted review stays in flight and the burst is far above what the server takes.
-        os.kill(server.pid, signal.SIGSTOP)
+        await stall(server)
         before = _rss_kib(hook.proc.pid)
         statuses: list[int] = []
         reasons: set[str] = set()

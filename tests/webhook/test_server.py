@@ -28,6 +28,7 @@ from eventlog.embedded import EmbeddedNats, free_port
 from eventlog.jetstream import LogNames
 from eventlog.kube import kinds, names
 from tests.paths import REVIEWS
+from tests.stalling import stall
 from tests.waiting import eventually, eventually_blocking
 from tests.webhook.conftest import Webhook, review, start_webhook
 from webhook import jsonpatch
@@ -293,7 +294,7 @@ async def test_nats_stalled_the_review_is_answered_at_the_bound_and_shutdown_fin
     try:
         stored = await _admit(hook, _job("first"), uid="rev-s0", object_uid="obj-s0")  # NATS is fine
         assert server.pid is not None
-        os.kill(server.pid, signal.SIGSTOP)  # connected, but no acks
+        await stall(server)  # connected, but no acks
         try:
             status, answer = await _post(hook, "/validate", body=review({**stored, "metadata": {**stored["metadata"], "name": "second"}}, uid="rev-s1"))
             assert status == 200 and answer["response"] == {"uid": "rev-s1", "allowed": True}
