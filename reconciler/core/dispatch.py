@@ -9,6 +9,7 @@ at the end of the pass, against the final capacity, and only when the summary ch
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from reconciler.core.preemption import Choice, select_victims
 from reconciler.core.queues.admit import queue_of
 from reconciler.core.scratch import Scratch, job_view
 from reconciler.core.strategies import round_deadline, width
+
+if TYPE_CHECKING:
+    from reconciler.core.queues.lines import Groups
 
 
 def order_key(s: Scratch, job: JobRecord) -> tuple[int, int, int, str]:
@@ -259,30 +263,42 @@ def claim_for(s: Scratch, d: Draft, choice: Choice) -> None:
         s.emit(evict_event(victim, preemptor=job, cluster=where))
 
 
-def report_unschedulable(s: Scratch, drafts: list[Draft]) -> None:
-    """Against the capacity left after the whole pass, so a second decide finds nothing new."""
-    table = s.state.clusters
+def report_unschedulable(s: Scratch, drafts: list[Draft], groups: Groups | None = None) -> None:
+    """Against the capacity left after the whole pass, so a second decide finds nothing new.
+    (Reporting changes no capacity, so each summary is worked out first and the reports go out
+    in dispatch order.) Jobs ``groups`` holds behind a representative are reported as it is."""
     by_spec: dict[tuple[bytes, int, str], dict[str, int]] = {}
-    for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
-        job = d.job
-        profile = profile_for(s, job)
-        if d.queue_wait is not None:
-            counts = {d.queue_wait.key: int(table.present.sum())}
-            if not d.requeued and job.phase == phases.UNSCHEDULABLE and job.unschedulable == counts:
-                continue
-            d.unschedulable(s, reasons=counts, message=d.queue_wait.message)
-            continue
-        if profile is None:
-            name = job.placement.profile
-            error = s.state.profile_errors.get(name, f"profile {name!r} is not defined")
-            counts = {error: int(table.present.sum())}
-        else:
-            memo = (job.spec_key, job.priority, profile.name)
-            counts = by_spec.get(memo) or {}
-            if memo not in by_spec:
-                evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, scores=False, full=True)
-                counts = rejection_summary(evaluation, present=table.present)
-                by_spec[memo] = counts
-        if not d.requeued and job.phase == phases.UNSCHEDULABLE and job.unschedulable == counts:
-            continue
-        d.unschedulable(s, reasons=counts, message=summary_message(counts))
+    out: list[tuple[Draft, dict[str, int], str]] = []
+    for d in drafts:
+        counts, message = _summary(s, d, by_spec)
+        if not d.requeued and d.job.phase == phases.UNSCHEDULABLE and d.job.unschedulable == counts:
+            continue  # (a lane's members share the phase and summary of its representative)
+        out.append((d, counts, message))
+        if groups is not None:
+            for group in groups.of(d):
+                for replica in group.replicas(s, groups.exclude):
+                    groups.made.append(replica)
+                    out.append((replica, counts, message))
+    out.sort(key=lambda t: order_key(s, t[0].job))
+    for d, counts, message in out:
+        d.unschedulable(s, reasons=counts, message=message)
+
+
+def _summary(s: Scratch, d: Draft, by_spec: dict[tuple[bytes, int, str], dict[str, int]]) -> tuple[dict[str, int], str]:
+    table = s.state.clusters
+    job = d.job
+    if d.queue_wait is not None:
+        return {d.queue_wait.key: int(table.present.sum())}, d.queue_wait.message
+    profile = profile_for(s, job)
+    if profile is None:
+        name = job.placement.profile
+        error = s.state.profile_errors.get(name, f"profile {name!r} is not defined")
+        counts = {error: int(table.present.sum())}
+    else:
+        memo = (job.spec_key, job.priority, profile.name)
+        counts = by_spec.get(memo) or {}
+        if memo not in by_spec:
+            evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, scores=False, full=True)
+            counts = rejection_summary(evaluation, present=table.present)
+            by_spec[memo] = counts
+    return counts, summary_message(counts)
