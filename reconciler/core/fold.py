@@ -43,8 +43,9 @@ def fold(state: State, entry: ev.LogEntry) -> State:
     if handler is not None:
         handler(state, event)
         ref = getattr(event, "job", None) or getattr(event, "preemptor", None)
-        if isinstance(ref, ev.JobRef):  # what decide's pending index knows of the job follows it
-            state.index.refresh(state.jobs.get(ref.key), ref.key, state.waiting)
+        if ref is not None:  # what decide's pending index knows of the job follows it
+            key = ref.key
+            state.index.refresh(state.jobs.get(key), key, state.waiting, new=type(event) is ev.JobSubmitted)
     if decision and (entry.batch is None or entry.batch[0] == entry.batch[1] - 1):
         _batch_closes(state)
     return state

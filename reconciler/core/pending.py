@@ -20,13 +20,16 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from reconciler.core.jobs import JobRecord
+from reconciler.core.phases import UNSCHEDULABLE
 
 # (spec key, priority, ClusterQueue, tried, phase, Unschedulable summary)
 LaneKey = tuple[bytes, int, str | None, tuple[str, ...], str, tuple[tuple[str, int], ...] | None]
 
 
 def lane_key(job: JobRecord) -> LaneKey:
-    summary = tuple(sorted(job.unschedulable.items())) if job.unschedulable is not None else None
+    # The summary only counts while the job is Unschedulable (what a report compares it with);
+    # equal summaries listed in another order only split a lane, which costs a look, not a decision.
+    summary = tuple(job.unschedulable.items()) if job.unschedulable is not None and job.phase == UNSCHEDULABLE else None
     return (job.spec_key, job.priority, job.cluster_queue, tuple(job.tried), job.phase, summary)
 
 
@@ -60,8 +63,9 @@ class PendingIndex:
         job = jobs.get(key)
         return job is not None and job.submitted_seq == lane.seqs[i]
 
-    def refresh(self, job: JobRecord | None, key: str, waiting: dict[str, None]) -> None:
-        """Put the job in the lane it belongs to now (none, unless it is waiting)."""
+    def refresh(self, job: JobRecord | None, key: str, waiting: dict[str, None], *, new: bool = False) -> None:
+        """Put the job in the lane it belongs to now (none, unless it is waiting). ``new``: the
+        record was just made (a submission), even if an older one had the same key and lane."""
         old = self.of.get(key)
         if job is None or key not in waiting:
             if old is not None:
@@ -69,7 +73,7 @@ class PendingIndex:
             return
         lk = lane_key(job)
         if old is not None:
-            if old.key == lk and self._holds(old, job):
+            if old.key == lk and not new:
                 if job.not_before_ms is not None and job.not_before_ms > old.not_before_ms:
                     old.not_before_ms = job.not_before_ms
                 return
@@ -77,7 +81,7 @@ class PendingIndex:
         lane = self.lanes.get(lk)
         if lane is None:
             lane = self.lanes[lk] = Lane(key=lk)
-        self._join(lane, job)
+        self._join(lane, job, key)
 
     def rebuild(self, jobs: dict[str, JobRecord], waiting: dict[str, None]) -> None:
         self.lanes.clear()
@@ -85,24 +89,19 @@ class PendingIndex:
         for key in waiting:
             self.refresh(jobs.get(key), key, waiting)
 
-    def _holds(self, lane: Lane, job: JobRecord) -> bool:
-        """Whether the lane's entry for this job is for this record (not a resubmission's)."""
-        i = bisect_left(lane.seqs, job.submitted_seq)
-        return i < len(lane.seqs) and lane.seqs[i] == job.submitted_seq and lane.keys[i] == job.key
-
-    def _join(self, lane: Lane, job: JobRecord) -> None:
+    def _join(self, lane: Lane, job: JobRecord, key: str) -> None:
         seq = job.submitted_seq
         if not lane.seqs or lane.seqs[-1] < seq:
             lane.seqs.append(seq)  # the usual case: a new submission, or a lane moved in order
-            lane.keys.append(job.key)
+            lane.keys.append(key)
         else:
             i = bisect_left(lane.seqs, seq)
-            if not (i < len(lane.seqs) and lane.seqs[i] == seq and lane.keys[i] == job.key):
+            if not (i < len(lane.seqs) and lane.seqs[i] == seq and lane.keys[i] == key):
                 lane.seqs.insert(i, seq)
-                lane.keys.insert(i, job.key)
+                lane.keys.insert(i, key)
             lane.head = min(lane.head, i)
         lane.live += 1
-        self.of[job.key] = lane
+        self.of[key] = lane
         if job.not_before_ms is not None and job.not_before_ms > lane.not_before_ms:
             lane.not_before_ms = job.not_before_ms
 
@@ -119,4 +118,3 @@ class PendingIndex:
             lane.seqs = [lane.seqs[i] for i in keep]
             lane.keys = [lane.keys[i] for i in keep]
             lane.head = 0
-
