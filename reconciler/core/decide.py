@@ -17,7 +17,7 @@ import numpy as np
 from eventlog import events as ev
 from reconciler.core import phases
 from reconciler.core.clusters import LOST
-from reconciler.core.dispatch import dispatch, report_unschedulable, worth_a_look
+from reconciler.core.dispatch import FitMemo, dispatch, report_unschedulable, worth_a_look
 from reconciler.core.draft import Draft
 from reconciler.core.jobs import JobRecord
 from reconciler.core.lifecycle import cluster_health, evict_claimed, expire_claims, handle_job
@@ -137,11 +137,17 @@ def _by_lane(s: Scratch, drafts: dict[str, Draft], candidates: list[Draft]) -> L
     index = state.index
     tree = s.usage.tree if s.usage is not None else None
     lanes = Lanes() if tree is not None else None
+    fits: FitMemo = {}
+    # Lanes that differ only in their members' last verdict or clusters tried are worth a look alike.
+    worths: dict[tuple[bytes, int, str | None], bool] = {}
     for lane in index.lanes.values():
         first = _first(s, lane, drafts)
         if first is None:
             continue
-        worth = worth_a_look(s, first)
+        alike = lane.key[:3]
+        worth = worths.get(alike)
+        if worth is None:
+            worth = worths[alike] = worth_a_look(s, first, fits=fits)
         if lanes is not None and tree is not None:
             q = queue_of(tree, first)
             if isinstance(q, int):

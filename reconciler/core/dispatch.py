@@ -26,7 +26,7 @@ from reconciler.core.framework.cycle import (
     static_survivors,
     summary_message,
 )
-from reconciler.core.framework.interface import Slots
+from reconciler.core.framework.interface import JobView, Slots
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
@@ -135,8 +135,9 @@ def attempt(
     return LEFT
 
 
-def worth_a_look(s: Scratch, job: JobRecord) -> bool:
-    """Whether a waiting job that nothing happened to could now fit or preempt."""
+def worth_a_look(s: Scratch, job: JobRecord, *, fits: FitMemo | None = None) -> bool:
+    """Whether a waiting job that nothing happened to could now fit or preempt. ``fits``: what
+    ``could_fit`` said in this pass, for jobs alike in everything it reads."""
     profile = profile_for(s, job)
     if profile is None:
         return False
@@ -144,7 +145,12 @@ def worth_a_look(s: Scratch, job: JobRecord) -> bool:
         return True
     if s.usage is not None and _quota_news(s, job):
         return True
-    return _may_preempt(s, job) or could_fit(s, job, profile)
+    return _may_preempt(s, job) or could_fit(s, job, profile, memo=fits)
+
+
+# (static key, profile, priority) -> could fit: everything ``could_fit`` reads of a job, as long
+# as no claim is held (claims hold capacity back by priority and preemptor).
+FitMemo = dict[tuple[bytes, str, int], bool]
 
 
 def _quota_news(s: Scratch, job: JobRecord) -> bool:
@@ -175,7 +181,7 @@ def _may_preempt(s: Scratch, job: JobRecord) -> bool:
     )
 
 
-def could_fit(s: Scratch, job: JobRecord, profile: CompiledProfile) -> bool:
+def could_fit(s: Scratch, job: JobRecord, profile: CompiledProfile, *, memo: FitMemo | None = None) -> bool:
     """Whether the job fits, right now, on a cluster whose free capacity grew. A waiting job
     could not fit anywhere when it was last looked at, and elsewhere capacity only shrank since
     (or it would have been marked), so when this is False nothing changed for it."""
@@ -184,6 +190,15 @@ def could_fit(s: Scratch, job: JobRecord, profile: CompiledProfile) -> bool:
     view = job_view(s.state, job)
     if view.missing:
         return False
+    if memo is not None and not s.claims:
+        key = (view.static_key, profile.name, job.priority)
+        if key not in memo:
+            memo[key] = _fits_freed(s, job, profile, view)
+        return memo[key]
+    return _fits_freed(s, job, profile, view)
+
+
+def _fits_freed(s: Scratch, job: JobRecord, profile: CompiledProfile, view: JobView) -> bool:
     slots = np.fromiter(s.freed, dtype=np.intp, count=len(s.freed))
     ok = s.ready[slots]
     static_ok = profile.static_ok.get(view.static_key) if profile.cache_version == s.state.clusters.version else None

@@ -20,6 +20,7 @@ from eventlog import events as ev
 from reconciler.core import State, decide, dump_state, load_state
 from reconciler.core.decide import decide_pass, quiet
 from reconciler.core.pending import PendingIndex, lane_key
+from tests.reconciler.core import test_properties
 from tests.reconciler.core import test_tenancy_properties as worlds
 from tests.reconciler.core.harness import Harness
 from tests.reconciler.core.tenancy import TEAMS, cq
@@ -85,6 +86,15 @@ def test_the_index_decides_as_the_full_scan(world: tuple[ev.QueuesConfigured, li
     config, ops = world
     with mock.patch.object(worlds, "Harness", BothWays):
         h = worlds.run_world(config, ops)
+    check_index(h.state)
+
+
+@settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_without_queues_the_index_decides_as_the_full_scan(data: st.DataObject) -> None:
+    """The worlds of ``test_properties`` (no tenancy: the index only picks the lanes worth a look)."""
+    with mock.patch.object(test_properties, "Harness", BothWays):
+        h = test_properties.run_world(data, steps=int(os.environ.get("KD_STEPS", "40")))
     check_index(h.state)
 
 
