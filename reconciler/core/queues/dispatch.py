@@ -78,7 +78,8 @@ def dispatch_queues(
             _block(s, queue_lines[q].rest(), d, left)  # a StrictFIFO head preempting holds its line
             del queue_lines[q]
     tour = Tournament(s.usage, fleet_capacity(s), sorted(queue_lines))
-    while (picked := tour.pick()) is not None:
+    picked: int | None = None
+    while picked is not None or (picked := tour.pick()) is not None:
         q = picked
         line = queue_lines[q]
         head = line.next()
@@ -90,6 +91,9 @@ def dispatch_queues(
             _block(s, line.rest(), head, left)
         if line.done():
             tour.retire(q)
+            picked = None
+        elif version(s) != before:
+            picked = None  # shares may have moved; else the tournament would pick this queue again
     _second_look(s, left, turns, groups)
     return left
 
