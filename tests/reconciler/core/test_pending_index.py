@@ -19,11 +19,15 @@ from hypothesis import strategies as st
 from eventlog import events as ev
 from reconciler.core import State, decide, dump_state, load_state
 from reconciler.core.decide import decide_pass, quiet
+from reconciler.core.draft import Draft
 from reconciler.core.pending import PendingIndex, lane_key
+from reconciler.core.queues import dispatch as dispatch_module
+from reconciler.core.queues.lines import Fallback, Groups
+from reconciler.core.scratch import Scratch
 from tests.reconciler.core import test_properties
 from tests.reconciler.core import test_tenancy_properties as worlds
 from tests.reconciler.core.harness import Harness
-from tests.reconciler.core.tenancy import TEAMS, cq
+from tests.reconciler.core.tenancy import TEAMS, cq, gpu_cluster, team_job, three_teams
 
 
 def lanes(index: PendingIndex, state: State) -> dict[object, list[str]]:
@@ -155,3 +159,32 @@ def test_known_fixpoint_gap_a_queue_with_no_quota_for_what_it_asks() -> None:
         ("submit", "team-b", 2, 10), ("fact", 10, "rejected", 2),
     ]  # fmt: skip
     worlds.run_world(config, ops)
+
+
+def test_a_pass_the_index_cannot_finish_alike_is_decided_again_without_it() -> None:
+    """When a representative takes victims in the second look, the jobs skipped behind it would
+    each have looked again: the pass is redone with the full scan (here forced at the first
+    second look of an indexed pass), and decides as the full scan does."""
+    h = Harness()
+    h.inputs(three_teams(team_a={"gpu": 2}, team_b={"gpu": 0}, team_c={"gpu": 0}), gpu_cluster("c0", 64))
+    h.step()
+    for i in range(8):
+        h.inputs(team_job("team-a", f"j{i}"))
+    h.step()
+    running = next(j for j in h.state.jobs.values() if j.phase == "Placed" or j.nominated)
+    h.inputs(ev.JobDeleted(job=running.ref))
+    want = decide(h.state, index=False)
+    assert want, "the deletion frees quota: the pass has work"
+    passes: list[bool] = []
+    real = dispatch_module._second_look
+
+    def forced(s: Scratch, left: list[Draft], turns: object, groups: Groups) -> None:
+        passes.append(bool(groups.by_rep))
+        if groups.by_rep:
+            raise Fallback
+        real(s, left, turns, groups)  # type: ignore[arg-type]
+
+    with mock.patch.object(dispatch_module, "_second_look", forced):
+        got = decide(h.state)
+    assert passes == [True, False]  # the indexed pass gave up, the plain one finished
+    assert got == want
