@@ -11,7 +11,8 @@ with the per-queue pending index (``reconciler/core/pending.py``) and once with 
 scan of every waiting job, the two batches must be equal, and the batch is folded (and its
 nominations answered) before the next round. Times are CPU time of this process (the machine is
 shared). Each job's shape is one of ``--shapes`` templates per queue (the index groups jobs of
-equal spec, priority and verdict; ``--shapes 0``: every job its own shape, as in bench/fleet.py).
+equal spec, priority and verdict; ``--shapes 0``: a shape drawn per job, 216 combinations, as
+bench/fleet.py draws them, so that at 100 jobs per queue most lanes hold one job).
 
 The last line is the headline: p50/p99 of one decide with the index vs the full scan.
 """
@@ -158,7 +159,7 @@ def main() -> int:
     parser.add_argument("--clusters", type=int, default=500)
     parser.add_argument("--queues", type=int, default=100)
     parser.add_argument("--cohorts", type=int, default=10)
-    parser.add_argument("--shapes", type=int, default=8, help="templates per queue (0: every job its own)")
+    parser.add_argument("--shapes", type=int, default=8, help="templates per queue (0: a shape drawn per job)")
     parser.add_argument("--strict-every", type=int, default=4, help="every n-th queue StrictFIFO (0: none)")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--batch", type=int, default=2_000)
@@ -177,7 +178,7 @@ def main() -> int:
     print(
         f"built: {args.jobs:,} jobs ({len(state.waiting):,} waiting, {len(running):,} running), "
         f"{args.clusters:,} clusters, {args.queues} queues in {args.cohorts} cohorts, "
-        f"{args.shapes or 'all distinct'} shapes per queue, {time.perf_counter() - started:,.1f} s",
+        f"{f'{args.shapes} shapes per queue' if args.shapes else 'a shape drawn per job'}, {time.perf_counter() - started:,.1f} s",
         flush=True,
     )
     indexed: list[float] = []
