@@ -9,6 +9,7 @@ at the end of the pass, against the final capacity, and only when the summary ch
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from reconciler.core.framework.cycle import (
     static_survivors,
     summary_message,
 )
-from reconciler.core.framework.interface import Slots
+from reconciler.core.framework.interface import JobView, Slots
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
@@ -33,6 +34,9 @@ from reconciler.core.preemption import Choice, select_victims
 from reconciler.core.queues.admit import queue_of
 from reconciler.core.scratch import Scratch, job_view
 from reconciler.core.strategies import round_deadline, width
+
+if TYPE_CHECKING:
+    from reconciler.core.queues.lines import Groups
 
 
 def order_key(s: Scratch, job: JobRecord) -> tuple[int, int, int, str]:
@@ -131,8 +135,9 @@ def attempt(
     return LEFT
 
 
-def worth_a_look(s: Scratch, job: JobRecord) -> bool:
-    """Whether a waiting job that nothing happened to could now fit or preempt."""
+def worth_a_look(s: Scratch, job: JobRecord, *, fits: FitMemo | None = None) -> bool:
+    """Whether a waiting job that nothing happened to could now fit or preempt. ``fits``: what
+    ``could_fit`` said in this pass, for jobs alike in everything it reads."""
     profile = profile_for(s, job)
     if profile is None:
         return False
@@ -140,7 +145,12 @@ def worth_a_look(s: Scratch, job: JobRecord) -> bool:
         return True
     if s.usage is not None and _quota_news(s, job):
         return True
-    return _may_preempt(s, job) or could_fit(s, job, profile)
+    return _may_preempt(s, job) or could_fit(s, job, profile, memo=fits)
+
+
+# (static key, profile, priority) -> could fit: everything ``could_fit`` reads of a job, as long
+# as no claim is held (claims hold capacity back by priority and preemptor).
+FitMemo = dict[tuple[bytes, str, int], bool]
 
 
 def _quota_news(s: Scratch, job: JobRecord) -> bool:
@@ -171,7 +181,7 @@ def _may_preempt(s: Scratch, job: JobRecord) -> bool:
     )
 
 
-def could_fit(s: Scratch, job: JobRecord, profile: CompiledProfile) -> bool:
+def could_fit(s: Scratch, job: JobRecord, profile: CompiledProfile, *, memo: FitMemo | None = None) -> bool:
     """Whether the job fits, right now, on a cluster whose free capacity grew. A waiting job
     could not fit anywhere when it was last looked at, and elsewhere capacity only shrank since
     (or it would have been marked), so when this is False nothing changed for it."""
@@ -180,6 +190,15 @@ def could_fit(s: Scratch, job: JobRecord, profile: CompiledProfile) -> bool:
     view = job_view(s.state, job)
     if view.missing:
         return False
+    if memo is not None and not s.claims:
+        key = (view.static_key, profile.name, job.priority)
+        if key not in memo:
+            memo[key] = _fits_freed(s, job, profile, view)
+        return memo[key]
+    return _fits_freed(s, job, profile, view)
+
+
+def _fits_freed(s: Scratch, job: JobRecord, profile: CompiledProfile, view: JobView) -> bool:
     slots = np.fromiter(s.freed, dtype=np.intp, count=len(s.freed))
     ok = s.ready[slots]
     static_ok = profile.static_ok.get(view.static_key) if profile.cache_version == s.state.clusters.version else None
@@ -259,30 +278,42 @@ def claim_for(s: Scratch, d: Draft, choice: Choice) -> None:
         s.emit(evict_event(victim, preemptor=job, cluster=where))
 
 
-def report_unschedulable(s: Scratch, drafts: list[Draft]) -> None:
-    """Against the capacity left after the whole pass, so a second decide finds nothing new."""
-    table = s.state.clusters
+def report_unschedulable(s: Scratch, drafts: list[Draft], groups: Groups | None = None) -> None:
+    """Against the capacity left after the whole pass, so a second decide finds nothing new.
+    (Reporting changes no capacity, so each summary is worked out first and the reports go out
+    in dispatch order.) Jobs ``groups`` holds behind a representative are reported as it is."""
     by_spec: dict[tuple[bytes, int, str], dict[str, int]] = {}
-    for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
-        job = d.job
-        profile = profile_for(s, job)
-        if d.queue_wait is not None:
-            counts = {d.queue_wait.key: int(table.present.sum())}
-            if not d.requeued and job.phase == phases.UNSCHEDULABLE and job.unschedulable == counts:
-                continue
-            d.unschedulable(s, reasons=counts, message=d.queue_wait.message)
-            continue
-        if profile is None:
-            name = job.placement.profile
-            error = s.state.profile_errors.get(name, f"profile {name!r} is not defined")
-            counts = {error: int(table.present.sum())}
-        else:
-            memo = (job.spec_key, job.priority, profile.name)
-            counts = by_spec.get(memo) or {}
-            if memo not in by_spec:
-                evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, scores=False, full=True)
-                counts = rejection_summary(evaluation, present=table.present)
-                by_spec[memo] = counts
-        if not d.requeued and job.phase == phases.UNSCHEDULABLE and job.unschedulable == counts:
-            continue
-        d.unschedulable(s, reasons=counts, message=summary_message(counts))
+    out: list[tuple[Draft, dict[str, int], str]] = []
+    for d in drafts:
+        counts, message = _summary(s, d, by_spec)
+        if not d.requeued and d.job.phase == phases.UNSCHEDULABLE and d.job.unschedulable == counts:
+            continue  # (a lane's members share the phase and summary of its representative)
+        out.append((d, counts, message))
+        if groups is not None:
+            for group in groups.of(d):
+                for replica in group.replicas(s, groups.exclude):
+                    groups.made.append(replica)
+                    out.append((replica, counts, message))
+    out.sort(key=lambda t: order_key(s, t[0].job))
+    for d, counts, message in out:
+        d.unschedulable(s, reasons=counts, message=message)
+
+
+def _summary(s: Scratch, d: Draft, by_spec: dict[tuple[bytes, int, str], dict[str, int]]) -> tuple[dict[str, int], str]:
+    table = s.state.clusters
+    job = d.job
+    if d.queue_wait is not None:
+        return {d.queue_wait.key: int(table.present.sum())}, d.queue_wait.message
+    profile = profile_for(s, job)
+    if profile is None:
+        name = job.placement.profile
+        error = s.state.profile_errors.get(name, f"profile {name!r} is not defined")
+        counts = {error: int(table.present.sum())}
+    else:
+        memo = (job.spec_key, job.priority, profile.name)
+        counts = by_spec.get(memo) or {}
+        if memo not in by_spec:
+            evaluation = evaluate(profile, s.cycle_input(job), spec_key=job.spec_key, scores=False, full=True)
+            counts = rejection_summary(evaluation, present=table.present)
+            by_spec[memo] = counts
+    return counts, summary_message(counts)

@@ -43,6 +43,10 @@ def fold(state: State, entry: ev.LogEntry) -> State:
     handler = _HANDLERS.get(type(event))
     if handler is not None:
         handler(state, event)
+        ref = getattr(event, "job", None) or getattr(event, "preemptor", None)
+        if ref is not None:  # what decide's pending index knows of the job follows it
+            key = ref.key
+            state.index.refresh(state.jobs.get(key), key, state.waiting, new=type(event) is ev.JobSubmitted)
     if decision and (entry.batch is None or entry.batch[0] == entry.batch[1] - 1):
         _batch_closes(state)
     return state
@@ -310,6 +314,7 @@ def _policy_changed(state: State) -> None:
     for key, job in state.jobs.items():
         job.priority = state.resolve_priority(job)
         state.pool.set_priority(key, job.priority)
+    state.index.rebuild(state.jobs, state.waiting)
     state.help = True
 
 

@@ -129,6 +129,7 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
     state.pending = dict.fromkeys(snap.pending)
     state.help = snap.help
     state.waiting = dict.fromkeys(snap.waiting)
+    state.index.rebuild(state.jobs, state.waiting)
     state.timers = [tuple(t) for t in snap.timers]  # type: ignore[misc]
     state.last_was_decision = snap.last_was_decision
     state.open_batch = (list(snap.open_batch[0]), snap.open_batch[1]) if snap.open_batch else None

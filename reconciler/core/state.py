@@ -17,6 +17,7 @@ from reconciler.core.framework.interface import JobView
 from reconciler.core.framework.profile import CompiledProfile, compile_policy
 from reconciler.core.framework.registry import Registry
 from reconciler.core.jobs import Charge, Claim, Copy, JobRecord
+from reconciler.core.pending import PendingIndex
 from reconciler.core.plugins import BUILTINS
 from reconciler.core.pool import RunningPool
 from reconciler.core.queues.admit import queue_of
@@ -61,6 +62,7 @@ class State:
     unclaimed: int | None = None
     open_unclaimed: int | None = None
     waiting: dict[str, None] = field(default_factory=dict)  # Queued/Unschedulable, not suspended
+    index: PendingIndex = field(default_factory=PendingIndex)  # the waiting jobs, in lanes (pending.py)
     by_cluster: dict[str, dict[str, None]] = field(default_factory=dict)  # cluster -> jobs with copies
     timers: list[tuple[int, str]] = field(default_factory=list)  # heap of (deadline ms, job key)
     last_was_decision: bool = False

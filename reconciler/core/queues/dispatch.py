@@ -31,17 +31,25 @@ from reconciler.core.dispatch import (
 )
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import evaluate, feasible
+from reconciler.core.pending import Lane
 from reconciler.core.preemption import select_victims
 from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
+from reconciler.core.queues.lines import Fallback, Groups, Lanes, Line, version
 from reconciler.core.queues.order import Tournament
 from reconciler.core.queues.rules import needed
 from reconciler.core.queues.victims import preempt_for_quota, reclaim_capacity
 from reconciler.core.scratch import Scratch
 
 
-def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
+def dispatch_queues(
+    s: Scratch, drafts: list[Draft], *, lanes: Lanes | None = None, groups: Groups | None = None
+) -> list[Draft]:
+    """With ``lanes`` (the pending index, ``lines``), the waiting jobs it holds are walked from
+    the heads of their queues instead of being among ``drafts``; ``groups`` collects the jobs
+    skipped behind a representative."""
     assert s.usage is not None
-    if not drafts:
+    groups = groups if groups is not None else Groups(exclude=())
+    if not drafts and not (lanes and lanes.walk):
         return []  # nothing to order (StrictFIFO heads are only tried alongside a job to try)
     tree = s.usage.tree
     left: list[Draft] = []
@@ -58,27 +66,35 @@ def dispatch_queues(s: Scratch, drafts: list[Draft]) -> list[Draft]:
             claimants.append((where, d))
         else:
             lines.setdefault(where, []).append(d)
-    _strict_lines(s, lines, claimants, drafts)
+    walk = {q: list(ls) for q, ls in lanes.walk.items()} if lanes else {}
+    for q in walk:
+        lines.setdefault(q, [])
+    _strict_lines(s, lines, claimants, drafts, lanes, walk)
+    queue_lines = {q: Line(s, lines[q], walk.get(q, []), groups) for q in sorted(lines)}
     turns = _Turns()
     for q, d in claimants:
         outcome = turns.admit(s, d, q, failed, left)
-        if q in lines and _blocks(tree.nodes[q].spec, outcome):
-            _block(s, lines[q], d, left)  # a StrictFIFO head preempting holds its line
-            del lines[q]
-    tour = Tournament(s.usage, fleet_capacity(s), sorted(lines))
-    nxt = dict.fromkeys(lines, 0)
-    while (picked := tour.pick()) is not None:
+        if q in queue_lines and _blocks(tree.nodes[q].spec, outcome):
+            _block(s, queue_lines[q].rest(), d, left)  # a StrictFIFO head preempting holds its line
+            del queue_lines[q]
+    tour = Tournament(s.usage, fleet_capacity(s), sorted(queue_lines))
+    picked: int | None = None
+    while picked is not None or (picked := tour.pick()) is not None:
         q = picked
-        line = lines[q]
-        d = line[nxt[q]]
-        nxt[q] += 1
-        outcome = turns.admit(s, d, q, failed, left)
+        line = queue_lines[q]
+        head = line.next()
+        assert head is not None, "a line the tournament still holds has a job to try"
+        before = version(s)
+        outcome = turns.admit(s, head, q, failed, left)
+        line.settle(head, outcome, before, left)
         if _blocks(tree.nodes[q].spec, outcome):
-            _block(s, line[nxt[q] :], d, left)
-            nxt[q] = len(line)
-        if nxt[q] >= len(line):
+            _block(s, line.rest(), head, left)
+        if line.done():
             tour.retire(q)
-    _second_look(s, left, turns)
+            picked = None
+        elif version(s) != before:
+            picked = None  # shares may have moved; else the tournament would pick this queue again
+    _second_look(s, left, turns, groups)
     return left
 
 
@@ -104,7 +120,7 @@ class _Turns:
         return seen is not None and self.admitted.get(seen[0], 0) > seen[1]
 
 
-def _second_look(s: Scratch, left: list[Draft], turns: _Turns) -> None:
+def _second_look(s: Scratch, left: list[Draft], turns: _Turns, groups: Groups) -> None:
     """Queues admitted later in the pass may have started borrowing what a job that waited
     earlier needs, making them its victims; the next decide would find that and preempt, so
     the pass does now, against the final usage, in the order the jobs were tried. Claims do
@@ -131,6 +147,8 @@ def _second_look(s: Scratch, left: list[Draft], turns: _Turns) -> None:
         else:  # it waited for clusters: which jobs of other queues it may take depends on usage
             taken = why is None and (_preempt_by_priority(s, d) or reclaim_capacity(s, d, q))
         if taken:
+            if any(g.any_replica(s, groups.exclude) for g in groups.of(d)):
+                raise Fallback  # the jobs behind it would each look again, in the order they came
             left.remove(d)
         else:
             failed.add(memo)
@@ -298,11 +316,16 @@ def wait(s: Scratch, d: Draft, why: Wait, left: list[Draft]) -> str:
 
 
 def _strict_lines(
-    s: Scratch, lines: dict[int, list[Draft]], claimants: list[tuple[int, Draft]], drafts: list[Draft]
+    s: Scratch,
+    lines: dict[int, list[Draft]],
+    claimants: list[tuple[int, Draft]],
+    drafts: list[Draft],
+    lanes: Lanes | None,
+    walk: dict[int, list[Lane]],
 ) -> None:
     """A StrictFIFO queue with a job to try is tried from its head: jobs waiting there that
     nothing happened to (not worth a look on their own) still come first and block the line
-    if they do not fit."""
+    if they do not fit. (With the pending index, its walkable lanes join the line whole.)"""
     assert s.usage is not None
     tree = s.usage.tree
     strict = [q for q in sorted(lines) if (spec := tree.nodes[q].spec) and spec.queueing_strategy == "StrictFIFO"]
@@ -312,16 +335,34 @@ def _strict_lines(
     drafted = {d.job.key: d for d in drafts}
     wanted = set(strict)
     extra: dict[int, list[Draft]] = {}
-    for key in s.state.waiting:
-        if key in trying:
-            continue
+
+    def consider(key: str, q: int) -> None:
         job = s.state.jobs[key]
-        q = queue_of(tree, job)
-        if not isinstance(q, int) or q not in wanted:
-            continue
         d = drafted.get(key) or Draft.of(job, capacity_only=True)
         if d.phase in phases.WAITING and not job.suspended and (d.not_before_ms is None or s.now >= d.not_before_ms):
             extra.setdefault(q, []).append(d)
+
+    if lanes is None:
+        for key in s.state.waiting:
+            if key in trying:
+                continue
+            job = s.state.jobs[key]
+            q = queue_of(tree, job)
+            if not isinstance(q, int) or q not in wanted:
+                continue
+            consider(key, q)
+    else:
+        index = s.state.index
+        for q in strict:
+            walking = {id(lane) for lane in walk.setdefault(q, [])}
+            for lane in lanes.by_queue.get(q, []):
+                if id(lane) in lanes.walkable:
+                    if id(lane) not in walking:
+                        walk[q].append(lane)
+                    continue
+                for i, key in enumerate(lane.keys):
+                    if key not in trying and index.live(lane, i, s.state.jobs):
+                        consider(key, q)
     for q in sorted(extra):
         lines[q] = sorted([*lines[q], *extra[q]], key=lambda d: order_key(s, d.job))
 

@@ -1,0 +1,190 @@
+"""Hypothesis: decide with the pending index decides exactly as the full scan of waiting jobs.
+
+The tenancy worlds of ``test_tenancy_properties`` (three teams, random quotas, cohorts, weights,
+StrictFIFO or BestEffortFIFO, every preemption policy), deeper: more submissions of the few job
+shapes there are, so lanes hold many jobs. At every step the leader decides twice on the same
+state, with the index (``decide``) and without (``decide(state, index=False)``): the batches must
+be equal. The index fold keeps must equal one rebuilt from the state, and survive a snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventlog import events as ev
+from reconciler.core import State, decide, dump_state, load_state
+from reconciler.core.decide import decide_pass, quiet
+from reconciler.core.draft import Draft
+from reconciler.core.pending import PendingIndex, lane_key
+from reconciler.core.queues import dispatch as dispatch_module
+from reconciler.core.queues.lines import Fallback, Groups
+from reconciler.core.scratch import Scratch
+from tests.reconciler.core import test_properties
+from tests.reconciler.core import test_tenancy_properties as worlds
+from tests.reconciler.core.harness import Harness
+from tests.reconciler.core.tenancy import TEAMS, cq, gpu_cluster, team_job, three_teams
+
+
+def lanes(index: PendingIndex, state: State) -> dict[object, list[str]]:
+    out: dict[object, list[str]] = {}
+    for key, lane in index.lanes.items():
+        members = [k for i, k in enumerate(lane.keys) if index.live(lane, i, state.jobs)]
+        assert len(members) == lane.live, key
+        assert lane.keys[lane.head :] == lane.keys[lane.head :] and all(
+            not index.live(lane, i, state.jobs) for i in range(lane.head)
+        )
+        out[key] = members
+    return out
+
+
+def check_index(state: State) -> None:
+    fresh = PendingIndex()
+    fresh.rebuild(state.jobs, state.waiting)
+    kept = lanes(state.index, state)
+    assert kept == lanes(fresh, state)
+    assert sorted(k for members in kept.values() for k in members) == sorted(state.waiting)
+    for key in state.waiting:
+        assert state.index.of[key].key == lane_key(state.jobs[key])
+    restored = load_state(dump_state(state))
+    assert lanes(restored.index, restored) == kept
+
+
+class BothWays(Harness):
+    """A leader that decides with and without the index at every step and requires the same."""
+
+    def step(self, *, check_fixpoint: bool = True) -> list[ev.DecisionEvent]:
+        check_index(self.state)
+        if quiet(self.state):
+            assert decide_pass(self.state)[0].out == []
+        want = decide(self.state, index=False)
+        decisions = decide(self.state)
+        assert decisions == want
+        for i, d in enumerate(decisions):
+            self._append(d, batch=(i, len(decisions)))
+        if check_fixpoint:  # (equal, not necessarily empty: see the known gap below)
+            assert decide(self.state) == decide(self.state, index=False)
+        return decisions
+
+
+@st.composite
+def deep_worlds(draw: st.DrawFn) -> tuple[ev.QueuesConfigured, list[worlds.Op]]:
+    config = draw(worlds.queues(worlds.POLICIES))
+    steps = int(os.environ.get("KD_STEPS", "40"))
+    # Bursts of submissions of the same few shapes, between the usual mix of worker facts,
+    # deletions and time: queues deep behind their quota, freed a job at a time.
+    burst = st.tuples(
+        st.just("submit"), st.sampled_from(TEAMS), st.sampled_from([1, 1, 2]), st.sampled_from([0, 0, 5])
+    )
+    ops = draw(st.lists(st.one_of(burst, worlds.ops()), min_size=steps, max_size=2 * steps))
+    return config, ops
+
+
+@settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deep_worlds())
+def test_the_index_decides_as_the_full_scan(world: tuple[ev.QueuesConfigured, list[worlds.Op]]) -> None:
+    config, ops = world
+    with mock.patch.object(worlds, "Harness", BothWays):
+        h = worlds.run_world(config, ops)
+    check_index(h.state)
+
+
+@settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_without_queues_the_index_decides_as_the_full_scan(data: st.DataObject) -> None:
+    """The worlds of ``test_properties`` (no tenancy: the index only picks the lanes worth a look)."""
+    with mock.patch.object(test_properties, "Harness", BothWays):
+        h = test_properties.run_world(data, steps=int(os.environ.get("KD_STEPS", "40")))
+    check_index(h.state)
+
+
+RECLAIM = ev.QueuePreemption(reclaim_within_cohort="Any", within_cluster_queue="LowerPriority")
+
+
+def test_dormant_lanes_are_walked_again_once_the_pass_changed_something() -> None:
+    """Found by the search above against lines that never woke a dormant lane: a job of another
+    queue admitted mid-pass makes its queue borrow, so the running jobs it had become victims a
+    later member of a dormant lane may reclaim, where its representative found none."""
+    config = ev.QueuesConfigured(
+        cluster_queues=[
+            cq("team-a", gpu=2, weight_milli=500, preemption=RECLAIM),
+            cq("team-b", gpu=4, lending_limit=1, preemption=RECLAIM),
+            cq("team-c", gpu=8, cohort=None, weight_milli=0, preemption=RECLAIM),
+        ],
+        cohorts=[ev.CohortSpec(name="infra", parent="org"), ev.CohortSpec(name="research", parent="org")],
+        local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in TEAMS],
+        source="test",
+    )
+    ops: list[worlds.Op] = [
+        ("submit", "team-a", 1, 0), ("submit", "team-a", 2, 0), ("submit", "team-c", 1, 0),
+        ("fact", 37, "rejected", 0), ("submit", "team-a", 0, 0), ("submit", "team-b", 1, 0),
+        ("submit", "team-a", 1, 0), ("submit", "team-a", 1, 0), ("submit", "team-a", 2, 5),
+        ("submit", "team-c", 1, 0), ("submit", "team-b", 1, 0), ("fact", 5, "admitted", 3),
+        ("submit", "team-c", 1, 0), ("submit", "team-c", 4, 0), ("submit", "team-a", 1, 5),
+        ("fact", 6, "rejected", 2), ("submit", "team-b", 1, 5), ("time", 40000),
+        ("submit", "team-b", 4, 10), ("submit", "team-a", 2, 5), ("time", 40000),
+    ]  # fmt: skip
+    with mock.patch.object(worlds, "Harness", BothWays):
+        worlds.run_world(config, ops)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap, not the index's: found by the deep worlds, also without the index")
+def test_known_fixpoint_gap_a_queue_with_no_quota_for_what_it_asks() -> None:
+    """team-c has no GPU quota and no cohort: after this sequence a decide right after the
+    batch reports j13 again (capacity reasons where the batch said QuotaExceeded, or the
+    reverse). The plain harness checks the fixpoint after every step."""
+    none = ev.QueuePreemption()
+    config = ev.QueuesConfigured(
+        cluster_queues=[
+            cq("team-a", gpu=8, cohort=None, weight_milli=0, preemption=none),
+            cq("team-b", gpu=8, cohort=None, weight_milli=0, preemption=none),
+            cq("team-c", gpu=0, cohort=None, weight_milli=0, preemption=none),
+        ],
+        cohorts=[ev.CohortSpec(name="infra", parent="org"), ev.CohortSpec(name="research", parent="org")],
+        local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in TEAMS],
+        source="test",
+    )
+    ops: list[worlds.Op] = [
+        ("submit", "team-c", 1, 0), ("submit", "team-a", 1, 0), ("submit", "team-a", 2, 0),
+        ("submit", "team-c", 1, 0), ("submit", "team-c", 1, 0), ("submit", "team-c", 1, 0),
+        ("submit", "team-a", 1, 0), ("submit", "team-a", 1, 0), ("submit", "team-b", 2, 0),
+        ("submit", "team-c", 1, 0), ("submit", "team-a", 1, 0), ("fact", 39, "evicted", 0),
+        ("submit", "team-b", 1, 0), ("submit", "team-c", 2, 0), ("submit", "team-c", 1, 0),
+        ("delete", 25), ("submit", "team-b", 1, 5), ("submit", "team-a", 2, 5),
+        ("submit", "team-b", 2, 5), ("submit", "team-a", 1, 0), ("fact", 14, "admitted", 2),
+        ("submit", "team-b", 2, 10), ("fact", 10, "rejected", 2),
+    ]  # fmt: skip
+    worlds.run_world(config, ops)
+
+
+def test_a_pass_the_index_cannot_finish_alike_is_decided_again_without_it() -> None:
+    """When a representative takes victims in the second look, the jobs skipped behind it would
+    each have looked again: the pass is redone with the full scan (here forced at the first
+    second look of an indexed pass), and decides as the full scan does."""
+    h = Harness()
+    h.inputs(three_teams(team_a={"gpu": 2}, team_b={"gpu": 0}, team_c={"gpu": 0}), gpu_cluster("c0", 64))
+    h.step()
+    for i in range(8):
+        h.inputs(team_job("team-a", f"j{i}"))
+    h.step()
+    running = next(j for j in h.state.jobs.values() if j.phase == "Placed" or j.nominated)
+    h.inputs(ev.JobDeleted(job=running.ref))
+    want = decide(h.state, index=False)
+    assert want, "the deletion frees quota: the pass has work"
+    passes: list[bool] = []
+    real = dispatch_module._second_look
+
+    def forced(s: Scratch, left: list[Draft], turns: object, groups: Groups) -> None:
+        passes.append(bool(groups.by_rep))
+        if groups.by_rep:
+            raise Fallback
+        real(s, left, turns, groups)  # type: ignore[arg-type]
+
+    with mock.patch.object(dispatch_module, "_second_look", forced):
+        got = decide(h.state)
+    assert passes == [True, False]  # the indexed pass gave up, the plain one finished
+    assert got == want
