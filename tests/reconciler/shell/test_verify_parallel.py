@@ -1,0 +1,126 @@
+"""``replay --verify`` spread over worker processes (``reconciler.history.parallel``) must say
+exactly what the sequential replay says: the same counts and final state on a good log, the
+same mismatch on a tampered one, and a cut whose snapshot is not the verified fold's state must
+not be trusted."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+import structlog
+
+from eventlog import codec
+from eventlog import events as ev
+from eventlog.jsonl import JsonlLog
+from reconciler import core
+from reconciler.history import parallel
+from reconciler.history.replay import replay
+
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "demo-4e2c1d6.jsonl.gz"
+
+
+def fixture_entries() -> list[ev.LogEntry]:
+    return codec.decode_entry_lines(gzip.decompress(FIXTURE.read_bytes()))
+
+
+def write(path: Path, entries: list[ev.LogEntry]) -> JsonlLog:
+    path.write_bytes(b"".join(codec.encode(e) + b"\n" for e in entries))
+    return JsonlLog(path)
+
+
+async def test_a_good_log_verifies_in_segments_as_it_does_in_one_piece() -> None:
+    log = JsonlLog(FIXTURE)
+    with structlog.testing.capture_logs() as logs:
+        spread = await parallel.verify(log, workers=2, segments=5, min_entries=0)
+    whole = await replay(log, verify=True)
+    assert whole.mismatch is None and spread.mismatch is None
+    assert [e["segments"] for e in logs if e["event"] == "verified_in_parallel"] == [5]
+    assert (spread.entries, spread.inputs, spread.decisions, spread.batches) == (
+        whole.entries,
+        whole.inputs,
+        whole.decisions,
+        whole.batches,
+    )
+    assert (spread.verified_batches, spread.verified_quiet) == (whole.verified_batches, whole.verified_quiet)
+    assert core.dump_state(spread.state) == core.dump_state(whole.state)
+
+
+async def test_a_changed_decision_late_in_the_log_is_reported_as_the_sequential_replay_reports_it(
+    tmp_path: Path,
+) -> None:
+    entries = fixture_entries()
+    at = max(i for i, e in enumerate(entries) if isinstance(e.event, ev.Nominated))
+    nominated = entries[at].event
+    assert isinstance(nominated, ev.Nominated)
+    entries[at] = msgspec.structs.replace(
+        entries[at], event=msgspec.structs.replace(nominated, clusters=[*nominated.clusters, "elsewhere"])
+    )
+    log = write(tmp_path / "tampered.jsonl", entries)
+    spread = await parallel.verify(log, workers=2, segments=4, min_entries=0)
+    whole = await replay(log, verify=True)
+    assert whole.mismatch is not None and spread.mismatch is not None
+    assert (spread.mismatch.seq, spread.mismatch.reason) == (whole.mismatch.seq, whole.mismatch.reason)
+    assert spread.mismatch.seq <= entries[at].seq
+
+
+async def test_a_cut_whose_snapshot_is_not_the_verified_state_is_not_trusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    submit = parallel._Cutter._submit
+    spoiled: list[int] = []
+
+    def spoil_first_cut(self: parallel._Cutter, end: bytes) -> None:
+        if not spoiled:  # the next segment would start from a state the fold never reached
+            state = core.load_state(end)
+            state.now_ms += 1
+            end = core.dump_state(state)
+            spoiled.append(len(self.futures))
+        submit(self, end)
+
+    monkeypatch.setattr(parallel._Cutter, "_submit", spoil_first_cut)
+    with structlog.testing.capture_logs() as logs:
+        result = await parallel.verify(JsonlLog(FIXTURE), workers=2, segments=3, min_entries=0)
+    # The sequential replay that took over found the log itself sound.
+    assert result.mismatch is None and result.verified_batches == 651
+    [warning] = [e for e in logs if e["event"] == "parallel_verify_disagrees"]
+    assert (
+        0,
+        "the state at the segment's end differs from the snapshot the next one starts from",
+    ) in warning["segments"]
+
+
+def test_the_command_verifies_on_two_processes_with_the_same_report() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reconciler.cli",
+            "replay",
+            "--verify",
+            "--workers",
+            "2",
+            "--file",
+            str(FIXTURE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "651 decision batches recomputed, all identical" in proc.stdout, proc.stdout
+
+
+def test_workers_without_verify_is_refused_with_what_to_do() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "reconciler.cli", "replay", "--workers", "2", "--file", str(FIXTURE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "--workers spreads --verify over processes" in proc.stderr
