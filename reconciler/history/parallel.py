@@ -29,6 +29,7 @@ import multiprocessing
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -100,12 +101,15 @@ async def verify(
     if workers <= 1 or total < min_entries or "fork" not in multiprocessing.get_all_start_methods():
         return await sequential()
     pieces = segments if segments is not None else workers * SEGMENTS_PER_WORKER
-    cutter = _Cutter(per_segment=max(-(-total // max(pieces, 1)), 1 if segments is not None else MIN_SEGMENT))
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_install, initargs=(plugins,)
-    ) as pool:
-        cutter.pool = pool
+    per_segment = max(-(-total // max(pieces, 1)), 1 if segments is not None else MIN_SEGMENT)
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_install,
+        initargs=(plugins,),
+    )
+    cutter = _Cutter(pool, per_segment=per_segment)
+    try:
         folded = await replay(
             reader,
             until_seq=until_seq,
@@ -114,13 +118,18 @@ async def verify(
             on_decision=cutter.on_decision,
             plugins=plugins,
         )
-        if folded.gap is not None or folded.plugin_problems:
-            cutter.cancel()
-            return await sequential()  # it stops there, with the report the user expects
-        cutter.finish(folded.state)
-        outcomes = await _collect(cutter.futures, progress)
+        if folded.gap is None and not folded.plugin_problems:
+            cutter.finish(folded.state)
+            outcomes = await _collect(cutter.futures, progress)
+    except BaseException:
+        _stop(pool)
+        raise
+    if folded.gap is not None or folded.plugin_problems:
+        _stop(pool)
+        return await sequential()  # it stops there, with the report the user expects
     problems = [o for o in outcomes if o.problem is not None]
     if problems or sum(o.entries for o in outcomes) != folded.entries:
+        _stop(pool)
         result = await sequential()
         if result.mismatch is None and result.gap is None and not result.plugin_problems:
             # Only a snapshot that restores to a state deciding otherwise can get here: a core bug.
@@ -130,6 +139,9 @@ async def verify(
                 sequential="all identical",
             )
         return result
+    pool.shutdown()
+    if progress is not None:
+        progress.close()
     folded.verified_batches = sum(o.verified_batches for o in outcomes)
     folded.verified_quiet = sum(o.verified_quiet for o in outcomes)
     log.info("verified_in_parallel", workers=workers, segments=len(outcomes), entries=folded.entries)
@@ -140,9 +152,9 @@ class _Cutter:
     """Fed every entry by the folding replay; cuts a segment just before a decision batch once
     it holds ``per_segment`` entries, and hands it to the pool."""
 
-    def __init__(self, *, per_segment: int) -> None:
+    def __init__(self, pool: ProcessPoolExecutor, *, per_segment: int) -> None:
+        self.pool = pool
         self.per_segment = per_segment
-        self.pool: ProcessPoolExecutor | None = None
         self.futures: list[Future[Outcome]] = []
         self.start: bytes | None = None
         self.buffer: list[ev.LogEntry] = []
@@ -160,12 +172,7 @@ class _Cutter:
         if self.buffer:
             self._submit(core.dump_state(state))
 
-    def cancel(self) -> None:
-        for future in self.futures:
-            future.cancel()
-
     def _submit(self, end: bytes) -> None:
-        assert self.pool is not None
         segment = Segment(
             index=len(self.futures),
             start=self.start,
@@ -177,19 +184,37 @@ class _Cutter:
 
 
 async def _collect(futures: Sequence[Future[Outcome]], progress: Progress | None) -> list[Outcome]:
-    done = 0
+    """The segments' outcomes, until the first that cannot vouch for its entries (then the
+    sequential replay takes over and the others' verdicts are moot)."""
+    waiting = [asyncio.wrap_future(f) for f in futures]
     outcomes: list[Outcome] = []
+    done = 0
     try:
-        for future in asyncio.as_completed([asyncio.wrap_future(f) for f in futures]):
-            outcome = await future
+        for next_done in asyncio.as_completed(waiting):
+            try:
+                outcome = await next_done
+            except Exception as err:  # a worker that died is a segment not verified
+                outcome = Outcome(
+                    index=-1, entries=0, verified_batches=0, verified_quiet=0, problem=repr(err)
+                )
             outcomes.append(outcome)
+            if outcome.problem is not None:
+                break
             done += outcome.entries
             if progress is not None:
                 progress.update(done)
     finally:
-        if progress is not None:
-            progress.close()
+        for w in waiting:  # so a late result does not call back into a loop that may be closed
+            w.cancel()
     return sorted(outcomes, key=lambda o: o.index)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """No more use for the workers: segments still running are stopped, not waited for."""
+    processes: dict[int, Any] = getattr(pool, "_processes", None) or {}  # no public way to stop them
+    for process in list(processes.values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 # -- in the worker ----------------------------------------------------------------------------

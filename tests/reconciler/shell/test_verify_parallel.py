@@ -68,30 +68,30 @@ async def test_a_changed_decision_late_in_the_log_is_reported_as_the_sequential_
     assert spread.mismatch.seq <= entries[at].seq
 
 
-async def test_a_cut_whose_snapshot_is_not_the_verified_state_is_not_trusted(
+async def test_a_segment_whose_end_state_is_not_the_next_snapshot_is_not_trusted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The last segment's end is checked against the fold's final state; given another state
+    there (as a next segment's snapshot would be if the fold and the workers disagreed), the
+    parallel path must not vouch for the log."""
     submit = parallel._Cutter._submit
-    spoiled: list[int] = []
 
-    def spoil_first_cut(self: parallel._Cutter, end: bytes) -> None:
-        if not spoiled:  # the next segment would start from a state the fold never reached
+    def spoil_the_final_state(self: parallel._Cutter, end: bytes) -> None:
+        if len(self.futures) == 2:  # the third and last segment of three
             state = core.load_state(end)
             state.now_ms += 1
             end = core.dump_state(state)
-            spoiled.append(len(self.futures))
         submit(self, end)
 
-    monkeypatch.setattr(parallel._Cutter, "_submit", spoil_first_cut)
+    monkeypatch.setattr(parallel._Cutter, "_submit", spoil_the_final_state)
     with structlog.testing.capture_logs() as logs:
         result = await parallel.verify(JsonlLog(FIXTURE), workers=2, segments=3, min_entries=0)
     # The sequential replay that took over found the log itself sound.
     assert result.mismatch is None and result.verified_batches == 651
     [warning] = [e for e in logs if e["event"] == "parallel_verify_disagrees"]
-    assert (
-        0,
-        "the state at the segment's end differs from the snapshot the next one starts from",
-    ) in warning["segments"]
+    assert warning["segments"] == [
+        (2, "the state at the segment's end differs from the snapshot the next one starts from")
+    ]
 
 
 def test_the_command_verifies_on_two_processes_with_the_same_report() -> None:
