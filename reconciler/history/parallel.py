@@ -24,8 +24,12 @@ short, this is the sequential replay.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import gc
 import hashlib
 import multiprocessing
+import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -39,11 +43,15 @@ from reconciler import core
 from reconciler.edge.logging import get_logger
 from reconciler.edge.plugins import PluginSet, installed
 from reconciler.edge.progress import Progress
+from reconciler.history.rebuild import restore
 from reconciler.history.replay import ReplayResult, replay
 
 log = get_logger("reconciler.verify")
 
-SEGMENTS_PER_WORKER = 3  # more segments balance uneven ones; each costs a snapshot restore
+# Segments shrink as the log goes on (each a 1/(GUIDE x workers) share of what is left, "guided"
+# scheduling): later entries cost more to verify (more jobs in the state, more waiting), and the
+# last segment to start bounds the end, so it must be short. Each costs a snapshot and its restore.
+GUIDE = 2
 MIN_SEGMENT = 5_000  # entries: shorter segments cost more in snapshots than they save
 MIN_ENTRIES = 40_000  # below this a sequential replay is done before the workers are up
 
@@ -68,6 +76,8 @@ class Outcome:
     verified_batches: int
     verified_quiet: int
     problem: str | None  # why this segment does not vouch for its entries; None: all identical
+    worker: int = 0  # the worker's process id
+    cpu_s: float = 0.0  # the worker's CPU time for the segment, restore and decoding included
 
 
 def digest(snapshot: bytes) -> bytes:
@@ -88,7 +98,7 @@ async def verify(
     """``replay(reader, verify=True)`` with the recomputation spread over ``workers`` processes;
     the same result (counts, state, and on any problem the sequential replay's own report).
 
-    ``segments``: how many pieces to cut the log into (default: 3 per worker)."""
+    ``segments``: cut the log into this many equal pieces (default: shrinking ones, ``GUIDE``)."""
     plugins = plugins if plugins is not None else installed()
 
     async def sequential() -> ReplayResult:
@@ -100,15 +110,14 @@ async def verify(
     total = min(last, until_seq) if until_seq is not None else last
     if workers <= 1 or total < min_entries or "fork" not in multiprocessing.get_all_start_methods():
         return await sequential()
-    pieces = segments if segments is not None else workers * SEGMENTS_PER_WORKER
-    per_segment = max(-(-total // max(pieces, 1)), 1 if segments is not None else MIN_SEGMENT)
+    fixed = -(-total // segments) if segments is not None else None
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("fork"),
         initializer=_install,
         initargs=(plugins,),
     )
-    cutter = _Cutter(pool, per_segment=per_segment)
+    cutter = _Cutter(pool, total=total, workers=workers, fixed=fixed)
     try:
         folded = await replay(
             reader,
@@ -144,20 +153,39 @@ async def verify(
         progress.close()
     folded.verified_batches = sum(o.verified_batches for o in outcomes)
     folded.verified_quiet = sum(o.verified_quiet for o in outcomes)
-    log.info("verified_in_parallel", workers=workers, segments=len(outcomes), entries=folded.entries)
+    busy: dict[int, float] = {}
+    for o in outcomes:
+        busy[o.worker] = busy.get(o.worker, 0.0) + o.cpu_s
+    log.info(
+        "verified_in_parallel",
+        workers=workers,
+        segments=len(outcomes),
+        entries=folded.entries,
+        worker_cpu_s=sorted(round(v, 2) for v in busy.values()),  # how even the split was
+    )
     return folded
 
 
 class _Cutter:
     """Fed every entry by the folding replay; cuts a segment just before a decision batch once
-    it holds ``per_segment`` entries, and hands it to the pool."""
+    it holds its share of the log, and hands it to the pool."""
 
-    def __init__(self, pool: ProcessPoolExecutor, *, per_segment: int) -> None:
+    def __init__(self, pool: ProcessPoolExecutor, *, total: int, workers: int, fixed: int | None) -> None:
         self.pool = pool
-        self.per_segment = per_segment
+        self.total = total
+        self.workers = workers
+        self.fixed = fixed
         self.futures: list[Future[Outcome]] = []
         self.start: bytes | None = None
         self.buffer: list[ev.LogEntry] = []
+        self.before = 0  # entries in the segments handed over so far
+        self.per_segment = self._share()
+
+    def _share(self) -> int:
+        if self.fixed is not None:
+            return max(self.fixed, 1)
+        left = max(self.total - self.before, 0)
+        return max(-(-left // (GUIDE * self.workers)), MIN_SEGMENT)
 
     def on_input(self, entry: ev.LogEntry) -> None:
         self.buffer.append(entry)
@@ -180,7 +208,9 @@ class _Cutter:
             end_digest=digest(end),
         )
         self.futures.append(self.pool.submit(_verify_segment, segment))
+        self.before += len(self.buffer)
         self.start, self.buffer = end, []
+        self.per_segment = self._share()
 
 
 async def _collect(futures: Sequence[Future[Outcome]], progress: Progress | None) -> list[Outcome]:
@@ -249,17 +279,23 @@ class _Entries:
 
 
 def _verify_segment(segment: Segment) -> Outcome:
-    return asyncio.run(_verify(segment))
+    started = time.process_time()
+    outcome = asyncio.run(_verify(segment))
+    return dataclasses.replace(outcome, worker=os.getpid(), cpu_s=time.process_time() - started)
 
 
 async def _verify(segment: Segment) -> Outcome:
     plugins = _plugins if _plugins is not None else installed()
     entries = _entries_decoder.decode(segment.entries)
-    state = (
-        core.new_state(plugins=plugins.registry)
-        if segment.start is None
-        else core.load_state(segment.start, plugins=plugins.registry)
-    )
+    gc.unfreeze()  # what an earlier segment in this worker left behind may go now
+    gc.collect()
+    if segment.start is None:
+        state = core.new_state(plugins=plugins.registry)
+    else:
+        state = restore(segment.start, plugins=plugins.registry)
+        # The restored state is most of this process's heap and lives as long as the segment:
+        # kept out of the collector's scans (a worker process ends with the verification).
+        gc.freeze()
     result = await replay(_Entries(entries), state=state, verify=True, plugins=plugins)
     problem: str | None = None
     if result.mismatch is not None:
