@@ -124,3 +124,16 @@ def test_workers_without_verify_is_refused_with_what_to_do() -> None:
     )
     assert proc.returncode == 2
     assert "--workers spreads --verify over processes" in proc.stderr
+
+
+async def test_up_to_a_bound_it_verifies_what_the_sequential_replay_verifies() -> None:
+    log = JsonlLog(FIXTURE)
+    spread = await parallel.verify(log, workers=2, segments=3, min_entries=0, until_seq=2_000)
+    whole = await replay(log, verify=True, until_seq=2_000)
+    assert spread.mismatch is None and spread.last_seq == whole.last_seq == 2_000
+    assert (spread.verified_batches, spread.verified_quiet, spread.incomplete_batches) == (
+        whole.verified_batches,
+        whole.verified_quiet,
+        whole.incomplete_batches,
+    )
+    assert core.dump_state(spread.state) == core.dump_state(whole.state)
