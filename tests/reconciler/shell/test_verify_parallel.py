@@ -5,6 +5,7 @@ not be trusted."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import subprocess
 import sys
@@ -16,10 +17,14 @@ import structlog
 
 from eventlog import codec
 from eventlog import events as ev
+from eventlog.jetstream import JetStreamLog
 from eventlog.jsonl import JsonlLog
 from reconciler import core
 from reconciler.history import parallel
 from reconciler.history.replay import replay
+from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
+
+from .scenario import POLICY, decisions_of, publish_clusters, submission, wait_for
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "demo-4e2c1d6.jsonl.gz"
 
@@ -137,3 +142,30 @@ async def test_up_to_a_bound_it_verifies_what_the_sequential_replay_verifies() -
         whole.incomplete_batches,
     )
     assert core.dump_state(spread.state) == core.dump_state(whole.state)
+
+
+async def test_a_log_read_from_nats_verifies_in_segments_and_the_connection_survives_the_workers(
+    jslog: JetStreamLog,
+) -> None:
+    """The workers are forked while this process holds a NATS connection mid-read: they must
+    leave it alone (they never touch it), and it must still serve reads afterwards."""
+    loop = LeaderLoop(jslog, LoopSettings(leader_id="A", policy=POLICY, idle_wait_s=0.02))
+    stop = asyncio.Event()
+    term = asyncio.create_task(loop.run_term(stop=stop))
+    await wait_ready(loop, timeout_s=20)
+    await publish_clusters(jslog)
+    for j in range(4):
+        await jslog.inbox.publish(submission(j), msg_id=f"s{j}")
+    await wait_for(jslog, lambda es: len(decisions_of(es, ev.Nominated)) >= 4)
+    stop.set()
+    assert await term == "stopped"
+    with structlog.testing.capture_logs() as logs:
+        spread = await parallel.verify(jslog.reader, workers=2, segments=2, min_entries=0)
+    assert [e["segments"] for e in logs if e["event"] == "verified_in_parallel"] == [2]
+    whole = await replay(jslog.reader, verify=True)
+    assert spread.mismatch is None and whole.mismatch is None
+    assert (spread.entries, spread.verified_batches, spread.verified_quiet) == (
+        whole.entries,
+        whole.verified_batches,
+        whole.verified_quiet,
+    )
