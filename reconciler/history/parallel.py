@@ -54,6 +54,7 @@ log = get_logger("reconciler.verify")
 GUIDE = 2
 MIN_SEGMENT = 5_000  # entries: shorter segments cost more in snapshots than they save
 MIN_ENTRIES = 40_000  # below this a sequential replay is done before the workers are up
+PACE_S = 0.02  # how often the fold, held back, looks whether a worker took the next segment
 
 _entries_encoder = msgspec.msgpack.Encoder()
 _entries_decoder = msgspec.msgpack.Decoder(list[ev.LogEntry])
@@ -120,7 +121,7 @@ async def verify(
     cutter = _Cutter(pool, total=total, workers=workers, fixed=fixed)
     try:
         folded = await replay(
-            reader,
+            _Paced(reader, cutter, ahead=2 * workers),
             until_seq=until_seq,
             until_ms=until_ms,
             on_input=cutter.on_input,
@@ -213,6 +214,34 @@ class _Cutter:
         self.per_segment = self._share()
 
 
+class _Paced:
+    """The reader, held back while ``ahead`` segments are handed over and not verified yet: each
+    holds a snapshot of the state (up to a gigabyte at a million jobs), and the fold outruns the
+    workers many times over. Waits in the event loop, so a NATS connection keeps answering."""
+
+    def __init__(self, reader: LogReader, cutter: _Cutter, *, ahead: int) -> None:
+        self.reader = reader
+        self.cutter = cutter
+        self.ahead = ahead
+
+    async def read(
+        self,
+        *,
+        from_seq: int = 1,
+        until_seq: int | None = None,
+        until_ms: int | None = None,
+        batch: int = 1000,
+    ) -> AsyncIterator[list[ev.LogEntry]]:
+        chunks = self.reader.read(from_seq=from_seq, until_seq=until_seq, until_ms=until_ms, batch=batch)
+        async for chunk in chunks:
+            while sum(not f.done() for f in self.cutter.futures) > self.ahead:
+                await asyncio.sleep(PACE_S)
+            yield chunk
+
+    async def last_seq(self) -> int:
+        return await self.reader.last_seq()
+
+
 async def _collect(futures: Sequence[Future[Outcome]], progress: Progress | None) -> list[Outcome]:
     """The segments' outcomes, until the first that cannot vouch for its entries (then the
     sequential replay takes over and the others' verdicts are moot)."""
@@ -286,16 +315,21 @@ def _verify_segment(segment: Segment) -> Outcome:
 
 async def _verify(segment: Segment) -> Outcome:
     plugins = _plugins if _plugins is not None else installed()
-    entries = _entries_decoder.decode(segment.entries)
     gc.unfreeze()  # what an earlier segment in this worker left behind may go now
     gc.collect()
-    if segment.start is None:
-        state = core.new_state(plugins=plugins.registry)
-    else:
-        state = restore(segment.start, plugins=plugins.registry)
-        # The restored state is most of this process's heap and lives as long as the segment:
-        # kept out of the collector's scans (a worker process ends with the verification).
-        gc.freeze()
+    gc.disable()  # decoding builds trees of objects, all alive afterwards (see ``restore``)
+    try:
+        entries = _entries_decoder.decode(segment.entries)
+        state = (
+            core.new_state(plugins=plugins.registry)
+            if segment.start is None
+            else restore(segment.start, plugins=plugins.registry)
+        )
+    finally:
+        gc.enable()
+    # The entries and the restored state are most of this process's heap and live as long as the
+    # segment: kept out of the collector's scans (a worker process ends with the verification).
+    gc.freeze()
     result = await replay(_Entries(entries), state=state, verify=True, plugins=plugins)
     problem: str | None = None
     if result.mismatch is not None:

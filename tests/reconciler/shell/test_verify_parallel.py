@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
@@ -169,3 +170,35 @@ async def test_a_log_read_from_nats_verifies_in_segments_and_the_connection_surv
         whole.verified_batches,
         whole.verified_quiet,
     )
+
+
+class SmallChunks:
+    """The fixture's entries, read 50 at a time (as NATS hands them over in batches)."""
+
+    def __init__(self, entries: list[ev.LogEntry]) -> None:
+        self.entries = entries
+
+    async def read(
+        self, *, from_seq: int = 1, until_seq: int | None = None, until_ms: int | None = None, batch: int = 50
+    ) -> AsyncIterator[list[ev.LogEntry]]:
+        for i in range(0, len(self.entries), 50):
+            yield self.entries[i : i + 50]
+
+    async def last_seq(self) -> int:
+        return self.entries[-1].seq
+
+
+async def test_the_fold_waits_while_the_workers_have_segments_enough(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each segment handed over holds a snapshot; the fold, many times faster than the workers,
+    must not hand over the whole log at once."""
+    submit = parallel._Cutter._submit
+    waiting: list[int] = []
+
+    def counting(self: parallel._Cutter, end: bytes) -> None:
+        waiting.append(sum(not f.done() for f in self.futures))
+        submit(self, end)
+
+    monkeypatch.setattr(parallel._Cutter, "_submit", counting)
+    result = await parallel.verify(SmallChunks(fixture_entries()), workers=2, segments=20, min_entries=0)
+    assert result.mismatch is None and result.verified_batches == 651
+    assert len(waiting) >= 15 and max(waiting) <= 2 * 2 + 1, waiting
