@@ -24,7 +24,8 @@ GPU = "nvidia.com/gpu"
 CLUSTERS = 50
 QUEUES = 100
 ENTRIES_PER_JOB = 11.0  # measured on small runs: inputs + decisions per job
-VERSION = 1  # bump when the generator changes, so an old cache is not reused
+VERSION = 2  # bump when the generator or the core's decisions change, so an old cache is not reused
+# (v1 logs were made before the preemption changes of 03:36-04:29 on 2026-11-25: they no longer verify)
 
 POLICY = ev.PolicyLoaded(
     profiles=[

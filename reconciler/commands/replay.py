@@ -34,6 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(or when the log's plugins are missing or other versions here)",
     )
     parser.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N",
+        help="with --verify: recompute on N processes, the log cut at decision batches "
+        "(each cut's state checked against the verified fold before it; default 1)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         help="replay the outside inputs under this policy (config, policy or profile YAML) and compare",
@@ -54,6 +62,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
 
 
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (give 1, 2, ...)") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: give at least 1 process")
+    return n
+
+
 @friendly_errors("replay")
 async def run_async(args: argparse.Namespace) -> int:
     from eventlog import codec
@@ -70,6 +88,13 @@ async def run_async(args: argparse.Namespace) -> int:
         until_seq, until_ms = parse_until(args.until) if args.until else (None, None)
     except ValueError as err:
         print(f"kdispatch replay: {err}", file=sys.stderr)
+        return 2
+    if args.workers > 1 and (not args.verify or args.profile or args.queues):
+        what = "--profile" if args.profile else "--queues" if args.queues else "without --verify"
+        print(
+            f"kdispatch replay: --workers spreads --verify over processes; it does not go {what}",
+            file=sys.stderr,
+        )
         return 2
     try:
         plugins = installed()
@@ -106,16 +131,29 @@ async def run_async(args: argparse.Namespace) -> int:
             # Plain rebuilds start from the latest snapshot; --verify must recompute from seq 1.
             state, snap_seq, _, _ = await load_snapshot(source.snapshots, at_or_before=total, plugins=plugins)
             from_seq = snap_seq + 1
-        result = await replay(
-            source.reader,
-            state=state,
-            from_seq=from_seq,
-            until_seq=until_seq,
-            until_ms=until_ms,
-            verify=args.verify,
-            progress=Progress(total=max(total - from_seq + 1, 0), enabled=not args.quiet),
-            plugins=plugins,
-        )
+        progress = Progress(total=max(total - from_seq + 1, 0), enabled=not args.quiet)
+        if args.verify and args.workers > 1:
+            from reconciler.history import parallel
+
+            result = await parallel.verify(
+                source.reader,
+                workers=args.workers,
+                until_seq=until_seq,
+                until_ms=until_ms,
+                progress=progress,
+                plugins=plugins,
+            )
+        else:
+            result = await replay(
+                source.reader,
+                state=state,
+                from_seq=from_seq,
+                until_seq=until_seq,
+                until_ms=until_ms,
+                verify=args.verify,
+                progress=progress,
+                plugins=plugins,
+            )
     out = sys.stdout
     if args.verify and result.plugin_problems:
         if args.json:

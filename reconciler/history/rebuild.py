@@ -8,6 +8,7 @@ or before the bound and folds the log after it.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -89,6 +90,19 @@ async def load_snapshot(
     return state, seq, at_ms, policy
 
 
+def restore(raw: bytes, *, plugins: core.Registry) -> core.State:
+    """``core.load_state`` with the garbage collector paused. Decoding a snapshot builds a tree
+    of objects per job, all alive afterwards; the collector would scan the growing heap again
+    and again while it does (at 18,000 jobs the restore took 4-8 times as long with it on)."""
+    if not gc.isenabled():
+        return core.load_state(raw, plugins=plugins)
+    gc.disable()
+    try:
+        return core.load_state(raw, plugins=plugins)
+    finally:
+        gc.enable()
+
+
 async def _load_snapshot(
     snapshots: SnapshotStore | None, *, at_or_before: int, plugins: PluginSet | None
 ) -> tuple[core.State, int, int, ev.PolicyLoaded | None, ev.QueuesConfigured | None]:
@@ -99,7 +113,7 @@ async def _load_snapshot(
             seq, data = found
             try:
                 snap = decode_snapshot(data)
-                state = core.load_state(snap.state, plugins=registry)
+                state = restore(snap.state, plugins=registry)
                 return state, snap.seq, snap.at_ms, snap.policy, snap.queues
             except Exception as err:  # a snapshot from another version is a cache miss, not a failure
                 log.warning("snapshot_unusable", seq=seq, error=str(err))

@@ -23,22 +23,29 @@ ShareKey = tuple[bool, Fraction, str]
 OrderKey = tuple[bool, float, Fraction | int, str]
 
 
+def dominant(usage: Usage, node: int, fleet: Resources) -> tuple[int, int]:
+    """The node's dominant share as (numerator, denominator), not reduced: the largest used/cap
+    over resources, found by cross-multiplying (a ``Fraction`` per resource cost more than the
+    tournament's comparisons)."""
+    num, den = 0, 1
+    for resource, used in usage.by_resource(node).items():
+        cap = fleet.get(resource, 0)
+        if cap > 0 and used > 0 and used * den > num * cap:
+            num, den = used, cap
+    return num, den
+
+
 def share(usage: Usage, node: int, fleet: Resources) -> Fraction:
     """Unweighted dominant share of the node (its subtree, for a cohort)."""
-    best = Fraction(0)
-    for resource, used in sorted(usage.by_resource(node).items()):
-        cap = fleet.get(resource, 0)
-        if cap > 0 and used > 0:
-            best = max(best, Fraction(used, cap))
-    return best
+    return Fraction(*dominant(usage, node, fleet))
 
 
 def weighted(usage: Usage, node: int, fleet: Resources) -> ShareKey:
     n = usage.tree.nodes[node]
-    raw = share(usage, node, fleet)
+    num, den = dominant(usage, node, fleet)
     if n.weight_milli <= 0:
-        return (True, raw, n.name)
-    return (False, raw * 1000 / n.weight_milli, n.name)
+        return (True, Fraction(num, den), n.name)
+    return (False, Fraction(num * 1000, den * n.weight_milli), n.name)
 
 
 def order_key(key: ShareKey) -> OrderKey:
@@ -58,26 +65,44 @@ class Tournament:
             for a in tree.ancestors(q):
                 self.count[a] += 1
         self._keys: dict[int, tuple[int, OrderKey]] = {}
+        self._exact: dict[tuple[int, int], Fraction] = {}
 
     def key(self, node: int) -> OrderKey:
         version = self.usage.version[node]
         cached = self._keys.get(node)
         if cached is not None and cached[0] == version:
             return cached[1]
-        k = order_key(weighted(self.usage, node, self.fleet))
+        zero, approx, exact, name = k = order_key(weighted(self.usage, node, self.fleet))
+        if isinstance(exact, Fraction):
+            # Equal shares as one object: on a tie of floats the tuple comparison then stops at
+            # identity instead of calling Fraction.__eq__ (queues with equal usage tie often).
+            exact = self._exact.setdefault((exact.numerator, exact.denominator), exact)
+            k = (zero, approx, exact, name)
         self._keys[node] = (version, k)
         return k
 
     def pick(self) -> int | None:
+        """From the roots down, the child with the lowest key among those still active (the first
+        of equal keys, as ``min``)."""
         tree = self.usage.tree
-        level = [r for r in tree.roots if self.count[r]]
-        while level:
-            best = min(level, key=self.key)
-            node = tree.nodes[best]
-            if node.is_queue:
+        count, keys, versions = self.count, self._keys, self.usage.version
+        level = tree.roots
+        while True:
+            best: int | None = None
+            best_key: OrderKey | None = None
+            for node in level:
+                if not count[node]:
+                    continue
+                cached = keys.get(node)
+                k = cached[1] if cached is not None and cached[0] == versions[node] else self.key(node)
+                if best_key is None or k < best_key:
+                    best, best_key = node, k
+            if best is None:
+                return None
+            n = tree.nodes[best]
+            if n.is_queue:
                 return best
-            level = [c for c in node.children if self.count[c]]
-        return None
+            level = n.children
 
     def retire(self, queue: int) -> None:
         for a in self.usage.tree.ancestors(queue):

@@ -88,21 +88,28 @@ def keep_priority_victims(s: Scratch, job: JobRecord, pool: RunningPool, eligibl
         usage.usage[q][col] + amount <= tree.nodes[q].nominal[col] for col, amount in need or []
     )
     verdicts: dict[tuple[int, int], bool] = {}
-    for row in np.flatnonzero(eligible):
-        victim = s.state.jobs.get(pool.keys[int(row)])
-        charge = s.charge_of(victim) if victim is not None else None
-        if victim is None or charge is None or charge.cluster_queue not in tree.queue:
+    # Once per running job on a candidate cluster, for every preemptor tried: plain lookups only
+    # (the pool row's key is the job's key; its charge as ``Scratch.charge_of`` reads it).
+    jobs, charges, keys, queue_index = s.state.jobs, s.charges, pool.keys, tree.queue
+    for row in np.flatnonzero(eligible).tolist():
+        key = keys[row]
+        victim = jobs.get(key)
+        if victim is None:
             continue
-        vq = tree.queue[charge.cluster_queue]
-        if vq == q:
+        charge = charges.get(key, victim.charge)
+        if charge is None:
+            continue
+        vq = queue_index.get(charge.cluster_queue)
+        if vq is None or vq == q:
             continue
         memo = (vq, victim.priority)
-        if memo not in verdicts:
-            verdicts[memo] = (
+        verdict = verdicts.get(memo)
+        if verdict is None:
+            verdict = verdicts[memo] = (
                 isinstance(q, int)
                 and need is not None
                 and tree.root_of(vq) == root
                 and allowed(usage, job, victim, q=q, vq=vq, cols=cols, within_nominal=within_nominal, policy=policy)
             )
-        if not verdicts[memo]:
+        if not verdict:
             eligible[row] = False

@@ -68,7 +68,11 @@ class QueueTree:
         return out
 
     def root_of(self, node: int) -> int:
-        return self.ancestors(node)[-1]
+        nodes = self.nodes
+        parent = nodes[node].parent
+        while parent is not None:  # ancestors()[-1], without the list (called per victim looked at)
+            node, parent = parent, nodes[parent].parent
+        return node
 
     def queues_under(self, node: int) -> list[int]:
         n = self.nodes[node]
