@@ -7,15 +7,18 @@ from msgspec import Struct, field
 from eventlog.events import JobRef, Placement, PodSet, Resources
 from reconciler.core import phases
 
+# Records are plain data with no reference cycles (``gc=False``: the collector never scans
+# them, which matters with a million of them); defaults are left out of snapshots.
 
-class Copy(Struct, kw_only=True):
+
+class Copy(Struct, kw_only=True, gc=False):
     cluster: str
     attempt: int
     state: str = phases.COPY_NOMINATED
     counted: bool = False  # its demand is in the cluster's assumed usage
 
 
-class Report(Struct, kw_only=True):
+class Report(Struct, kw_only=True, gc=False):
     """A worker fact waiting for ``decide`` to act on it."""
 
     kind: str  # "finished" | "evicted" | "rejected" | "gone"
@@ -44,7 +47,7 @@ class Claim(Struct, kw_only=True):
         return False
 
 
-class Charge(Struct, kw_only=True):
+class Charge(Struct, kw_only=True, gc=False):
     """The quota a job holds (tenancy): charged once from its nomination until it is released,
     kept on the record so the release is exactly what was charged."""
 
@@ -56,7 +59,11 @@ class Charge(Struct, kw_only=True):
         return {resource: flavor for flavor, resource, _ in self.amounts}
 
 
-class JobRecord(Struct, kw_only=True):
+class JobRecord(Struct, kw_only=True, gc=False, omit_defaults=True):
+    """What the log says about one job. The spec parts (``pod_sets`` to ``spec_key``,
+    ``placement``) are shared with every job of the same spec (``reconciler.core.intern``):
+    replace them, never edit them in place."""
+
     ref: JobRef
     pod_sets: list[PodSet]
     demand: Resources
@@ -93,10 +100,13 @@ class JobRecord(Struct, kw_only=True):
     queue: str | None = None
     cluster_queue: str | None = None
     charge: Charge | None = None
+    # ``ref.key``, made once: every index of the state (jobs, waiting, pending, ...) holds this
+    # one string instead of its own copy. Derived; an older snapshot without it gets it here.
+    key: str = ""
 
-    @property
-    def key(self) -> str:
-        return f"{self.ref.namespace}/{self.ref.name}"
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = self.ref.key
 
     def copy(self, cluster: str, attempt: int) -> Copy | None:
         return find_copy(self.copies, cluster, attempt)

@@ -104,7 +104,7 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
         state.clusters.upsert(record)
     state.clusters.build()
     for job in snap.jobs:
-        state.jobs[job.key] = job
+        state.jobs[job.key] = state.interned.record(job)
         for copy in job.copies:
             state.by_cluster.setdefault(copy.cluster, {})[job.key] = None
         if job.phase == phases.PLACED and job.cluster is not None and job.cluster in state.clusters.index:
