@@ -70,7 +70,7 @@ def _batch_closes(state: State) -> None:
         state.pending.pop(key, None)
         job = state.jobs.get(key)
         if job is not None:
-            job.reports.clear()
+            job.reports = ()
             job.spec_changed = False
     state.open_batch = None
     state.open_freed = []
@@ -273,14 +273,14 @@ def _report(kind: str) -> Callable[[State, Any], None]:
         job = _job(state, e.job)
         if job is None or not transitions.apply(job, e, state):
             return
-        job.reports.append(
+        job.reports += (
             Report(
                 kind=kind,
                 cluster=e.cluster,
                 attempt=e.attempt,
                 succeeded=getattr(e, "succeeded", True),
                 reason=getattr(e, "reason", ""),
-            )
+            ),
         )
         state.mark(job.key)
 

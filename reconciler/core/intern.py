@@ -91,7 +91,10 @@ def _probe_spec() -> tuple[Hashable, Spec]:
 
 
 class Interner:
-    def __init__(self) -> None:
+    """``enabled=False`` keeps every object as it came (bench/memory.py's baseline)."""
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
         self._specs: _Table[Spec] = _Table(lambda s: s.spec_key, _probe_spec)
         self._placements: _Table[Placement] = _Table(_itself, lambda: (_fresh("placement"), Placement()))
         self._pod_sets: _Table[tuple[list[PodSet], Resources]] = _Table(
@@ -103,7 +106,7 @@ class Interner:
         self._purge_at = FIRST_PURGE
 
     def __len__(self) -> int:
-        return sum(map(len, self._tables))
+        return sum(len(table) for table in self._tables)
 
     def purge(self) -> None:
         """Drop what no record uses (specs first: they hold placements and pod sets)."""
@@ -116,6 +119,8 @@ class Interner:
             self.purge()
 
     def string(self, s: str) -> str:
+        if not self.enabled:
+            return s
         shared = self._strings.get(s, lambda: s)
         self._grown()
         return shared
@@ -135,6 +140,8 @@ class Interner:
     def spec(self, ref: JobRef, placement: Placement, pod_sets: Sequence[PodSet], queue: str | None) -> Spec:
         pods = list(pod_sets)
         key = spec_key(ref, placement, pods, queue)
+        if not self.enabled:
+            return Spec(placement=placement, pod_sets=pods, demand=gang_demand(pods), spec_key=key)
         spec = self._specs.get(key, lambda: self._new_spec(key, placement, pods))
         self._grown()
         return spec
@@ -146,6 +153,8 @@ class Interner:
 
     def reasons(self, reasons: dict[str, int]) -> dict[str, int]:
         """An ``Unschedulable`` summary, shared."""
+        if not self.enabled:
+            return dict(reasons)
         shared = self._reasons.get(
             tuple(reasons.items()), lambda: {self.string(k): n for k, n in reasons.items()}
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from msgspec import Struct, field
 
 from eventlog.events import JobRef, Placement, PodSet, Resources
@@ -89,8 +91,10 @@ class JobRecord(Struct, kw_only=True, gc=False, omit_defaults=True):
     not_before_ms: int | None = None
     last_reason: str = ""
     unschedulable: dict[str, int] | None = None  # last reported summary (not re-emitted if equal)
-    copies: list[Copy] = field(default_factory=list)
-    reports: list[Report] = field(default_factory=list)
+    # Tuples, replaced rather than edited: almost every record has none, and an empty tuple,
+    # unlike an empty list, is one shared object.
+    copies: tuple[Copy, ...] = ()
+    reports: tuple[Report, ...] = ()
     spec_changed: bool = False
     evicting_for: str | None = None  # preemptor key while an Evict is outstanding
     succeeded: bool | None = None
@@ -112,7 +116,7 @@ class JobRecord(Struct, kw_only=True, gc=False, omit_defaults=True):
         return find_copy(self.copies, cluster, attempt)
 
 
-def find_copy(copies: list[Copy], cluster: str, attempt: int) -> Copy | None:
+def find_copy(copies: Sequence[Copy], cluster: str, attempt: int) -> Copy | None:
     for c in copies:
         if c.cluster == cluster and c.attempt == attempt:
             return c

@@ -47,8 +47,16 @@ class Snapshot(Struct, kw_only=True):
     open_quota_freed: list[str] = []
 
 
+class _Loading(Snapshot, kw_only=True):
+    """The same snapshot, its jobs left encoded: each is decoded and interned in turn, so a load
+    never holds every job's own copy of its spec at once (the peak RSS of a restore)."""
+
+    jobs: list[msgspec.Raw]  # type: ignore[assignment]
+
+
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Snapshot)
+_decoder = msgspec.msgpack.Decoder(_Loading)
+_job_decoder = msgspec.msgpack.Decoder(JobRecord)
 
 
 class SnapshotError(ValueError):
@@ -103,8 +111,12 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
     for record in snap.clusters:
         state.clusters.upsert(record)
     state.clusters.build()
-    for job in snap.jobs:
-        state.jobs[job.key] = state.interned.record(job)
+    for i, raw in enumerate(snap.jobs):
+        try:
+            job = state.interned.record(_job_decoder.decode(raw))
+        except msgspec.DecodeError as err:
+            raise SnapshotError(f"not a kdispatch core snapshot: {err} (in $.jobs[{i}])") from None
+        state.jobs[job.key] = job
         for copy in job.copies:
             state.by_cluster.setdefault(copy.cluster, {})[job.key] = None
         if job.phase == phases.PLACED and job.cluster is not None and job.cluster in state.clusters.index:

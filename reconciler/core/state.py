@@ -180,7 +180,7 @@ class State:
         copy = job.copy(cluster, attempt)
         if copy is None:
             copy = Copy(cluster=cluster, attempt=attempt, state=state)
-            job.copies.append(copy)
+            job.copies = (*job.copies, copy)
             self.by_cluster.setdefault(cluster, {})[job.key] = None
         else:
             copy.state = state
@@ -188,7 +188,7 @@ class State:
 
     def drop_copy(self, job: JobRecord, copy: Copy) -> None:
         self.uncount(job, copy)
-        job.copies.remove(copy)
+        job.copies = tuple(c for c in job.copies if c is not copy)
         if not any(c.cluster == copy.cluster for c in job.copies):
             self.by_cluster.get(copy.cluster, {}).pop(job.key, None)
 
