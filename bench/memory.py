@@ -22,7 +22,8 @@ Rows:
 - ``baseline code``: with ``--baseline-code DIR``, the same fold with the reconciler and eventlog
   of another checkout (e.g. the commit before the change), and its restore.
 
-``--trace`` adds a tracemalloc run of ``interned`` (and of ``interning off``) and prints the top
+``--service`` adds what a leader holds besides the core state: the web API's rows of every job and
+a snapshot on its way to the store. ``--trace`` adds a tracemalloc run of ``interned`` (and of ``interning off``) and prints the top
 allocation sites by line. The last line is the headline figure.
 """
 
@@ -162,10 +163,32 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         out.update(jobs=len(events), pending=len(events))
         return out
     out.update(jobs=len(state.jobs) - WARM_JOBS, pending=_pending(state))
+    if args.service:
+        out.update(service(state))
     if args.snapshot:
         Path(args.snapshot).write_bytes(core.dump_state(state))
         out["snapshot_bytes"] = Path(args.snapshot).stat().st_size
     return out
+
+
+def service(state: Any) -> dict[str, int]:
+    """What a leader holds besides the core state: the web API's rows of every job (made on the
+    first request, kept until the next refresh) and a snapshot on its way to the store (the
+    core's dump and the stored object, both alive while it uploads)."""
+    from reconciler import core
+    from reconciler.history.rebuild import Snapshot, encode_snapshot
+    from reconciler.service.web.api import ViewSource
+
+    before = settled_rss()
+    board = ViewSource(state=lambda: state).board(state)
+    made = {"board": settled_rss() - before}
+    del board
+    before = settled_rss()
+    dump = core.dump_state(state)
+    stored = encode_snapshot(Snapshot(seq=state.seq, at_ms=state.now_ms, state=dump))
+    made["snapshot_peak"] = settled_rss() - before
+    made["snapshot_stored"] = len(stored)
+    return made
 
 
 def _pending(state: Any) -> int:
@@ -182,6 +205,7 @@ def run_child(
     argv += ["--clusters", str(args.clusters), "--queues", str(args.queues), "--cohorts", str(args.cohorts)]
     argv += ["--batch", str(args.batch), "--top", str(args.top)]
     argv += [*(["--trace"] if trace else []), *(["--snapshot", snapshot] if snapshot else [])]
+    argv += ["--service"] if args.service and mode == "on" else []
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run(argv, env=env, cwd=code, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -221,6 +245,11 @@ def main() -> None:
         "--trace", action="store_true", help="also tracemalloc runs, with the top allocation sites"
     )
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument(
+        "--service",
+        action="store_true",
+        help="also what a leader holds besides the core state (web rows, a snapshot)",
+    )
     parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "child":
@@ -246,6 +275,13 @@ def main() -> None:
         print(
             f"  snapshot: {on['snapshot_bytes'] / max(1, on['jobs'] + WARM_JOBS):,.0f} B per job", flush=True
         )
+        if args.service:
+            print(
+                f"  besides the core (leader): web API rows {per_job(on, 'board'):,.0f} B/job while kept; "
+                f"a snapshot being stored {per_job(on, 'snapshot_peak'):,.0f} B/job of RSS while it uploads "
+                f"(stored object {per_job(on, 'snapshot_stored'):,.0f} B/job)",
+                flush=True,
+            )
         if args.baseline_code:
             old = run_child(args, "on", code=args.baseline_code, snapshot=f"{tmp}/old.snap")
             show_row("baseline code", old, base)
