@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     def through_log(entry: ev.LogEntry) -> ev.LogEntry:
         return codec.decode_entry(codec.encode(entry))
 
-    def step(inputs: list[ev.InputEvent]) -> list[ev.DecisionEvent]:
+    def step(inputs: Sequence[ev.InputEvent]) -> list[ev.DecisionEvent]:
         nonlocal seq, now
         now += 1
         framed, _ = input_entries(
@@ -113,7 +114,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             seq = framed[-1].seq
         return decisions
 
-    def step_and_admit(inputs: list[ev.InputEvent]) -> None:
+    def step_and_admit(inputs: Sequence[ev.InputEvent]) -> None:
         decisions = step(inputs)
         while acks := [
             ack

@@ -102,7 +102,15 @@ class Interner:
         )
         self._reasons: _Table[dict[str, int]] = _Table(_itself, lambda: (_fresh("reasons"), {}))
         self._strings: _Table[str] = _Table(_itself, lambda: (s := _fresh("string"), s))
-        self._tables = (self._specs, self._placements, self._pod_sets, self._reasons, self._strings)
+        self._numbers: _Table[int] = _Table(_itself, lambda: (n := 10**30 + len(_fresh("number")), n))
+        self._tables = (
+            self._specs,
+            self._placements,
+            self._pod_sets,
+            self._reasons,
+            self._strings,
+            self._numbers,
+        )
         self._purge_at = FIRST_PURGE
 
     def __len__(self) -> int:
@@ -174,4 +182,7 @@ class Interner:
             job.unschedulable = self.reasons(job.unschedulable)
         job.last_reason = self.string(job.last_reason)
         job.phase = self.string(job.phase)
+        at_ms = job.submitted_at_ms
+        if at_ms is not None:  # jobs submitted in one batch: one time, one int
+            job.submitted_at_ms = self._numbers.get(at_ms, lambda: at_ms)
         return job

@@ -131,11 +131,16 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
             )
             if job.evicting_for:
                 state.pool.set_evicting(job.key)
+    def own(key: str) -> str:
+        """The record's own key string for a key decoded again (one string per job, not one per index)."""
+        job = state.jobs.get(key)
+        return job.key if job is not None else key
+
     state.claims = {c.preemptor: c for c in snap.claims}
-    state.pending = dict.fromkeys(snap.pending)
+    state.pending = dict.fromkeys(map(own, snap.pending))
     state.help = snap.help
-    state.waiting = dict.fromkeys(snap.waiting)
-    state.timers = [tuple(t) for t in snap.timers]  # type: ignore[misc]
+    state.waiting = dict.fromkeys(map(own, snap.waiting))
+    state.timers = [(at_ms, own(key)) for at_ms, key in snap.timers]
     state.last_was_decision = snap.last_was_decision
     state.open_batch = (list(snap.open_batch[0]), snap.open_batch[1]) if snap.open_batch else None
     state.unsubmitted = dict(snap.unsubmitted)

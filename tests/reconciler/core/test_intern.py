@@ -49,6 +49,8 @@ def test_a_restored_state_shares_too_and_dumps_the_same() -> None:
     a, b = restored.jobs["team/a"], restored.jobs["team/b"]
     assert a.pod_sets is b.pod_sets and a.spec_key is b.spec_key and a.placement is b.placement
     assert a.key == "team/a" and a.key is next(iter(restored.jobs))
+    # The indexes hold the record's own key, not a string decoded again, and one time per batch.
+    assert next(iter(restored.waiting)) is a.key and a.submitted_at_ms is b.submitted_at_ms
     assert dump_state(restored) == raw
 
 
