@@ -164,8 +164,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         out.update(jobs=len(events), pending=len(events))
         return out
     out.update(jobs=len(state.jobs) - WARM_JOBS, pending=_pending(state))
-    if args.service:
-        out.update(service(state))
+    if args.service:  # these cover every job of the state, the warm-up's too
+        out.update(service(state), service_jobs=len(state.jobs))
     if args.snapshot:
         Path(args.snapshot).write_bytes(core.dump_state(state))
         out["snapshot_bytes"] = Path(args.snapshot).stat().st_size
@@ -189,7 +189,30 @@ def service(state: Any) -> dict[str, int]:
     stored = encode_snapshot(Snapshot(seq=state.seq, at_ms=state.now_ms, state=dump))
     made["snapshot_peak"] = settled_rss() - before
     made["snapshot_stored"] = len(stored)
+    del dump, stored
+    made["actuator"] = actuator_projection(state)
     return made
+
+
+def actuator_projection(state: Any) -> int:
+    """RSS of the actuator's projection (``clusters.desired.Desired``, in the leader's process
+    unless ``serve --no-actuator``) of the state's jobs, each submitted with bench/sizing.py's
+    manifest (Kueue's sample Job, as the webhook admits it): it keeps every job's spec and
+    manifest until the job ends, pending ones included."""
+    from sizing import _manifest
+
+    from eventlog import codec
+    from eventlog import events as ev
+    from reconciler.service.clusters.desired import Desired
+
+    manifest = _manifest(0)  # each job decodes its own copy below, as from the log
+    desired = Desired()
+    before = settled_rss()
+    for seq, job in enumerate(state.jobs.values(), start=1):
+        submitted = ev.JobSubmitted(job=job.ref, pod_sets=job.pod_sets, queue=job.queue, manifest=manifest)
+        entry = ev.LogEntry(seq=seq, at_ms=seq, event=submitted)
+        desired.fold(codec.decode_entry(codec.encode(entry)))
+    return settled_rss() - before
 
 
 def _pending(state: Any) -> int:
@@ -215,8 +238,8 @@ def run_child(
     return result
 
 
-def per_job(result: dict[str, Any], key: str) -> float:
-    return float(result[key]) / max(1, int(result["jobs"]))
+def per_job(result: dict[str, Any], key: str, jobs: str = "jobs") -> float:
+    return float(result[key]) / max(1, int(result[jobs]))
 
 
 def show_row(name: str, result: dict[str, Any], base: float | None) -> None:
@@ -278,9 +301,10 @@ def main() -> None:
         )
         if args.service:
             print(
-                f"  besides the core (leader): web API rows {per_job(on, 'board'):,.0f} B/job while kept; "
-                f"a snapshot being stored {per_job(on, 'snapshot_peak'):,.0f} B/job of RSS while it uploads "
-                f"(stored object {per_job(on, 'snapshot_stored'):,.0f} B/job)",
+                f"  besides the core (leader): web API rows {per_job(on, 'board', 'service_jobs'):,.0f} B/job while kept; "
+                f"a snapshot being stored {per_job(on, 'snapshot_peak', 'service_jobs'):,.0f} B/job of RSS while it uploads "
+                f"(stored object {per_job(on, 'snapshot_stored', 'service_jobs'):,.0f} B/job); the actuator's projection with "
+                f"Kueue's sample Job as manifest {per_job(on, 'actuator', 'service_jobs'):,.0f} B/job",
                 flush=True,
             )
         if args.baseline_code:
