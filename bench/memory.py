@@ -1,13 +1,16 @@
 """Bytes per pending job: the core's state after folding N fleet-shaped jobs, against baselines
 measured in the same run.
 
-    .venv/bin/python bench/memory.py [--jobs 100000] [--clusters 1000] [--baseline-code DIR] [--trace]
+    .venv/bin/python bench/memory.py [--jobs 100000] [--clusters 1000] [--baseline-code DIR] [--service] [--trace]
+
+``--baseline-code DIR`` is a checkout's root, e.g. the commit before a change:
+``git archive COMMIT | tar -x -C /tmp/base``.
 
 Each figure comes from its own child process (RSS does not shrink when Python frees, so one
 process cannot measure two states). A child registers the clusters, folds a warm-up of 2,000
 jobs, reads its RSS, then folds ``--jobs`` more and reads it again: the difference divided by the
 jobs is the figure. Jobs are bench/fleet.py's (a handful of templates over 100 ClusterQueues in
-10 cohorts, quota tight: about 96 % stay pending). Every entry is encoded and decoded before it
+10 cohorts, quota tight: about 98 % stay pending). Every entry is encoded and decoded before it
 is folded, as a leader or a standby reads it from the log, so no two jobs share an object unless
 the core makes them. Each batch of 1,000 is folded and decided, nominations answered as an idle
 worker would, as bench/fleet.py's builder does.
@@ -22,9 +25,10 @@ Rows:
 - ``baseline code``: with ``--baseline-code DIR``, the same fold with the reconciler and eventlog
   of another checkout (e.g. the commit before the change), and its restore.
 
-``--service`` adds what a leader holds besides the core state: the web API's rows of every job and
-a snapshot on its way to the store. ``--trace`` adds a tracemalloc run of ``interned`` (and of ``interning off``) and prints the top
-allocation sites by line. The last line is the headline figure.
+``--service`` adds what a leader holds besides the core state: the web API's rows of every job, a
+snapshot on its way to the store, and the actuator's projection of the jobs (with Kueue's sample
+Job as every job's manifest). ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
+off`` and prints their top allocation sites by line. The last line is the headline figure.
 """
 
 from __future__ import annotations
