@@ -52,8 +52,14 @@ class _Table(Generic[T]):
     value records point to) has no more references than a fresh ``probe`` entry of the same
     shape that nothing else uses. Reference counts decide only what stays cached, never a value."""
 
-    def __init__(self, witness: Callable[[T], object], probe: Callable[[], tuple[Hashable, T]]) -> None:
+    def __init__(
+        self,
+        witness: Callable[[T], object],
+        probe: Callable[[], tuple[Hashable, T]],
+        grew: Callable[[], None],
+    ) -> None:
         self.entries: dict[Hashable, T] = {}
+        self._grew = grew
         self._witness = witness
         self._probe = probe
 
@@ -61,6 +67,7 @@ class _Table(Generic[T]):
         value = self.entries.get(key)
         if value is None:
             value = self.entries[key] = make()
+            self._grew()
         return value
 
     def purge(self) -> None:
@@ -95,14 +102,18 @@ class Interner:
 
     def __init__(self, *, enabled: bool = True) -> None:
         self.enabled = enabled
-        self._specs: _Table[Spec] = _Table(lambda s: s.spec_key, _probe_spec)
-        self._placements: _Table[Placement] = _Table(_itself, lambda: (_fresh("placement"), Placement()))
-        self._pod_sets: _Table[tuple[list[PodSet], Resources]] = _Table(
-            lambda p: p[0], lambda: (_fresh("pods"), ([], {}))
+        self._specs: _Table[Spec] = _Table(lambda s: s.spec_key, _probe_spec, self._added)
+        self._placements: _Table[Placement] = _Table(
+            _itself, lambda: (_fresh("placement"), Placement()), self._added
         )
-        self._reasons: _Table[dict[str, int]] = _Table(_itself, lambda: (_fresh("reasons"), {}))
-        self._strings: _Table[str] = _Table(_itself, lambda: (s := _fresh("string"), s))
-        self._numbers: _Table[int] = _Table(_itself, lambda: (n := 10**30 + len(_fresh("number")), n))
+        self._pod_sets: _Table[tuple[list[PodSet], Resources]] = _Table(
+            lambda p: p[0], lambda: (_fresh("pods"), ([], {})), self._added
+        )
+        self._reasons: _Table[dict[str, int]] = _Table(_itself, lambda: (_fresh("reasons"), {}), self._added)
+        self._strings: _Table[str] = _Table(_itself, lambda: (s := _fresh("string"), s), self._added)
+        self._numbers: _Table[int] = _Table(
+            _itself, lambda: (n := 10**30 + len(_fresh("number")), n), self._added
+        )
         self._tables = (
             self._specs,
             self._placements,
@@ -111,7 +122,8 @@ class Interner:
             self._strings,
             self._numbers,
         )
-        self._purge_at = FIRST_PURGE
+        self._new = 0  # entries made since the last purge
+        self._purge_after = FIRST_PURGE
 
     def __len__(self) -> int:
         return sum(len(table) for table in self._tables)
@@ -120,17 +132,18 @@ class Interner:
         """Drop what no record uses (specs first: they hold placements and pod sets)."""
         for table in self._tables:
             table.purge()
-        self._purge_at = max(FIRST_PURGE, 2 * len(self))
+        self._new = 0
+        self._purge_after = max(FIRST_PURGE, len(self))  # again once the tables have doubled
 
-    def _grown(self) -> None:
-        if len(self) >= self._purge_at:
+    def _added(self) -> None:
+        self._new += 1
+        if self._new >= self._purge_after:
             self.purge()
 
     def string(self, s: str) -> str:
         if not self.enabled:
             return s
         shared = self._strings.get(s, lambda: s)
-        self._grown()
         return shared
 
     def optional(self, s: str | None) -> str | None:
@@ -151,7 +164,6 @@ class Interner:
         if not self.enabled:
             return Spec(placement=placement, pod_sets=pods, demand=gang_demand(pods), spec_key=key)
         spec = self._specs.get(key, lambda: self._new_spec(key, placement, pods))
-        self._grown()
         return spec
 
     def _new_spec(self, key: bytes, placement: Placement, pods: list[PodSet]) -> Spec:
@@ -166,7 +178,6 @@ class Interner:
         shared = self._reasons.get(
             tuple(reasons.items()), lambda: {self.string(k): n for k, n in reasons.items()}
         )
-        self._grown()
         return shared
 
     def record(self, job: JobRecord) -> JobRecord:

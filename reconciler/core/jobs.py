@@ -61,19 +61,23 @@ class Charge(Struct, kw_only=True, gc=False):
         return {resource: flavor for flavor, resource, _ in self.amounts}
 
 
+NO_PLACEMENT = Placement()
+
+
 class JobRecord(Struct, kw_only=True, gc=False, omit_defaults=True):
     """What the log says about one job. The spec parts (``pod_sets`` to ``spec_key``,
     ``placement``) are shared with every job of the same spec (``reconciler.core.intern``):
     replace them, never edit them in place."""
 
     ref: JobRef
-    pod_sets: list[PodSet]
-    demand: Resources
-    spec_key: bytes  # placement, pod sets, namespace and queue: jobs with equal keys get equal verdicts
+    # Defaults only for snapshots, which keep each spec once (``reconciler.core.snapshot``).
+    pod_sets: list[PodSet] = field(default_factory=list)
+    demand: Resources = field(default_factory=dict)
+    spec_key: bytes = b""  # placement, pod sets, namespace and queue: jobs with equal keys get equal verdicts
     event_priority: int = 0
     priority_class: str | None = None
     priority: int = 0
-    placement: Placement = field(default_factory=Placement)
+    placement: Placement = NO_PLACEMENT  # frozen: one shared default
     submitted_seq: int = 0
     submitted_at_ms: int | None = None  # sequencing time of the submission (wait-time metrics)
     phase: str = phases.QUEUED

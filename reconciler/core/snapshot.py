@@ -8,19 +8,22 @@ from __future__ import annotations
 import msgspec
 from msgspec import Struct
 
-from eventlog.events import PolicyLoaded, QueuesConfigured
+from eventlog.events import Placement, PodSet, PolicyLoaded, QueuesConfigured
 from reconciler.core import phases
 from reconciler.core.clusters import ClusterRecord
 from reconciler.core.framework.registry import Registry
-from reconciler.core.jobs import Claim, JobRecord
+from reconciler.core.jobs import NO_PLACEMENT, Claim, JobRecord
 from reconciler.core.plugins import BUILTINS
 from reconciler.core.state import State
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2: each distinct spec written once (``specs``); version 1 still loads
+_V1 = 1
 
 
 class Snapshot(Struct, kw_only=True):
-    version: int = SNAPSHOT_VERSION
+    """Version 1: every job with its own spec (what dump_state wrote before version 2)."""
+
+    version: int = _V1
     seq: int
     now_ms: int
     policy: PolicyLoaded | None
@@ -48,15 +51,64 @@ class Snapshot(Struct, kw_only=True):
 
 
 class _Loading(Snapshot, kw_only=True):
-    """The same snapshot, its jobs left encoded: each is decoded and interned in turn, so a load
-    never holds every job's own copy of its spec at once (the peak RSS of a restore)."""
+    """A version 1 snapshot, its jobs left encoded: each is decoded and interned in turn, so a
+    load never holds every job's own copy of its spec at once (the peak RSS of a restore)."""
 
     jobs: list[msgspec.Raw]  # type: ignore[assignment]
 
 
+class SpecEntry(Struct, array_like=True, gc=False):
+    """What jobs of one spec share, written once; a job's demand and spec key are derived."""
+
+    placement: Placement
+    pod_sets: list[PodSet]
+
+
+class SnapshotV2(Struct, kw_only=True):
+    """Version 2: the distinct specs once, each job with the index of its own (``job_specs``,
+    in ``jobs`` order) and without the spec's fields. ``jobs`` comes last: ``dump_state``
+    writes it one job at a time after the rest, so no second copy of the records is made."""
+
+    version: int = SNAPSHOT_VERSION
+    seq: int
+    now_ms: int
+    policy: PolicyLoaded | None
+    policy_override: PolicyLoaded | None
+    resources: list[str]
+    clusters: list[ClusterRecord]
+    claims: list[Claim]
+    pending: list[str]
+    help: bool
+    waiting: list[str]
+    timers: list[tuple[int, str]]
+    last_was_decision: bool
+    open_batch: tuple[list[str], bool] | None = None
+    unsubmitted: dict[str, str] = {}
+    freed: list[str] = []
+    open_freed: list[str] = []
+    placed_low: int | None = None
+    open_placed_low: int | None = None
+    unclaimed: int | None = None
+    open_unclaimed: int | None = None
+    queues: QueuesConfigured | None = None
+    quota_freed: list[str] = []
+    open_quota_freed: list[str] = []
+    specs: list[SpecEntry] = []
+    job_specs: list[int] = []
+    jobs: list[msgspec.Raw] = []
+
+
+class _Version(Struct):
+    version: int = _V1
+
+
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(_Loading)
+_exact = msgspec.msgpack.Encoder()  # the spec table's key: equal bytes, equal down to dict order
+_version_decoder = msgspec.msgpack.Decoder(_Version)
+_v1_decoder = msgspec.msgpack.Decoder(_Loading)
+_v2_decoder = msgspec.msgpack.Decoder(SnapshotV2)
 _job_decoder = msgspec.msgpack.Decoder(JobRecord)
+_JOBS_LAST = b"\xa4jobs\x90"  # the empty ``jobs`` array ending the encoded header
 
 
 class SnapshotError(ValueError):
@@ -64,15 +116,29 @@ class SnapshotError(ValueError):
 
 
 def dump_state(state: State) -> bytes:
-    return _encoder.encode(
-        Snapshot(
+    specs: list[SpecEntry] = []
+    job_specs: list[int] = []
+    by_objects: dict[tuple[int, int], int] = {}  # records of one spec share its objects (intern)
+    by_value: dict[bytes, int] = {}
+    for job in state.jobs.values():
+        objects = (id(job.placement), id(job.pod_sets))
+        index = by_objects.get(objects)
+        if index is None:
+            value = _exact.encode((job.placement, job.pod_sets))
+            index = by_value.get(value)
+            if index is None:
+                index = by_value[value] = len(specs)
+                specs.append(SpecEntry(placement=job.placement, pod_sets=job.pod_sets))
+            by_objects[objects] = index
+        job_specs.append(index)
+    header = _encoder.encode(
+        SnapshotV2(
             seq=state.seq,
             now_ms=state.now_ms,
             policy=state.policy,
             policy_override=state.policy_override,
             resources=list(state.clusters.resources.names),
             clusters=state.clusters.records,
-            jobs=list(state.jobs.values()),
             claims=list(state.claims.values()),
             pending=list(state.pending),
             help=state.help,
@@ -90,19 +156,36 @@ def dump_state(state: State) -> bytes:
             queues=state.queues,
             quota_freed=list(state.quota_freed),
             open_quota_freed=list(state.open_quota_freed),
+            specs=specs,
+            job_specs=job_specs,
         )
     )
+    assert header.endswith(_JOBS_LAST), "SnapshotV2.jobs must be its last field"
+    out = bytearray(header[:-1])
+    out += b"\xdd" + len(state.jobs).to_bytes(4, "big")  # array 32: the jobs, one at a time
+    replace = msgspec.structs.replace
+    for job in state.jobs.values():  # without the spec's fields: left out as defaults
+        bare = replace(job, placement=NO_PLACEMENT, pod_sets=[], demand={}, spec_key=b"")
+        _encoder.encode_into(bare, out, len(out))
+    return bytes(out)
 
 
 def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
     """The state a snapshot holds, its profiles compiled against ``plugins`` (not part of the
     snapshot: which plugins exist is the environment's, as for ``new_state``)."""
+    snap: _Loading | SnapshotV2
     try:
-        snap = _decoder.decode(raw)
+        version = _version_decoder.decode(raw).version
+        if version not in (_V1, SNAPSHOT_VERSION):
+            raise SnapshotError(
+                f"snapshot version {version}, this core reads {_V1} and {SNAPSHOT_VERSION}: replay from the log"
+            )
+        snap = _v1_decoder.decode(raw) if version == _V1 else _v2_decoder.decode(raw)
     except msgspec.DecodeError as err:
         raise SnapshotError(f"not a kdispatch core snapshot: {err}") from None
-    if snap.version != SNAPSHOT_VERSION:
-        raise SnapshotError(f"snapshot version {snap.version}, this core reads {SNAPSHOT_VERSION}: replay from the log")
+    specs = snap.specs if isinstance(snap, SnapshotV2) else None
+    if specs is not None and len(snap.job_specs) != len(snap.jobs):  # type: ignore[union-attr]
+        raise SnapshotError("not a kdispatch core snapshot: $.job_specs and $.jobs differ in length")
     state = State(policy=snap.policy, policy_override=snap.policy_override, plugins=plugins)
     state.seq, state.now_ms = snap.seq, snap.now_ms
     state.install_policy()
@@ -111,11 +194,15 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
     for record in snap.clusters:
         state.clusters.upsert(record)
     state.clusters.build()
-    for i, raw in enumerate(snap.jobs):
+    for i, encoded in enumerate(snap.jobs):
         try:
-            job = state.interned.record(_job_decoder.decode(raw))
-        except msgspec.DecodeError as err:
+            job = _job_decoder.decode(encoded)
+            if specs is not None:
+                spec = specs[snap.job_specs[i]]  # type: ignore[union-attr]
+                job.placement, job.pod_sets = spec.placement, spec.pod_sets
+        except (msgspec.DecodeError, IndexError) as err:
             raise SnapshotError(f"not a kdispatch core snapshot: {err} (in $.jobs[{i}])") from None
+        job = state.interned.record(job)  # the demand and spec key are derived here
         state.jobs[job.key] = job
         for copy in job.copies:
             state.by_cluster.setdefault(copy.cluster, {})[job.key] = None
