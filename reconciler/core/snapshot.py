@@ -6,6 +6,8 @@ profiles) are rebuilt on load; everything a later ``decide`` depends on is in th
 from __future__ import annotations
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 from msgspec import Struct
 
 from eventlog.events import Placement, PodSet, PolicyLoaded, QueuesConfigured
@@ -65,8 +67,8 @@ class SpecEntry(Struct, array_like=True, gc=False):
 
 
 class SnapshotV2(Struct, kw_only=True):
-    """Version 2: the distinct specs once, each job with the index of its own (``job_specs``,
-    in ``jobs`` order) and without the spec's fields. ``jobs`` comes last: ``dump_state``
+    """Version 2: the distinct specs once, each job with the index of its own (``job_specs``:
+    little-endian uint32, in ``jobs`` order: no int object per job) and without the spec's fields. ``jobs`` comes last: ``dump_state``
     writes it one job at a time after the rest, so no second copy of the records is made."""
 
     version: int = SNAPSHOT_VERSION
@@ -94,7 +96,7 @@ class SnapshotV2(Struct, kw_only=True):
     quota_freed: list[str] = []
     open_quota_freed: list[str] = []
     specs: list[SpecEntry] = []
-    job_specs: list[int] = []
+    job_specs: bytes = b""
     jobs: list[msgspec.Raw] = []
 
 
@@ -108,6 +110,7 @@ _version_decoder = msgspec.msgpack.Decoder(_Version)
 _v1_decoder = msgspec.msgpack.Decoder(_Loading)
 _v2_decoder = msgspec.msgpack.Decoder(SnapshotV2)
 _job_decoder = msgspec.msgpack.Decoder(JobRecord)
+_INDEX = np.dtype("<u4")
 _JOBS_LAST = b"\xa4jobs\x90"  # the empty ``jobs`` array ending the encoded header
 
 
@@ -117,10 +120,10 @@ class SnapshotError(ValueError):
 
 def dump_state(state: State) -> bytes:
     specs: list[SpecEntry] = []
-    job_specs: list[int] = []
+    job_specs = np.empty(len(state.jobs), dtype=_INDEX)
     by_objects: dict[tuple[int, int], int] = {}  # records of one spec share its objects (intern)
     by_value: dict[bytes, int] = {}
-    for job in state.jobs.values():
+    for i, job in enumerate(state.jobs.values()):
         objects = (id(job.placement), id(job.pod_sets))
         index = by_objects.get(objects)
         if index is None:
@@ -130,7 +133,7 @@ def dump_state(state: State) -> bytes:
                 index = by_value[value] = len(specs)
                 specs.append(SpecEntry(placement=job.placement, pod_sets=job.pod_sets))
             by_objects[objects] = index
-        job_specs.append(index)
+        job_specs[i] = index
     header = _encoder.encode(
         SnapshotV2(
             seq=state.seq,
@@ -157,7 +160,7 @@ def dump_state(state: State) -> bytes:
             quota_freed=list(state.quota_freed),
             open_quota_freed=list(state.open_quota_freed),
             specs=specs,
-            job_specs=job_specs,
+            job_specs=job_specs.tobytes(),
         )
     )
     assert header.endswith(_JOBS_LAST), "SnapshotV2.jobs must be its last field"
@@ -183,9 +186,12 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
         snap = _v1_decoder.decode(raw) if version == _V1 else _v2_decoder.decode(raw)
     except msgspec.DecodeError as err:
         raise SnapshotError(f"not a kdispatch core snapshot: {err}") from None
-    specs = snap.specs if isinstance(snap, SnapshotV2) else None
-    if specs is not None and len(snap.job_specs) != len(snap.jobs):  # type: ignore[union-attr]
-        raise SnapshotError("not a kdispatch core snapshot: $.job_specs and $.jobs differ in length")
+    specs: list[SpecEntry] | None = None
+    spec_of: npt.NDArray[np.uint32] | None = None
+    if isinstance(snap, SnapshotV2):
+        if len(snap.job_specs) != len(snap.jobs) * _INDEX.itemsize:
+            raise SnapshotError("not a kdispatch core snapshot: $.job_specs does not give one spec per job")
+        specs, spec_of = snap.specs, np.frombuffer(snap.job_specs, dtype=_INDEX)
     state = State(policy=snap.policy, policy_override=snap.policy_override, plugins=plugins)
     state.seq, state.now_ms = snap.seq, snap.now_ms
     state.install_policy()
@@ -197,8 +203,8 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
     for i, encoded in enumerate(snap.jobs):
         try:
             job = _job_decoder.decode(encoded)
-            if specs is not None:
-                spec = specs[snap.job_specs[i]]  # type: ignore[union-attr]
+            if specs is not None and spec_of is not None:
+                spec = specs[int(spec_of[i])]
                 job.placement, job.pod_sets = spec.placement, spec.pod_sets
         except (msgspec.DecodeError, IndexError) as err:
             raise SnapshotError(f"not a kdispatch core snapshot: {err} (in $.jobs[{i}])") from None
@@ -218,6 +224,7 @@ def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
             )
             if job.evicting_for:
                 state.pool.set_evicting(job.key)
+
     def own(key: str) -> str:
         """The record's own key string for a key decoded again (one string per job, not one per index)."""
         job = state.jobs.get(key)

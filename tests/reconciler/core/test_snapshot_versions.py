@@ -34,7 +34,7 @@ def test_this_version_writes_each_spec_once() -> None:
     snap = msgspec.msgpack.decode(dump_state(state))
     assert snap["version"] == SNAPSHOT_VERSION == 2
     distinct = {codec.encode([j.placement, j.pod_sets]) for j in state.jobs.values()}
-    assert len(snap["specs"]) == len(distinct) < len(state.jobs) == len(snap["job_specs"])
+    assert len(snap["specs"]) == len(distinct) < len(state.jobs) == len(snap["job_specs"]) // 4
     assert all("pod_sets" not in job and "spec_key" not in job for job in snap["jobs"])
 
 
