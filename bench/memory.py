@@ -26,8 +26,8 @@ Rows:
   of another checkout (e.g. the commit before the change), and its restore.
 
 ``--service`` adds what a leader holds besides the core state: the web API's rows of every job, a
-snapshot on its way to the store, and the actuator's projection of the jobs (with Kueue's sample
-Job as every job's manifest). ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
+snapshot on its way to the store, the actuator's projection of the jobs (with Kueue's sample Job
+as every job's manifest), and the start-time forecast's copy of the state. ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
 off`` and prints their top allocation sites by line. The last line is the headline figure.
 """
 
@@ -194,6 +194,11 @@ def service(state: Any) -> dict[str, int]:
     made["snapshot_peak"] = settled_rss() - before
     made["snapshot_stored"] = len(stored)
     del dump, stored
+    before = settled_rss()
+    dump = core.dump_state(state)  # what service/forecasts.py does every forecast (30 s by default)
+    copy = core.load_state(dump, plugins=state.plugins)
+    made["forecast_copy"] = settled_rss() - before
+    del dump, copy
     made["actuator"] = actuator_projection(state)
     return made
 
@@ -308,7 +313,8 @@ def main() -> None:
                 f"  besides the core (leader): web API rows {per_job(on, 'board', 'service_jobs'):,.0f} B/job while kept; "
                 f"a snapshot being stored {per_job(on, 'snapshot_peak', 'service_jobs'):,.0f} B/job of RSS while it uploads "
                 f"(stored object {per_job(on, 'snapshot_stored', 'service_jobs'):,.0f} B/job); the actuator's projection with "
-                f"Kueue's sample Job as manifest {per_job(on, 'actuator', 'service_jobs'):,.0f} B/job",
+                f"Kueue's sample Job as manifest {per_job(on, 'actuator', 'service_jobs'):,.0f} B/job; "
+                f"a forecast's copy of the state {per_job(on, 'forecast_copy', 'service_jobs'):,.0f} B/job",
                 flush=True,
             )
         if args.baseline_code:
