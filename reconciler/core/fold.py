@@ -13,18 +13,14 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from eventlog import events as ev
 from reconciler.core import phases, transitions
 from reconciler.core.clusters import LOST, READY, REMOVED, ClusterRecord, taint_id
 from reconciler.core.fold_capacity import capacity_reported
 from reconciler.core.framework.tolerations import eviction_delay_ms
-from reconciler.core.jobs import Claim, JobRecord, Report, gang_demand
+from reconciler.core.jobs import Claim, JobRecord, Report
 from reconciler.core.queues.admit import draining
 from reconciler.core.state import State, highest, lowest
-
-_placement_encoder = msgspec.json.Encoder(order="deterministic")
 
 
 def fold(state: State, entry: ev.LogEntry) -> State:
@@ -37,7 +33,8 @@ def fold(state: State, entry: ev.LogEntry) -> State:
         _batch_opens(state)
     state.last_was_decision = decision
     state.seq = entry.seq
-    state.now_ms = entry.at_ms
+    if entry.at_ms != state.now_ms:  # entries of a batch share one at_ms: and records one int
+        state.now_ms = entry.at_ms
     _fire_timers(state)
     state.retire()
     handler = _HANDLERS.get(type(event))
@@ -78,7 +75,7 @@ def _batch_closes(state: State) -> None:
         state.pending.pop(key, None)
         job = state.jobs.get(key)
         if job is not None:
-            job.reports.clear()
+            job.reports = ()
             job.spec_changed = False
     state.open_batch = None
     state.open_freed = []
@@ -121,32 +118,27 @@ def _job(state: State, ref: ev.JobRef) -> JobRecord | None:
 # ---- manager-side inputs ----------------------------------------------------------------------
 
 
-def _spec_key(job: ev.JobRef, placement: ev.Placement, pod_sets: list[ev.PodSet], queue: str | None) -> bytes:
-    # Jobs with equal keys get equal verdicts from every filter: the pod sets (shape and node
-    # constraints) and the LocalQueue they land in on a worker count, not only the sums.
-    return _placement_encoder.encode((placement, pod_sets, job.namespace, queue))
-
-
 def _submitted(state: State, e: ev.JobSubmitted) -> None:
     old = state.jobs.get(e.job.key)
     if old is not None and old.ref.uid == e.job.uid and transitions.ignores(old.phase, e):
         return
     state.unsubmitted.pop(e.job.key, None)
-    demand = gang_demand(e.pod_sets)
+    shared = state.interned
+    spec = shared.spec(e.job, e.placement, e.pod_sets, e.queue)
     job = JobRecord(
-        ref=e.job,
-        pod_sets=list(e.pod_sets),
-        demand=demand,
-        spec_key=_spec_key(e.job, e.placement, list(e.pod_sets), e.queue),
+        ref=shared.ref(e.job),
+        pod_sets=spec.pod_sets,
+        demand=spec.demand,
+        spec_key=spec.spec_key,
         event_priority=e.priority,
-        priority_class=e.priority_class,
-        placement=e.placement,
+        priority_class=shared.optional(e.priority_class),
+        placement=spec.placement,
         submitted_seq=state.seq,
         submitted_at_ms=state.now_ms,
         suspended=e.suspended,
         runtime_ms=e.runtime_ms,
-        queue=e.queue,
-        cluster_queue=e.cluster_queue,
+        queue=shared.optional(e.queue),
+        cluster_queue=shared.optional(e.cluster_queue),
     )
     job.priority = state.resolve_priority(job)
     if old is not None:
@@ -174,9 +166,8 @@ def _updated(state: State, e: ev.JobUpdated) -> None:
         counted = [c for c in job.copies if c.counted]
         for c in counted:
             state.uncount(job, c)
-        job.pod_sets = list(e.pod_sets)
-        job.demand = gang_demand(job.pod_sets)
-        job.spec_key = _spec_key(job.ref, job.placement, job.pod_sets, job.queue)
+        spec = state.interned.spec(job.ref, job.placement, e.pod_sets, job.queue)
+        job.pod_sets, job.demand, job.spec_key = spec.pod_sets, spec.demand, spec.spec_key
         for c in counted:
             state.count(job, c)
         if job.charge is not None:  # the quota it holds follows its demand, in the same flavors
@@ -288,14 +279,14 @@ def _report(kind: str) -> Callable[[State, Any], None]:
         job = _job(state, e.job)
         if job is None or not transitions.apply(job, e, state):
             return
-        job.reports.append(
+        job.reports += (
             Report(
                 kind=kind,
                 cluster=e.cluster,
                 attempt=e.attempt,
                 succeeded=getattr(e, "succeeded", True),
                 reason=getattr(e, "reason", ""),
-            )
+            ),
         )
         state.mark(job.key)
 
@@ -367,8 +358,8 @@ def _unschedulable(state: State, e: ev.Unschedulable) -> None:
     if job is None:
         return
     transitions.apply(job, e, state)
-    job.unschedulable = dict(e.reasons)
-    job.last_reason = e.message
+    job.unschedulable = state.interned.reasons(e.reasons)
+    job.last_reason = state.interned.string(e.message)
 
 
 def _requeued(state: State, e: ev.Requeued) -> None:

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from msgspec import Struct, field
 
 from eventlog.events import JobRef, Placement, PodSet, Resources
 from reconciler.core import phases
 
+# Records are plain data with no reference cycles (``gc=False``: the collector never scans
+# them, which matters with a million of them); defaults are left out of snapshots.
 
-class Copy(Struct, kw_only=True):
+
+class Copy(Struct, kw_only=True, gc=False):
     cluster: str
     attempt: int
     state: str = phases.COPY_NOMINATED
     counted: bool = False  # its demand is in the cluster's assumed usage
 
 
-class Report(Struct, kw_only=True):
+class Report(Struct, kw_only=True, gc=False):
     """A worker fact waiting for ``decide`` to act on it."""
 
     kind: str  # "finished" | "evicted" | "rejected" | "gone"
@@ -44,7 +49,7 @@ class Claim(Struct, kw_only=True):
         return False
 
 
-class Charge(Struct, kw_only=True):
+class Charge(Struct, kw_only=True, gc=False):
     """The quota a job holds (tenancy): charged once from its nomination until it is released,
     kept on the record so the release is exactly what was charged."""
 
@@ -56,15 +61,23 @@ class Charge(Struct, kw_only=True):
         return {resource: flavor for flavor, resource, _ in self.amounts}
 
 
-class JobRecord(Struct, kw_only=True):
+NO_PLACEMENT = Placement()
+
+
+class JobRecord(Struct, kw_only=True, gc=False, omit_defaults=True):
+    """What the log says about one job. The spec parts (``pod_sets`` to ``spec_key``,
+    ``placement``) are shared with every job of the same spec (``reconciler.core.intern``):
+    replace them, never edit them in place."""
+
     ref: JobRef
-    pod_sets: list[PodSet]
-    demand: Resources
-    spec_key: bytes  # placement, pod sets, namespace and queue: jobs with equal keys get equal verdicts
+    # Defaults only for snapshots, which keep each spec once (``reconciler.core.snapshot``).
+    pod_sets: list[PodSet] = field(default_factory=list)
+    demand: Resources = field(default_factory=dict)
+    spec_key: bytes = b""  # placement, pod sets, namespace and queue: jobs with equal keys get equal verdicts
     event_priority: int = 0
     priority_class: str | None = None
     priority: int = 0
-    placement: Placement = field(default_factory=Placement)
+    placement: Placement = NO_PLACEMENT  # frozen: one shared default
     submitted_seq: int = 0
     submitted_at_ms: int | None = None  # sequencing time of the submission (wait-time metrics)
     phase: str = phases.QUEUED
@@ -82,8 +95,10 @@ class JobRecord(Struct, kw_only=True):
     not_before_ms: int | None = None
     last_reason: str = ""
     unschedulable: dict[str, int] | None = None  # last reported summary (not re-emitted if equal)
-    copies: list[Copy] = field(default_factory=list)
-    reports: list[Report] = field(default_factory=list)
+    # Tuples, replaced rather than edited: almost every record has none, and an empty tuple,
+    # unlike an empty list, is one shared object.
+    copies: tuple[Copy, ...] = ()
+    reports: tuple[Report, ...] = ()
     spec_changed: bool = False
     evicting_for: str | None = None  # preemptor key while an Evict is outstanding
     succeeded: bool | None = None
@@ -93,16 +108,19 @@ class JobRecord(Struct, kw_only=True):
     queue: str | None = None
     cluster_queue: str | None = None
     charge: Charge | None = None
+    # ``ref.key``, made once: every index of the state (jobs, waiting, pending, ...) holds this
+    # one string instead of its own copy. Derived; an older snapshot without it gets it here.
+    key: str = ""
 
-    @property
-    def key(self) -> str:
-        return f"{self.ref.namespace}/{self.ref.name}"
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = self.ref.key
 
     def copy(self, cluster: str, attempt: int) -> Copy | None:
         return find_copy(self.copies, cluster, attempt)
 
 
-def find_copy(copies: list[Copy], cluster: str, attempt: int) -> Copy | None:
+def find_copy(copies: Sequence[Copy], cluster: str, attempt: int) -> Copy | None:
     for c in copies:
         if c.cluster == cluster and c.attempt == attempt:
             return c

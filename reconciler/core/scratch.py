@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -312,45 +311,6 @@ def local_queue(job: JobRecord) -> str:
     return f"{job.ref.namespace}/{job.queue or 'default'}"
 
 
-_key_encoder = msgspec.msgpack.Encoder()
-
-
-def static_key(job: JobRecord) -> bytes:
-    p = job.placement
-    return _key_encoder.encode(
-        (p.cluster_selector, p.cluster_affinity.required, p.cluster_tolerations, p.cluster_names, job.demand)
-    )
-
-
 def job_view(state: State, job: JobRecord) -> JobView:
     """Memoized per (table version, spec, priority): a pure function of the job and the table."""
-    table = state.clusters
-    views = state.view_memo
-    cached = views.get(job.key)
-    if cached is not None and cached[0] == table.version and cached[1] is job.spec_key and cached[2] == job.priority:
-        return cached[3]
-    missing = tuple(k for k in job.demand if k not in table.resources.index)
-    vec = table.vector
-    pod_vecs = np.array([vec(ps.requests) for ps in job.pod_sets], dtype=np.int64).reshape(
-        len(job.pod_sets), len(table.resources)
-    )
-    view = JobView(
-        key=job.key,
-        uid=job.ref.uid,
-        placement=job.placement,
-        priority=job.priority,
-        demand=job.demand,
-        demand_vec=table.vector(job.demand),
-        missing=missing,
-        static_key=static_key(job),
-        namespace=job.ref.namespace,
-        queue=job.queue or "default",
-        pod_sets=tuple(job.pod_sets),
-        pod_vecs=pod_vecs,
-        spec_key=job.spec_key,
-        pods_key=_key_encoder.encode(job.pod_sets),
-    )
-    if len(views) > 200_000:
-        views.clear()
-    views[job.key] = (table.version, job.spec_key, job.priority, view)
-    return view
+    return state.view_memo.view(state.clusters, job)

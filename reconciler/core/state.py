@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from eventlog.events import PolicyLoaded, QueuesConfigured, Resources
 from reconciler.core import phases
 from reconciler.core.clusters import REMOVED, ClusterTable
-from reconciler.core.framework.interface import JobView
 from reconciler.core.framework.profile import CompiledProfile, compile_policy
 from reconciler.core.framework.registry import Registry
+from reconciler.core.intern import Interner
 from reconciler.core.jobs import Charge, Claim, Copy, JobRecord
 from reconciler.core.pending import PendingIndex
 from reconciler.core.plugins import BUILTINS
@@ -23,6 +23,7 @@ from reconciler.core.pool import RunningPool
 from reconciler.core.queues.admit import queue_of
 from reconciler.core.queues.tree import QueueTree, compile_queues
 from reconciler.core.queues.usage import Usage
+from reconciler.core.views import ViewMemo
 
 DEFAULT_WORKER_LOST_TIMEOUT_MS = 60_000
 DEFAULT_CLAIM_TTL_MS = 120_000
@@ -78,8 +79,9 @@ class State:
     quota_freed: dict[str, None] = field(default_factory=dict)
     open_quota_freed: list[str] = field(default_factory=list)
     pool: RunningPool = field(init=False)
-    # Pure memo (never affects results): job key -> (table version, spec key, priority, view).
-    view_memo: dict[str, tuple[int, bytes, int, JobView]] = field(default_factory=dict)
+    view_memo: ViewMemo = field(default_factory=ViewMemo)  # pure memo (never affects results)
+    # Pure: one shared copy of the specs, strings and reasons records hold (never a value).
+    interned: Interner = field(default_factory=Interner)
 
     def __post_init__(self) -> None:
         self.pool = RunningPool(self.clusters.resources)
@@ -187,7 +189,7 @@ class State:
         copy = job.copy(cluster, attempt)
         if copy is None:
             copy = Copy(cluster=cluster, attempt=attempt, state=state)
-            job.copies.append(copy)
+            job.copies = (*job.copies, copy)
             self.by_cluster.setdefault(cluster, {})[job.key] = None
         else:
             copy.state = state
@@ -195,7 +197,7 @@ class State:
 
     def drop_copy(self, job: JobRecord, copy: Copy) -> None:
         self.uncount(job, copy)
-        job.copies.remove(copy)
+        job.copies = tuple(c for c in job.copies if c is not copy)
         if not any(c.cluster == copy.cluster for c in job.copies):
             self.by_cluster.get(copy.cluster, {}).pop(job.key, None)
 
@@ -249,7 +251,7 @@ class State:
                 deleted.append((self.now_ms, key, uid))
                 continue
             del self.jobs[key]
-            self.view_memo.pop(key, None)
+            self.view_memo.recent.pop(key, None)
 
     def claimed_victims(self) -> dict[str, str]:
         """victim key -> preemptor key, over all live claims."""

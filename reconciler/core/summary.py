@@ -8,9 +8,11 @@ from reconciler.core.queues.facts import queues_summary
 from reconciler.core.state import State
 
 
-def summary(state: State) -> dict[str, Any]:
-    jobs: dict[str, Any] = {}
-    for key in sorted(state.jobs):
+def summary(state: State, *, jobs: bool = True) -> dict[str, Any]:
+    """``jobs=False``: without the per-job section (empty), which at fleet size is most of the
+    document and a transient of about a kB per job (metrics and the web's queue rows need the rest)."""
+    per_job: dict[str, Any] = {}
+    for key in sorted(state.jobs) if jobs else ():
         job = state.jobs[key]
         entry: dict[str, Any] = {
             "phase": job.phase,
@@ -32,7 +34,7 @@ def summary(state: State) -> dict[str, Any]:
         if job.charge is not None:
             entry["cluster_queue"] = job.charge.cluster_queue
             entry["flavors"] = dict(sorted(job.charge.flavors.items()))
-        jobs[key] = entry
+        per_job[key] = entry
     clusters: dict[str, Any] = {}
     for record in sorted(state.clusters.records, key=lambda r: r.name):
         clusters[record.name] = {
@@ -60,7 +62,7 @@ def summary(state: State) -> dict[str, Any]:
     out: dict[str, Any] = {
         "seq": state.seq,
         "now_ms": state.now_ms,
-        "jobs": jobs,
+        "jobs": per_job,
         "clusters": clusters,
         "claims": claims,
         "unsubmitted": sorted(state.unsubmitted),

@@ -17,7 +17,7 @@ step to take or the reason nothing happens, or a ``NotAJobEvent``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -38,7 +38,9 @@ class Line(Protocol):
     cluster: str | None  # placed (or finished) here
     winner: str | None  # first cluster to admit (or create, BestEffort) this attempt
     not_before_ms: int | None
-    copies: list[Copy]
+
+    @property
+    def copies(self) -> Sequence[Copy]: ...  # changed through ``Books`` (add_copy, drop_copy)
 
     @property
     def suspended(self) -> bool: ...

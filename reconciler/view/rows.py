@@ -131,7 +131,7 @@ def job_row(
         reason=job.last_reason,
         cluster=job.cluster,
         nominated=list(job.nominated),
-        demand=dict(job.demand),
+        demand=job.demand,  # shared with the record and every job of its spec: replaced, never edited
         expected_start_ms=estimate.start_ms if estimate is not None else None,
         expected_cluster=estimate.cluster if estimate is not None else None,
     )

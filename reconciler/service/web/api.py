@@ -73,7 +73,7 @@ class ViewSource:
         now = time.monotonic()
         if self._board is not None and (stamp == self._stamp or now - self._made_at < self.refresh_s):
             return self._board
-        summary = core.summary(state)
+        summary = core.summary(state, jobs=False)  # the rows are the jobs' part: not held twice
         jobs = view.job_rows(state, summary, estimates=forecast.estimates if forecast is not None else None)
         self._board = Board(
             seq=state.seq,

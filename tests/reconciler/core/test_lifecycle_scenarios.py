@@ -256,7 +256,7 @@ def test_a_deleted_job_leaves_the_state_once_its_copies_are_gone_and_the_period_
     h.advance(RETIRE_DELETED_AFTER_MS + 1)
     assert "team/j" in h.state.jobs
     h.feed(ev.RemoteGone(job=ref("j"), cluster=where, attempt=cleanup.attempt))
-    assert h.state.jobs["team/j"].copies == []
+    assert not h.state.jobs["team/j"].copies
     # A snapshot taken now drops it at the same moment as the state that folded the log.
     restored = load_state(dump_state(h.state))
     h.advance(RETIRE_DELETED_AFTER_MS)

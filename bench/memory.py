@@ -1,0 +1,352 @@
+"""Bytes per pending job: the core's state after folding N fleet-shaped jobs, against baselines
+measured in the same run.
+
+    .venv/bin/python bench/memory.py [--jobs 100000] [--clusters 1000] [--baseline-code DIR] [--service] [--trace]
+
+``--baseline-code DIR`` is a checkout's root, e.g. the commit before a change:
+``git archive COMMIT | tar -x -C /tmp/base``.
+
+Each figure comes from its own child process (RSS does not shrink when Python frees, so one
+process cannot measure two states). A child registers the clusters, folds a warm-up of 2,000
+jobs, reads its RSS, then folds ``--jobs`` more and reads it again: the difference divided by the
+jobs is the figure. Jobs are bench/fleet.py's (a handful of templates over 100 ClusterQueues in
+10 cohorts, quota tight: about 98 % stay pending). Every entry is encoded and decoded before it
+is folded, as a leader or a standby reads it from the log, so no two jobs share an object unless
+the core makes them. Each batch of 1,000 is folded and decided, nominations answered as an idle
+worker would, as bench/fleet.py's builder does.
+
+Rows:
+- ``events``: the decoded ``JobSubmitted`` events alone, kept in a list (what the submissions
+  weigh before any state is built);
+- ``interning off``: this code with the intern table switched off (``Interner(enabled=False)``);
+- ``interned``: this code as it runs;
+- ``restored``: the ``interned`` state dumped as a snapshot and loaded in a fresh process, as a
+  standby restores it (RSS after the load minus before, the snapshot's bytes already read);
+- ``baseline code``: with ``--baseline-code DIR``, the same fold with the reconciler and eventlog
+  of another checkout (e.g. the commit before the change), and its restore.
+
+``--service`` adds what a leader holds besides the core state: the web API's rows of every job, a
+snapshot on its way to the store, the actuator's projection of the jobs (with Kueue's sample Job
+as every job's manifest), and the start-time forecast's copy of the state. ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
+off`` and prints their top allocation sites by line. The last line is the headline figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOOR_MB = 2048.0
+WARM_JOBS = 2000
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def settled_rss() -> int:
+    gc.collect()
+    return rss_bytes()
+
+
+# ---- a child: one figure ------------------------------------------------------------------------
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    # The reconciler and eventlog come from PYTHONPATH (this checkout or --baseline-code's);
+    # bench/fleet.py is imported after them, so its own sys.path entry cannot shadow them.
+    from eventlog import codec
+    from eventlog import events as ev
+    from eventlog.framing import decision_entries, input_entries
+    from eventlog.store import InboxItem
+    from reconciler import core
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import fleet  # bench/fleet.py: the fleet's shapes
+
+    if args.mode == "restore":
+        raw = Path(args.snapshot).read_bytes()
+        before = settled_rss()
+        state = core.load_state(raw)
+        after = settled_rss()
+        return {"jobs": len(state.jobs), "pending": _pending(state), "rss": after - before}
+
+    state = core.new_state()
+    if args.mode == "off":
+        from reconciler.core.intern import Interner
+
+        state.interned = Interner(enabled=False)
+    seq = 0
+    now = 1_700_000_000_000
+
+    def through_log(entry: ev.LogEntry) -> ev.LogEntry:
+        return codec.decode_entry(codec.encode(entry))
+
+    def step(inputs: Sequence[ev.InputEvent]) -> list[ev.DecisionEvent]:
+        nonlocal seq, now
+        now += 1
+        framed, _ = input_entries(
+            [InboxItem(inbox_seq=None, event=e) for e in inputs],
+            last_seq=seq,
+            last_inbox=0,
+            at_ms=now,
+            leader="bench",
+        )
+        for entry in framed:
+            core.fold(state, through_log(entry))
+        seq = framed[-1].seq
+        decisions = core.decide(state)
+        if decisions:
+            framed = decision_entries(decisions, last_seq=seq, at_ms=now, leader="bench")
+            for entry in framed:
+                core.fold(state, through_log(entry))
+            seq = framed[-1].seq
+        return decisions
+
+    def step_and_admit(inputs: Sequence[ev.InputEvent]) -> None:
+        decisions = step(inputs)
+        while acks := [
+            ack
+            for d in decisions
+            if isinstance(d, ev.Nominated)
+            for ack in (
+                ev.RemoteCreated(job=d.job, cluster=d.clusters[0], attempt=d.attempt),
+                ev.RemoteAdmitted(job=d.job, cluster=d.clusters[0], attempt=d.attempt),
+            )
+        ]:
+            decisions = step(acks)
+
+    rng = random.Random(16)
+    jobs = [fleet.make_job(i, rng, args.queues, prefix="warm") for i in range(WARM_JOBS)]
+    events: list[ev.JobSubmitted] = []
+    if args.mode != "events":
+        step_and_admit([fleet.POLICY, fleet.queues_config(args.queues, args.cohorts)])
+        clusters = fleet.make_clusters(args.clusters, rng)
+        for i in range(0, len(clusters), 1000):
+            step_and_admit(list(clusters[i : i + 1000]))
+        for i in range(0, WARM_JOBS, args.batch):
+            step_and_admit(list(jobs[i : i + args.batch]))
+    if args.trace:
+        tracemalloc.start(1)
+    before = settled_rss()
+    traced = tracemalloc.get_traced_memory()[0] if args.trace else 0
+    started = time.perf_counter()
+    for start in range(0, args.jobs, args.batch):
+        batch = [
+            fleet.make_job(i, rng, args.queues) for i in range(start, min(start + args.batch, args.jobs))
+        ]
+        if args.mode == "events":
+            events.extend(codec.decode_event(codec.encode(e)) for e in batch)  # type: ignore[misc]
+        else:
+            step_and_admit(list(batch))
+    seconds = time.perf_counter() - started
+    out: dict[str, Any] = {"rss": settled_rss() - before, "seconds": seconds}
+    if args.trace:
+        snapshot = tracemalloc.take_snapshot()
+        out["traced"] = tracemalloc.get_traced_memory()[0] - traced
+        tracemalloc.stop()
+        out["top"] = [
+            (str(stat.traceback[0]), stat.size, stat.count)
+            for stat in snapshot.statistics("lineno")[: args.top]
+        ]
+    if args.mode == "events":
+        out.update(jobs=len(events), pending=len(events))
+        return out
+    out.update(jobs=len(state.jobs) - WARM_JOBS, pending=_pending(state))
+    if args.service:  # these cover every job of the state, the warm-up's too
+        out.update(service(state), service_jobs=len(state.jobs))
+    if args.snapshot:
+        Path(args.snapshot).write_bytes(core.dump_state(state))
+        out["snapshot_bytes"] = Path(args.snapshot).stat().st_size
+    return out
+
+
+def service(state: Any) -> dict[str, int]:
+    """What a leader holds besides the core state: the web API's rows of every job (made on the
+    first request, kept until the next refresh) and a snapshot on its way to the store (the
+    core's dump and the stored object, both alive while it uploads)."""
+    from reconciler import core
+    from reconciler.history.rebuild import Snapshot, encode_snapshot
+    from reconciler.service.web.api import ViewSource
+
+    before = settled_rss()
+    board = ViewSource(state=lambda: state).board(state)
+    made = {"board": settled_rss() - before}
+    del board
+    before = settled_rss()
+    dump = core.dump_state(state)
+    stored = encode_snapshot(Snapshot(seq=state.seq, at_ms=state.now_ms, state=dump))
+    made["snapshot_peak"] = settled_rss() - before
+    made["snapshot_stored"] = len(stored)
+    del dump, stored
+    before = settled_rss()
+    dump = core.dump_state(state)  # what service/forecasts.py does every forecast (30 s by default)
+    copy = core.load_state(dump, plugins=state.plugins)
+    made["forecast_copy"] = settled_rss() - before
+    del dump, copy
+    made["actuator"] = actuator_projection(state)
+    return made
+
+
+def actuator_projection(state: Any) -> int:
+    """RSS of the actuator's projection (``clusters.desired.Desired``, in the leader's process
+    unless ``serve --no-actuator``) of the state's jobs, each submitted with bench/sizing.py's
+    manifest (Kueue's sample Job, as the webhook admits it): it keeps every job's spec and
+    manifest until the job ends, pending ones included."""
+    from sizing import _manifest
+
+    from eventlog import codec
+    from eventlog import events as ev
+    from reconciler.service.clusters.desired import Desired
+
+    manifest = _manifest(0)  # each job decodes its own copy below, as from the log
+    desired = Desired()
+    before = settled_rss()
+    for seq, job in enumerate(state.jobs.values(), start=1):
+        submitted = ev.JobSubmitted(job=job.ref, pod_sets=job.pod_sets, queue=job.queue, manifest=manifest)
+        entry = ev.LogEntry(seq=seq, at_ms=seq, event=submitted)
+        desired.fold(codec.decode_entry(codec.encode(entry)))
+    return settled_rss() - before
+
+
+def _pending(state: Any) -> int:
+    return sum(1 for job in state.jobs.values() if job.phase in ("Queued", "Unschedulable"))
+
+
+# ---- the parent: one child per figure -----------------------------------------------------------
+
+
+def run_child(
+    args: argparse.Namespace, mode: str, *, code: Path = ROOT, trace: bool = False, snapshot: str = ""
+) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--role", "child", "--mode", mode, "--jobs", str(args.jobs)]
+    argv += ["--clusters", str(args.clusters), "--queues", str(args.queues), "--cohorts", str(args.cohorts)]
+    argv += ["--batch", str(args.batch), "--top", str(args.top)]
+    argv += [*(["--trace"] if trace else []), *(["--snapshot", snapshot] if snapshot else [])]
+    argv += ["--service"] if args.service and mode == "on" else []
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    done = subprocess.run(argv, env=env, cwd=code, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} ({code}) failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def per_job(result: dict[str, Any], key: str, jobs: str = "jobs") -> float:
+    return float(result[key]) / max(1, int(result[jobs]))
+
+
+def show_row(name: str, result: dict[str, Any], base: float | None) -> None:
+    rss = per_job(result, "rss")
+    ratio = f"{rss / base:5.2f}x" if base else "   — "
+    traced = f"{per_job(result, 'traced'):8,.0f}" if "traced" in result else "       —"
+    took = f"{result['seconds']:6.1f} s" if "seconds" in result else "       —"
+    print(
+        f"  {name:28} {rss:8,.0f} B   {ratio}   {traced} B   {took}   {result['pending']:,} pending of {result['jobs']:,}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--role", choices=["parent", "child"], default="parent")
+    parser.add_argument("--mode", choices=["events", "off", "on", "restore"], default="on")
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--clusters", type=int, default=1000)
+    parser.add_argument("--queues", type=int, default=100)
+    parser.add_argument("--cohorts", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument(
+        "--baseline-code", type=Path, help="another checkout's root: the same fold with its reconciler"
+    )
+    parser.add_argument(
+        "--trace", action="store_true", help="also tracemalloc runs, with the top allocation sites"
+    )
+    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument(
+        "--service",
+        action="store_true",
+        help="also what a leader holds besides the core state (web rows, a snapshot)",
+    )
+    parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "child":
+        print(json.dumps(child(args)), flush=True)
+        return
+
+    print(
+        f"memory: {args.jobs:,} fleet jobs ({args.queues} ClusterQueues, {args.clusters:,} clusters), "
+        "each figure in its own process, per job folded",
+        flush=True,
+    )
+    print(f"  {'':28} {'RSS/job':>10}   {'vs off':>6}   {'traced/job':>10}   {'build':>8}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        events = run_child(args, "events")
+        show_row("events (decoded, in a list)", events, None)
+        off = run_child(args, "off")
+        base = per_job(off, "rss")
+        show_row("interning off", off, base)
+        on = run_child(args, "on", snapshot=f"{tmp}/on.snap")
+        show_row("interned", on, base)
+        restored = run_child(args, "restore", snapshot=f"{tmp}/on.snap")
+        show_row("restored from its snapshot", restored, base)
+        print(
+            f"  snapshot: {on['snapshot_bytes'] / max(1, on['jobs'] + WARM_JOBS):,.0f} B per job", flush=True
+        )
+        if args.service:
+            print(
+                f"  besides the core (leader): web API rows {per_job(on, 'board', 'service_jobs'):,.0f} B/job while kept; "
+                f"a snapshot being stored {per_job(on, 'snapshot_peak', 'service_jobs'):,.0f} B/job of RSS while it uploads "
+                f"(stored object {per_job(on, 'snapshot_stored', 'service_jobs'):,.0f} B/job); the actuator's projection with "
+                f"Kueue's sample Job as manifest {per_job(on, 'actuator', 'service_jobs'):,.0f} B/job; "
+                f"a forecast's copy of the state {per_job(on, 'forecast_copy', 'service_jobs'):,.0f} B/job",
+                flush=True,
+            )
+        if args.baseline_code:
+            old = run_child(args, "on", code=args.baseline_code, snapshot=f"{tmp}/old.snap")
+            show_row("baseline code", old, base)
+            show_row(
+                "baseline code, restored",
+                run_child(args, "restore", code=args.baseline_code, snapshot=f"{tmp}/old.snap"),
+                base,
+            )
+            print(
+                f"  baseline snapshot: {old['snapshot_bytes'] / max(1, old['jobs'] + WARM_JOBS):,.0f} B per job",
+                flush=True,
+            )
+        if args.trace:
+            for mode in ("off", "on"):
+                traced = run_child(args, mode, trace=True)
+                show_row(f"traced: {'interned' if mode == 'on' else 'interning off'}", traced, None)
+                for where, size, count in traced["top"]:
+                    print(
+                        f"      {size / traced['jobs']:7,.0f} B/job {count / traced['jobs']:5.2f} obj/job  {where}",
+                        flush=True,
+                    )
+    rss = per_job(on, "rss")
+    million = rss * 1_000_000 / 1e6
+    print(
+        f"memory: {rss:,.0f} B of RSS per job folded (interned) vs {base:,.0f} B with interning off ({rss / base:.2f}x); "
+        f"restored {per_job(restored, 'rss'):,.0f} B; a million pending jobs ≈ {million:,.0f} MB of state "
+        f"(floor: the whole process < {FLOOR_MB:,.0f} MB)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
