@@ -56,6 +56,12 @@ class Lease:
         self._revision: int | None = None
         self._valid_until = 0.0
         self._renewer: asyncio.Task[None] | None = None
+        # Set by ``release`` / ``stop_renewing``: no renewal may write after it. Cancelling the
+        # renewer is not enough: a renewal whose answer arrives as the cancel does can swallow the
+        # cancel (asyncio.wait_for in nats-py's request, Python 3.11) and write back a revision,
+        # and the loop would renew for ever a lease its replica had given up (the 60-minute soak).
+        self._stopped = False
+        self._last_written: int | None = None  # a renewal's revision written after the stop
         self.renewals = 0  # successful renewals (observable by tests)
         self._log = log.bind(lease=name, holder=self.holder)
 
@@ -134,6 +140,7 @@ class Lease:
         return True
 
     def _took(self, revision: int, sent: float) -> None:
+        self._stopped = False
         self._revision = revision
         self._valid_until = sent + self.ttl_s * _VALID_FRACTION
         self.lost.clear()
@@ -168,10 +175,16 @@ class Lease:
         kv = await self._bucket()
         sent = asyncio.get_running_loop().time()
         try:
-            self._revision = await kv.update(self.name, self._value(), last=self._revision)
+            revision = await kv.update(self.name, self._value(), last=self._revision)
         except KeyWrongLastSequenceError as err:
             self._lose("taken over or expired")
             raise NotLeader(f"lease {self.name} was taken over or expired; {self.holder} steps down") from err
+        if self._stopped:
+            # Given up while this renewal was on its way: the key now carries ``revision``,
+            # which ``release`` (waiting for this task) deletes.
+            self._last_written = revision
+            raise NotLeader(f"lease {self.name} was given up by {self.holder}")
+        self._revision = revision
         self._valid_until = sent + self.ttl_s * _VALID_FRACTION
         self.renewals += 1
 
@@ -183,9 +196,9 @@ class Lease:
 
     async def _renew_loop(self) -> None:
         interval = self.ttl_s / 3
-        while self._revision is not None:
+        while self._revision is not None and not self._stopped:
             await asyncio.sleep(interval)
-            if self._revision is None:
+            if self._revision is None or self._stopped:
                 return
             try:
                 await self.renew()
@@ -199,14 +212,21 @@ class Lease:
 
     def stop_renewing(self) -> None:
         """Stop renewing but keep the key (as a crashed holder would): for failover tests."""
+        self._stopped = True
         if self._renewer is not None:
             self._renewer.cancel()
             self._renewer = None
 
     async def release(self) -> None:
         """Give the lease up now (delete the key if still ours) so a successor need not wait."""
+        renewer = self._renewer
         self.stop_renewing()
-        revision, self._revision = self._revision, None
+        if renewer is not None and not renewer.done():
+            # A renewal on its way may still write: wait for it (bounded), then delete the
+            # revision it wrote rather than the one before.
+            await asyncio.wait({renewer}, timeout=self.ttl_s)
+        revision, self._revision = self._last_written or self._revision, None
+        self._last_written = None
         if revision is not None and self._kv is not None:
             with contextlib.suppress(Exception):  # not ours any more, or NATS gone: TTL frees it
                 await self._kv.delete(self.name, last=revision)
