@@ -67,14 +67,16 @@ def dispatch(s: Scratch, drafts: list[Draft]) -> list[Draft]:
 
 
 def ready_to_try(s: Scratch, d: Draft) -> bool:
-    job = d.job
-    if job.suspended or d.phase not in (*phases.WAITING, phases.QUEUED):
-        return False
-    if d.not_before_ms is not None and s.now < d.not_before_ms:
-        return False
     # Only here because capacity came free: nothing it could use came free and no new victims,
     # so its last verdict stands.
-    return not (d.capacity_only and not worth_a_look(s, job))
+    return due(s, d) and not (d.capacity_only and not worth_a_look(s, d.job))
+
+
+def due(s: Scratch, d: Draft) -> bool:
+    """Whether the job may be dispatched at all now (waiting, not suspended, not backing off)."""
+    if d.job.suspended or d.phase not in (*phases.WAITING, phases.QUEUED):
+        return False
+    return d.not_before_ms is None or s.now >= d.not_before_ms
 
 
 def attempt(

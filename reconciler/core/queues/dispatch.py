@@ -25,9 +25,10 @@ from reconciler.core.dispatch import (
     WAITING,
     attempt,
     claim_for,
+    due,
     order_key,
     profile_for,
-    ready_to_try,
+    worth_a_look,
 )
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import evaluate, feasible
@@ -56,8 +57,15 @@ def dispatch_queues(
     failed: set[tuple[bytes, int, str]] = set()
     lines: dict[int, list[Draft]] = {}
     claimants: list[tuple[int, Draft]] = []
+    # Not worth a look before the claimants' turns; one whose claim becomes its nomination lets
+    # jobs at or below its priority look again (``worth_a_look``), as the next decide would.
+    unworthy: list[Draft] = []
     for d in sorted(drafts, key=lambda d: order_key(s, d.job)):
-        if not ready_to_try(s, d):
+        if not due(s, d):
+            continue
+        if d.capacity_only and not worth_a_look(s, d.job):
+            if s.claims and d.job.key not in s.claims:
+                unworthy.append(d)
             continue
         where = queue_of(tree, d.job)
         if isinstance(where, Wait):
@@ -72,11 +80,18 @@ def dispatch_queues(
     _strict_lines(s, lines, claimants, drafts, lanes, walk)
     queue_lines = {q: Line(s, lines[q], walk.get(q, []), groups) for q in sorted(lines)}
     turns = _Turns()
+    news = _news(s)
+    blockers: dict[int, Draft] = {}
     for q, d in claimants:
         outcome = turns.admit(s, d, q, failed, left)
+        if _blocks(tree.nodes[q].spec, outcome):
+            blockers.setdefault(q, d)
         if q in queue_lines and _blocks(tree.nodes[q].spec, outcome):
             _block(s, queue_lines[q].rest(), d, left)  # a StrictFIFO head preempting holds its line
             del queue_lines[q]
+    if unworthy and _news(s) != news:
+        late = [d for d in unworthy if worth_a_look(s, d.job)]
+        _join_late(s, late, lines, walk, queue_lines, claimants, blockers, drafts, groups, left)
     tour = Tournament(s.usage, fleet_capacity(s), sorted(queue_lines))
     picked: int | None = None
     while picked is not None or (picked := tour.pick()) is not None:
@@ -96,6 +111,51 @@ def dispatch_queues(
             picked = None  # shares may have moved; else the tournament would pick this queue again
     _second_look(s, left, turns, groups)
     return left
+
+
+def _news(s: Scratch) -> tuple[object, ...]:
+    """What ``worth_a_look`` reads that a claimant's turn can change."""
+    return (s.help, s.unclaimed, len(s.freed), len(s.quota_freed), s.placed_low)
+
+
+def _join_late(
+    s: Scratch,
+    late: list[Draft],
+    lines: dict[int, list[Draft]],
+    walk: dict[int, list[Lane]],
+    queue_lines: dict[int, Line],
+    claimants: list[tuple[int, Draft]],
+    blockers: dict[int, Draft],
+    drafts: list[Draft],
+    groups: Groups,
+    left: list[Draft],
+) -> None:
+    """Jobs found worth a look only after the claimants' turns join the lines, as if they had
+    been from the start: a StrictFIFO queue that had no job to try is now tried from its head
+    (held by a claimant of its own that was not admitted). No line has been walked yet."""
+    assert s.usage is not None
+    tree = s.usage.tree
+    fresh: dict[int, list[Draft]] = {}
+    joined: dict[int, list[Draft]] = {}
+    for d in late:
+        where = queue_of(tree, d.job)
+        if isinstance(where, Wait):
+            wait(s, d, where, left)
+        elif where not in lines:
+            fresh.setdefault(where, []).append(d)
+        elif not _strict(tree.nodes[where].spec):  # (a StrictFIFO line holds every waiting job already)
+            joined.setdefault(where, []).append(d)
+    for q in sorted(joined):
+        lines[q] = sorted([*lines[q], *joined[q]], key=lambda d: order_key(s, d.job))
+        queue_lines[q] = Line(s, lines[q], walk.get(q, []), groups)
+    _strict_lines(s, fresh, claimants, drafts, None, {})
+    for q in sorted(fresh):
+        lines[q] = fresh[q]
+        line = Line(s, fresh[q], [], groups)
+        if q in blockers:
+            _block(s, line.rest(), blockers[q], left)
+        else:
+            queue_lines[q] = line
 
 
 class _Turns:
@@ -191,7 +251,11 @@ def final_reasons(s: Scratch, left: list[Draft]) -> None:
 
 def _blocks(spec: ClusterQueueSpec | None, outcome: str) -> bool:
     """Under StrictFIFO a head that is not admitted (waits, or preempts) holds the line."""
-    return spec is not None and spec.queueing_strategy == "StrictFIFO" and outcome in (LEFT, WAITING, CLAIMED)
+    return _strict(spec) and outcome in (LEFT, WAITING, CLAIMED)
+
+
+def _strict(spec: ClusterQueueSpec | None) -> bool:
+    return spec is not None and spec.queueing_strategy == "StrictFIFO"
 
 
 def _block(s: Scratch, rest: list[Draft], head: Draft, left: list[Draft]) -> None:

@@ -5,6 +5,7 @@ harness)."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from eventlog import events as ev
 from reconciler.core import decide, dump_state, explain, load_state, summary
@@ -249,3 +250,32 @@ def test_priority_preemption_within_a_queue_is_as_without_queues() -> None:
     admit_all(h)
     (claim,) = of_type(h.feed(team_job("team-a", "urgent", priority=10)), ev.PreemptionClaimed)
     assert claim.victims[0].namespace == "team-a"
+
+
+@pytest.mark.parametrize("strategy", ["BestEffortFIFO", "StrictFIFO"])
+@pytest.mark.parametrize("company", [False, True], ids=["alone", "with-a-new-job-in-its-queue"])
+def test_a_claim_that_becomes_a_nomination_gets_lower_jobs_a_look_in_the_same_pass(
+    strategy: ev.QueueingStrategy, company: bool
+) -> None:
+    """team-a's j holds a claim on c0 when a rejection frees c0 and j is nominated there, not on
+    its victim's capacity. A claim turned nomination gets every job at or below its priority
+    another look, in the next decide: team-c's w, told QuotaExceeded while c0 had room, now fits
+    no cluster. Claimants go first in the pass, so jobs not worth a look before their turns are
+    looked at again after them (the harness checks the next decide has nothing to add)."""
+    none = ev.QueuePreemption()
+    queues = config(cq("team-a", cohort=None, preemption=none), cq("team-c", gpu=0, cohort=None, strategy=strategy))
+    h = world(queues, clusters=1, gpu=4)
+    h.feed(team_job("team-c", "w", gpu=3))
+    assert h.state.jobs["team-c/w"].unschedulable == {"QuotaExceeded: ClusterQueue team-c": 1}
+    h.feed(team_job("team-a", "v", gpu=2))
+    h.feed(ev.RemoteAdmitted(job=h.state.jobs["team-a/v"].ref, cluster="c0", attempt=1))
+    h.feed(team_job("team-a", "x", gpu=2))
+    h.feed(team_job("team-a", "j", gpu=2, priority=10))
+    assert h.state.claims["team-a/j"].victims == ["team-a/v"]
+    x = h.state.jobs["team-a/x"]
+    h.inputs(ev.RemoteRejected(job=x.ref, cluster="c0", attempt=x.attempt))
+    if company:
+        h.inputs(team_job("team-c", "w2", gpu=1))
+    out = h.step()
+    assert nominated_keys(out) == ["team-a/j"]
+    assert h.state.jobs["team-c/w"].unschedulable == {f"insufficient free {GPU}": 1}
