@@ -247,7 +247,8 @@ def fleet_families(state: core.State | None) -> list[Metric]:
     if state is None:
         return families
     seq.add_metric([], state.seq)
-    summary = core.summary(state)
+    # Without the per-job section: at fleet size it is about a kB per job, built on every scrape.
+    summary = core.summary(state, jobs=False)
     queues = _count_queues(state)
     for name, facts in (summary.get("queues") or {}).items():
         queues.setdefault(name, _QueueRow()).merge(facts)
@@ -272,7 +273,7 @@ def fleet_families(state: core.State | None) -> list[Metric]:
             used.add_metric([name, resource], base_units(resource, amount))
         for state_name in HEALTH_STATES:
             health.add_metric([name, state_name], 1.0 if cluster["health"] == state_name else 0.0)
-        placed.add_metric([name], sum(1 for key in cluster["jobs"] if summary["jobs"][key]["phase"] == phases.PLACED))
+        placed.add_metric([name], sum(1 for key in cluster["jobs"] if state.jobs[key].phase == phases.PLACED))
     return families
 
 

@@ -228,7 +228,13 @@ def test_per_queue_figures_the_core_reports_are_used_as_given(monkeypatch: Any) 
         },
         "team-b": {"pending": 0, "admitted": 0, "weighted_share": None},
     }
-    monkeypatch.setattr(core, "summary", lambda s: {**plain(s), "queues": facts})
+    asked: list[bool] = []
+
+    def with_facts(s: core.State, *, jobs: bool = True) -> dict[str, Any]:
+        asked.append(jobs)
+        return {**plain(s, jobs=jobs), "queues": facts}
+
+    monkeypatch.setattr(core, "summary", with_facts)
     got = _samples(fleet_families(state))
     assert got[("kdispatch_queue_pending_jobs", (("cluster_queue", "team-a"),))] == 3
     assert got[("kdispatch_queue_resource_usage", (("cluster_queue", "team-a"), ("resource", GPU)))] == 3
@@ -239,6 +245,8 @@ def test_per_queue_figures_the_core_reports_are_used_as_given(monkeypatch: Any) 
     assert ("kdispatch_queue_fair_share", (("cluster_queue", "team-b"),)) not in got  # weight 0: no share
     # The job of a log without tenancy is in the default queue, counted from the state.
     assert got[("kdispatch_queue_pending_jobs", (("cluster_queue", "default"),))] == 1
+    # A scrape never builds the summary's per-job section (about a kB per job at fleet size).
+    assert asked == [False]
 
 
 def test_fleet_gauges_are_computed_at_most_once_per_refresh_interval() -> None:
