@@ -1,7 +1,7 @@
 """Bytes per pending job: the core's state after folding N fleet-shaped jobs, against baselines
 measured in the same run.
 
-    .venv/bin/python bench/memory.py [--jobs 100000] [--clusters 1000] [--baseline-code DIR] [--service] [--trace]
+    .venv/bin/python bench/memory.py [--jobs 100000] [--clusters 1000] [--baseline-code DIR] [--service | --service-only] [--trace]
 
 ``--baseline-code DIR`` is a checkout's root, e.g. the commit before a change:
 ``git archive COMMIT | tar -x -C /tmp/base``.
@@ -25,9 +25,11 @@ Rows:
 - ``baseline code``: with ``--baseline-code DIR``, the same fold with the reconciler and eventlog
   of another checkout (e.g. the commit before the change), and its restore.
 
-``--service`` adds what a leader holds besides the core state: the web API's rows of every job, a
-snapshot on its way to the store, the actuator's projection of the jobs (with Kueue's sample Job
-as every job's manifest), and the start-time forecast's copy of the state. ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
+``--service`` adds what a leader holds besides the core state: the web API's rows of every job,
+the actuator's projection of the jobs (with Kueue's sample Job as every job's manifest), and the
+peak RSS (VmHWM, reset before each) of what it builds and drops: a ``/metrics`` scrape, a snapshot
+on its way to the store, a start-time forecast. ``--service-only`` prints just those (one child
+per checkout: about a minute at 20,000 jobs). ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
 off`` and prints their top allocation sites by line. The last line is the headline figure.
 """
 
@@ -178,29 +180,74 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 def service(state: Any) -> dict[str, int]:
     """What a leader holds besides the core state: the web API's rows of every job (made on the
-    first request, kept until the next refresh) and a snapshot on its way to the store (the
-    core's dump and the stored object, both alive while it uploads)."""
-    from reconciler import core
-    from reconciler.history.rebuild import Snapshot, encode_snapshot
+    first request, kept until the next refresh), and the peaks of what it builds and drops: a
+    ``/metrics`` scrape, a snapshot on its way to the store, a start-time forecast."""
     from reconciler.service.web.api import ViewSource
 
     before = settled_rss()
     board = ViewSource(state=lambda: state).board(state)
     made = {"board": settled_rss() - before}
     del board
-    before = settled_rss()
-    dump = core.dump_state(state)
-    stored = encode_snapshot(Snapshot(seq=state.seq, at_ms=state.now_ms, state=dump))
-    made["snapshot_peak"] = settled_rss() - before
-    made["snapshot_stored"] = len(stored)
-    del dump, stored
-    before = settled_rss()
-    dump = core.dump_state(state)  # what service/forecasts.py does every forecast (30 s by default)
-    copy = core.load_state(dump, plugins=state.plugins)
-    made["forecast_copy"] = settled_rss() - before
-    del dump, copy
+    made["metrics_peak"] = peak_rss(lambda: _scrape(state))
+    made["snapshot_peak"] = peak_rss(lambda: _snapshot_upload(state, made))
+    made["forecast_peak"] = peak_rss(lambda: _forecast(state))
     made["actuator"] = actuator_projection(state)
     return made
+
+
+def peak_rss(work: Any) -> int:
+    """The most RSS ``work()`` added while it ran (its result is dropped after): the kernel's
+    high-water mark (VmHWM), reset first by writing 5 to /proc/self/clear_refs."""
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")
+    before = rss_bytes()
+    result = work()
+    peak = _status_kb("VmHWM") * 1024 - before
+    del result
+    return peak
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _scrape(state: Any) -> bytes:
+    """One ``/metrics`` scrape while leading: the fleet gauges computed from the state."""
+    from reconciler.service.metrics import ReconcilerMetrics
+
+    metrics = ReconcilerMetrics()
+    metrics.fleet.follow(lambda: state)
+    return metrics.render()
+
+
+def _snapshot_upload(state: Any, made: dict[str, int]) -> Any:
+    """What ``LeaderLoop._snapshot`` holds while the upload runs: the stored object (and, before
+    it was encoded in one pass, the core's dump beside it)."""
+    from reconciler import core
+    from reconciler.history import rebuild
+
+    if hasattr(rebuild, "encode_state_snapshot"):
+        stored = rebuild.encode_state_snapshot(state, seq=state.seq, at_ms=state.now_ms)
+        made["snapshot_stored"] = len(stored)
+        return stored
+    dump = core.dump_state(state)  # the code before: the dump, and the stored object copying it
+    stored = rebuild.encode_snapshot(rebuild.Snapshot(seq=state.seq, at_ms=state.now_ms, state=dump))
+    made["snapshot_stored"] = len(stored)
+    return dump, stored
+
+
+def _forecast(state: Any) -> Any:
+    """One start-time forecast as ``service/forecasts.py`` makes it (the first 100 waiting jobs)."""
+    from reconciler import core
+    from reconciler.forecast import DurationLearner
+    from reconciler.service import forecasts
+
+    durations = DurationLearner().durations()
+    raw = core.dump_state(state)
+    return raw, forecasts._forecast(raw, state.plugins, state.now_ms, durations, 100)
 
 
 def actuator_projection(state: Any) -> int:
@@ -262,6 +309,19 @@ def show_row(name: str, result: dict[str, Any], base: float | None) -> None:
     )
 
 
+def show_service(who: str, on: dict[str, Any]) -> None:
+    def b(key: str) -> str:
+        return f"{per_job(on, key, 'service_jobs'):,.0f} B/job"
+
+    print(
+        f"  {who}besides the core (leader): web API rows {b('board')} while kept; peaks while building: "
+        f"a /metrics scrape {b('metrics_peak')}, a snapshot being stored {b('snapshot_peak')} "
+        f"(stored object {b('snapshot_stored')}), a start-time forecast {b('forecast_peak')}; "
+        f"the actuator's projection with Kueue's sample Job as manifest {b('actuator')}",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--role", choices=["parent", "child"], default="parent")
@@ -283,6 +343,11 @@ def main() -> None:
         action="store_true",
         help="also what a leader holds besides the core state (web rows, a snapshot)",
     )
+    parser.add_argument(
+        "--service-only",
+        action="store_true",
+        help="only the leader's figures besides the core state (one child, and one for --baseline-code)",
+    )
     parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "child":
@@ -295,6 +360,14 @@ def main() -> None:
         flush=True,
     )
     print(f"  {'':28} {'RSS/job':>10}   {'vs off':>6}   {'traced/job':>10}   {'build':>8}", flush=True)
+    if args.service_only:
+        args.service = True
+        for who, code in (("", ROOT), ("baseline code: ", args.baseline_code)):
+            if code is not None:
+                result = run_child(args, "on", code=code)
+                show_row(f"{who or 'this code: '}interned", result, None)
+                show_service(who, result)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         events = run_child(args, "events")
         show_row("events (decoded, in a list)", events, None)
@@ -309,17 +382,12 @@ def main() -> None:
             f"  snapshot: {on['snapshot_bytes'] / max(1, on['jobs'] + WARM_JOBS):,.0f} B per job", flush=True
         )
         if args.service:
-            print(
-                f"  besides the core (leader): web API rows {per_job(on, 'board', 'service_jobs'):,.0f} B/job while kept; "
-                f"a snapshot being stored {per_job(on, 'snapshot_peak', 'service_jobs'):,.0f} B/job of RSS while it uploads "
-                f"(stored object {per_job(on, 'snapshot_stored', 'service_jobs'):,.0f} B/job); the actuator's projection with "
-                f"Kueue's sample Job as manifest {per_job(on, 'actuator', 'service_jobs'):,.0f} B/job; "
-                f"a forecast's copy of the state {per_job(on, 'forecast_copy', 'service_jobs'):,.0f} B/job",
-                flush=True,
-            )
+            show_service("", on)
         if args.baseline_code:
             old = run_child(args, "on", code=args.baseline_code, snapshot=f"{tmp}/old.snap")
             show_row("baseline code", old, base)
+            if args.service:
+                show_service("baseline code: ", old)
             show_row(
                 "baseline code, restored",
                 run_child(args, "restore", code=args.baseline_code, snapshot=f"{tmp}/old.snap"),
