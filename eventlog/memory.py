@@ -187,7 +187,7 @@ class MemorySnapshots:
     def __init__(self) -> None:
         self._snaps: dict[int, bytes] = {}
 
-    async def save(self, seq: int, data: bytes) -> None:
+    async def save(self, seq: int, data: bytes | bytearray) -> None:
         self._snaps[seq] = bytes(data)
 
     async def latest(self, *, at_or_before: int | None = None) -> tuple[int, bytes] | None:

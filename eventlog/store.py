@@ -92,7 +92,9 @@ class Sequencer(Protocol):
 
 
 class SnapshotStore(Protocol):
-    async def save(self, seq: int, data: bytes) -> None: ...
+    # A bytearray is stored as it is, not copied to bytes first: a leader's snapshot at fleet
+    # size is hundreds of MB, and a copy doubles what it holds while it uploads.
+    async def save(self, seq: int, data: bytes | bytearray) -> None: ...
 
     async def latest(self, *, at_or_before: int | None = None) -> tuple[int, bytes] | None: ...
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from nats.js import JetStreamContext
@@ -81,13 +81,15 @@ class JetStreamSnapshots:
             return []
         return sorted(int(m.group(1)) for info in infos if info.name and (m := _NAME.match(info.name)))
 
-    async def save(self, seq: int, data: bytes) -> None:
+    async def save(self, seq: int, data: bytes | bytearray) -> None:
         store = await self._bucket(create=True)
         assert store is not None
         bucket = self._jlog.names.snapshot_bucket
 
         async def put(js: JetStreamContext) -> None:  # idempotent: the same name, the same bytes
-            await (await js.object_store(bucket)).put(object_name(seq), data)
+            # nats-py copies a bytearray into a BytesIO; a reader over it is read in chunks.
+            body = data if isinstance(data, bytes) else _Reader(data)
+            await (await js.object_store(bucket)).put(object_name(seq), body)
 
         # Retried like provisioning: a bucket created a moment ago may not answer yet.
         await with_retries(put, nc=self._jlog.nc, what=f"snapshot {object_name(seq)} in {bucket}", budget_s=30.0)
@@ -106,6 +108,23 @@ class JetStreamSnapshots:
         buf = io.BytesIO()
         await store.get(object_name(seqs[-1]), writeinto=buf)
         return seqs[-1], buf.getvalue()
+
+
+class _Reader(io.RawIOBase):
+    """Reads a buffer without copying it whole (``io.BytesIO`` copies anything but ``bytes``)."""
+
+    def __init__(self, data: bytearray) -> None:
+        self._view = memoryview(data)
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), len(self._view) - self._at)
+        buffer[:n] = self._view[self._at : self._at + n]
+        self._at += n
+        return n
 
 
 async def _compress(js: JetStreamContext, stream: str) -> None:

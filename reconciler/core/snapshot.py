@@ -125,6 +125,15 @@ class SnapshotError(ValueError):
 
 
 def dump_state(state: State) -> bytes:
+    out = bytearray()
+    dump_state_into(state, out)
+    return bytes(out)
+
+
+def dump_state_into(state: State, out: bytearray) -> None:
+    """``dump_state``, appended to ``out``: a caller that wraps the dump (the leader's stored
+    snapshot) writes it in place instead of holding the dump and a copy (at a million jobs,
+    hundreds of MB each)."""
     specs: list[SpecEntry] = []
     job_specs = np.empty(len(state.jobs), dtype=_INDEX)
     by_objects: dict[tuple[int, int], int] = {}  # records of one spec share its objects (intern)
@@ -171,13 +180,13 @@ def dump_state(state: State) -> bytes:
         )
     )
     assert header.endswith(_JOBS_LAST), "SnapshotV2.jobs must be its last field"
-    out = bytearray(header[:-1])
+    out += memoryview(header)[:-1]
+    del header
     out += b"\xdd" + len(state.jobs).to_bytes(4, "big")  # array 32: the jobs, one at a time
     replace = msgspec.structs.replace
     for job in state.jobs.values():  # without the spec's fields: left out as defaults
         bare = replace(job, placement=NO_PLACEMENT, pod_sets=[], demand={}, spec_key=b"")
         _encoder.encode_into(bare, out, len(out))
-    return bytes(out)
 
 
 def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:

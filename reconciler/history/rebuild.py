@@ -63,6 +63,41 @@ def encode_snapshot(snap: Snapshot) -> bytes:
     return _snap_encoder.encode(snap)
 
 
+class _SnapshotHead(msgspec.Struct, kw_only=True):
+    """``Snapshot`` without ``state``: ``encode_state_snapshot`` appends that field after them."""
+
+    v: int = SNAPSHOT_VERSION
+    seq: int
+    at_ms: int
+    policy: ev.PolicyLoaded | None = None
+    queues: ev.QueuesConfigured | None = None
+
+
+def encode_state_snapshot(
+    state: core.State,
+    *,
+    seq: int,
+    at_ms: int,
+    policy: ev.PolicyLoaded | None = None,
+    queues: ev.QueuesConfigured | None = None,
+) -> bytearray:
+    """What ``encode_snapshot(Snapshot(state=core.dump_state(state), ...))`` decodes to, written in
+    one buffer: the core's dump goes straight into the stored object, so a leader uploading a
+    snapshot holds it once, not the dump and the object copying it (at a million jobs, about
+    0.36 GB each). The fields are in another order (a map's keys are matched by name) and the
+    dump's length is a 4-byte bin header patched once it is written."""
+    head = _snap_encoder.encode(_SnapshotHead(seq=seq, at_ms=at_ms, policy=policy, queues=queues))
+    assert head[0] == 0x85, "a fixmap of _SnapshotHead's five fields"
+    out = bytearray(head)
+    out[0] = 0x86  # one more field: state
+    out += _snap_encoder.encode("state")
+    out += b"\xc6\x00\x00\x00\x00"  # bin 32, its length written below
+    start = len(out)
+    core.dump_state_into(state, out)
+    out[start - 4 : start] = (len(out) - start).to_bytes(4, "big")
+    return out
+
+
 def decode_snapshot(data: bytes) -> Snapshot:
     return _snap_decoder.decode(data)
 

@@ -33,7 +33,7 @@ from eventlog.store import Fenced, InboxItem, NotLeader, Sequencer
 from reconciler import core
 from reconciler.edge.logging import event_context, get_logger
 from reconciler.edge.plugins import PluginSet, check, installed
-from reconciler.history.rebuild import Folded, LogHandle, Snapshot, encode_snapshot, rebuild_for_leader
+from reconciler.history.rebuild import Folded, LogHandle, encode_state_snapshot, rebuild_for_leader
 from reconciler.policy import same_policy, same_queues
 from reconciler.service.metrics import OBSERVED, ReconcilerMetrics
 
@@ -304,15 +304,12 @@ class LeaderLoop:
         assert self.state is not None
         if self._saving is not None and not self._saving.done():
             return
-        snap = Snapshot(
-            seq=self.last_seq,
-            at_ms=self.last_at_ms,
-            state=core.dump_state(self.state),
-            policy=self._policy,
-            queues=self._queues,
+        seq = self.last_seq
+        data = encode_state_snapshot(
+            self.state, seq=seq, at_ms=self.last_at_ms, policy=self._policy, queues=self._queues
         )
         self._since_snapshot = 0
-        self._saving = asyncio.create_task(self._save(snap, bound), name="snapshot-save")
+        self._saving = asyncio.create_task(self._save(seq, data, bound), name="snapshot-save")
 
     async def snapshot_stored(self) -> None:
         """Wait for the snapshot being uploaded, if any (tests, shutdown)."""
@@ -320,14 +317,14 @@ class LeaderLoop:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._saving
 
-    async def _save(self, snap: Snapshot, bound: Any) -> None:
+    async def _save(self, seq: int, data: bytearray, bound: Any) -> None:
         try:
-            await self.log.snapshots.save(snap.seq, encode_snapshot(snap))
+            await self.log.snapshots.save(seq, data)
         except Exception as err:  # only an optimisation: the next one may succeed
-            bound.warning("snapshot_failed", seq=snap.seq, error=str(err) or type(err).__name__)
+            bound.warning("snapshot_failed", seq=seq, error=str(err) or type(err).__name__)
             return
         self.metrics.snapshots.inc()
-        bound.info("snapshot_saved", seq=snap.seq, bytes=len(snap.state))
+        bound.info("snapshot_saved", seq=seq, bytes=len(data))
 
 # Decisions an operator wants to see in the logs without asking; every decision is in the log
 # itself (``kdispatch log``), so the routine ones are not repeated in the process's output.

@@ -228,6 +228,9 @@ class LogContract:
         assert await log.snapshots.latest(at_or_before=29) == (20, big)
         assert await log.snapshots.latest(at_or_before=10) == (10, b"ten")
         assert await log.snapshots.latest(at_or_before=9) is None
+        # A bytearray (the leader's snapshot, written in one buffer) is stored as the same bytes.
+        await log.snapshots.save(40, bytearray(big))
+        assert await log.snapshots.latest() == (40, big)
 
     async def test_jsonl_export_reads_back_the_same_entries(self, log: Any, tmp_path: Path) -> None:
         for i, event in enumerate(samples.PUBLISHABLE):

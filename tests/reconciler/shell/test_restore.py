@@ -8,10 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from eventlog import events as ev
 from eventlog.jsonl import JsonlLog
 from reconciler import core
 from reconciler.core.snapshot import SnapshotError
-from reconciler.history.rebuild import restore
+from reconciler.history.rebuild import (
+    Snapshot,
+    decode_snapshot,
+    encode_snapshot,
+    encode_state_snapshot,
+    restore,
+)
 from reconciler.history.replay import replay
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "demo-4e2c1d6.jsonl.gz"
@@ -22,6 +29,30 @@ async def test_a_restored_snapshot_is_the_state_it_was_taken_from() -> None:
     raw = core.dump_state(folded.state)
     assert core.dump_state(restore(raw, plugins=core.BUILTINS)) == raw
     assert gc.isenabled()
+
+
+async def test_a_snapshot_encoded_in_one_buffer_is_the_snapshot_of_the_state() -> None:
+    """The leader writes the core's dump straight into the stored object; it decodes to what the
+    dump wrapped in a ``Snapshot`` does, and a standby restores the same state from it."""
+    folded = await replay(JsonlLog(FIXTURE))
+    policy_in_force = ev.PolicyLoaded(profiles=[], priority_classes={"high": 10})
+    queues = ev.QueuesConfigured()
+    for policy, with_queues in ((None, None), (policy_in_force, queues)):
+        data = encode_state_snapshot(
+            folded.state, seq=folded.last_seq, at_ms=folded.last_at_ms, policy=policy, queues=with_queues
+        )
+        assert isinstance(data, bytearray)
+        wrapped = Snapshot(
+            seq=folded.last_seq,
+            at_ms=folded.last_at_ms,
+            state=core.dump_state(folded.state),
+            policy=policy,
+            queues=with_queues,
+        )
+        assert decode_snapshot(bytes(data)) == decode_snapshot(encode_snapshot(wrapped)) == wrapped
+    assert (
+        core.dump_state(restore(decode_snapshot(bytes(data)).state, plugins=core.BUILTINS)) == wrapped.state
+    )
 
 
 def test_the_collector_runs_again_after_an_unreadable_snapshot() -> None:
