@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import os
 import random
@@ -242,11 +243,15 @@ def _snapshot_upload(state: Any, made: dict[str, int]) -> Any:
 def _forecast(state: Any) -> Any:
     """One start-time forecast as ``service/forecasts.py`` makes it (the first 100 waiting jobs)."""
     from reconciler import core
-    from reconciler.forecast import DurationLearner
+    from reconciler.forecast import DurationLearner, estimate_starts
     from reconciler.service import forecasts
 
     durations = DurationLearner().durations()
-    raw = core.dump_state(state)
+    if "own" in inspect.signature(estimate_starts).parameters:  # the dump is handed over, freed once loaded
+        raw = bytearray()
+        core.dump_state_into(state, raw)
+        return forecasts._forecast([raw], state.plugins, state.now_ms, durations, 100)
+    raw = core.dump_state(state)  # the code before: kept by the caller while the forecast runs
     return raw, forecasts._forecast(raw, state.plugins, state.now_ms, durations, 100)
 
 

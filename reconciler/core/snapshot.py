@@ -189,7 +189,7 @@ def dump_state_into(state: State, out: bytearray) -> None:
         _encoder.encode_into(bare, out, len(out))
 
 
-def load_state(raw: bytes, *, plugins: Registry = BUILTINS) -> State:
+def load_state(raw: bytes | bytearray, *, plugins: Registry = BUILTINS) -> State:
     """The state a snapshot holds, its profiles compiled against ``plugins`` (not part of the
     snapshot: which plugins exist is the environment's, as for ``new_state``)."""
     snap: _Loading | SnapshotV2

@@ -73,9 +73,12 @@ class Forecasts:
             return False
         if not self.due(state):
             return False
-        raw, plugins, now_ms, seq = core.dump_state(state), state.plugins, state.now_ms, state.seq
+        raw = bytearray()  # not dump_state's bytes: they are a second copy of it while made
+        core.dump_state_into(state, raw)
+        dump, plugins, now_ms, seq = [raw], state.plugins, state.now_ms, state.seq
+        del raw
         durations = self.learner.durations()
-        estimates = await asyncio.to_thread(_forecast, raw, plugins, now_ms, durations, self.limit)
+        estimates = await asyncio.to_thread(_forecast, dump, plugins, now_ms, durations, self.limit)
         self.forecast, self.made_seq = Forecast(at_ms=now_ms, estimates=estimates), seq
         self.runs += 1
         log.debug("forecast_made", seq=seq, estimates=len(estimates))
@@ -102,7 +105,10 @@ class Forecasts:
 
 
 def _forecast(
-    raw: bytes, plugins: core.Registry, now_ms: int, durations: Durations, limit: int
+    dump: list[bytearray], plugins: core.Registry, now_ms: int, durations: Durations, limit: int
 ) -> dict[str, Estimate]:
-    state = core.load_state(raw, plugins=plugins)
-    return estimate_starts(state, now_ms=now_ms, durations=durations, limit=limit)
+    """Restore the state's dump (taken out of ``dump``, so it is freed once loaded) and run that
+    copy forward itself: the one copy of the state a forecast makes (the dump and one restored
+    copy at a time, not the dump, a copy, and the copy's own dump and copy)."""
+    state = core.load_state(dump.pop(), plugins=plugins)
+    return estimate_starts(state, now_ms=now_ms, durations=durations, limit=limit, own=True)

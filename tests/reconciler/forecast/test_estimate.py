@@ -6,6 +6,7 @@ from eventlog import events as ev
 from eventlog.kube.names import EXPECTED_DURATION_ANNOTATION
 from reconciler import core
 from reconciler.forecast import DurationLearner, Durations, Estimate, estimate_starts, expected_line
+from reconciler.service.forecasts import _forecast
 from tests.reconciler.core.harness import Harness, cluster, job, of_type, ref
 
 T0 = 1_000_000
@@ -61,6 +62,20 @@ def test_the_live_state_is_not_touched_and_the_answer_is_the_same_twice() -> Non
     assert core.dump_state(h.state) == before
     assert estimate_starts(h.state, now_ms=T0 + 5000, durations=d) == first
     assert core.decide(h.state) == []  # nothing left behind for the live leader to act on
+
+
+def test_the_leaders_forecast_runs_its_restored_copy_itself_with_the_same_answer() -> None:
+    """``service/forecasts.py`` hands over the state's dump; the copy it restores is run forward
+    itself (``own=True``), not copied once more, and estimates what the live state gives."""
+    h = running_and_waiting(waiting=3)
+    d = durations(a=TEN_MIN, b0=TEN_MIN, b1=TEN_MIN)
+    want = estimate_starts(h.state, now_ms=T0 + 5000, durations=d, limit=2)
+    dump = [bytearray(core.dump_state(h.state))]
+    assert _forecast(dump, h.state.plugins, T0 + 5000, d, 2) == want
+    assert dump == [] and len(want) == 2  # the dump is taken, so it is freed once restored
+    copy = core.load_state(core.dump_state(h.state), plugins=h.state.plugins)
+    assert estimate_starts(copy, now_ms=T0 + 5000, durations=d, limit=2, own=True) == want
+    assert copy.seq > h.state.seq  # run forward in place
 
 
 def test_only_the_first_limit_jobs_in_dispatch_order_are_estimated() -> None:
