@@ -149,10 +149,16 @@ def queues_summary(state: State) -> dict[str, Any]:
     if tree is None or usage is None:
         return {}
     caps = fleet(state)
-    waiting = _waiting_by_queue(state, tree)
+    # Counted, not listed and sorted: /metrics reads this at every refresh, at fleet size over a
+    # million waiting jobs (a list and a sort key each would be about 100 B per job).
+    waiting: dict[int, int] = {}
+    for key in state.waiting:
+        q = queue_of(tree, state.jobs[key])
+        if isinstance(q, int):
+            waiting[q] = waiting.get(q, 0) + 1
     admitted: dict[str, int] = {}
-    for key in sorted(state.jobs):
-        charge = state.jobs[key].charge
+    for job in state.jobs.values():
+        charge = job.charge
         if charge is not None:
             admitted[charge.cluster_queue] = admitted.get(charge.cluster_queue, 0) + 1
     out: dict[str, Any] = {}
@@ -169,7 +175,7 @@ def queues_summary(state: State) -> dict[str, Any]:
             "usage": {f"{ln.flavor}/{ln.resource}": ln.used for ln in lines},
             "nominal": {f"{ln.flavor}/{ln.resource}": ln.nominal for ln in lines},
             "borrowed": {f"{ln.flavor}/{ln.resource}": ln.borrowed for ln in lines},
-            "pending": len(waiting.get(q, [])),
+            "pending": waiting.get(q, 0),
             "admitted": admitted.get(name, 0),
             "stop_policy": n.spec.stop_policy if n.spec else "None",
         }
