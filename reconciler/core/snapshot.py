@@ -149,7 +149,8 @@ def dump_state_into(state: State, out: bytearray) -> None:
                 specs.append(SpecEntry(placement=job.placement, pod_sets=job.pod_sets))
             by_objects[objects] = index
         job_specs[i] = index
-    header = _encoder.encode(
+    start = len(out)
+    _encoder.encode_into(  # straight into ``out``: the distinct specs are most of it, not copied
         SnapshotV2(
             seq=state.seq,
             now_ms=state.now_ms,
@@ -177,11 +178,12 @@ def dump_state_into(state: State, out: bytearray) -> None:
             deleted=list(state.deleted),
             specs=specs,
             job_specs=job_specs.tobytes(),
-        )
+        ),
+        out,
+        start,
     )
-    assert header.endswith(_JOBS_LAST), "SnapshotV2.jobs must be its last field"
-    out += memoryview(header)[:-1]
-    del header
+    assert out.endswith(_JOBS_LAST), "SnapshotV2.jobs must be its last field"
+    del out[-1:]
     out += b"\xdd" + len(state.jobs).to_bytes(4, "big")  # array 32: the jobs, one at a time
     replace = msgspec.structs.replace
     for job in state.jobs.values():  # without the spec's fields: left out as defaults
