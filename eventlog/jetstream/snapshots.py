@@ -110,7 +110,7 @@ class JetStreamSnapshots:
         return seqs[-1], buf.getvalue()
 
 
-class _Reader(io.RawIOBase):
+class _Reader(io.BufferedIOBase):
     """Reads a buffer without copying it whole (``io.BytesIO`` copies anything but ``bytes``)."""
 
     def __init__(self, data: bytearray) -> None:
