@@ -223,7 +223,9 @@ class LogContract:
         job = ev.JobRef(namespace="n", name="j", uid="u")
         await seq.append_inputs([InboxItem(None, ev.Tick())], at_ms=AT)
         manifest = {"kind": "Job", "metadata": {"name": "j"}, "spec": {"parallelism": 2}}
-        await seq.append_inputs([InboxItem(None, ev.JobSubmitted(job=job, pod_sets=[], manifest=manifest))], at_ms=AT)
+        await seq.append_inputs(
+            [InboxItem(None, ev.JobSubmitted(job=job, pod_sets=[], manifest=manifest))], at_ms=AT
+        )
         got = await log.reader.get(2)
         assert got == (await read_all(log.reader, from_seq=2))[0]
         assert isinstance(got.event, ev.JobSubmitted) and got.event.manifest == manifest
