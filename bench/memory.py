@@ -199,15 +199,16 @@ def service(state: Any) -> dict[str, int]:
     copy = core.load_state(dump, plugins=state.plugins)
     made["forecast_copy"] = settled_rss() - before
     del dump, copy
-    made["actuator"] = actuator_projection(state)
+    made["actuator"], made["actuator_traced"] = actuator_projection(state)
     return made
 
 
-def actuator_projection(state: Any) -> int:
-    """RSS of the actuator's projection (``clusters.desired.Desired``, in the leader's process
-    unless ``serve --no-actuator``) of the state's jobs, each submitted with bench/sizing.py's
-    manifest (Kueue's sample Job, as the webhook admits it): it keeps every job's spec and
-    manifest until the job ends, pending ones included."""
+def actuator_projection(state: Any) -> tuple[int, int]:
+    """RSS and tracemalloc'd bytes of the actuator's projection (``clusters.desired.Desired``, in
+    the leader's process unless ``serve --no-actuator``) of the state's jobs, each submitted with
+    bench/sizing.py's manifest (Kueue's sample Job, as the webhook admits it): what it keeps of
+    each job until the job ends, pending ones included. The RSS reuses what the figures before
+    freed, so once the projection is small only tracemalloc sees it."""
     from sizing import _manifest
 
     from eventlog import codec
@@ -216,12 +217,16 @@ def actuator_projection(state: Any) -> int:
 
     manifest = _manifest(0)  # each job decodes its own copy below, as from the log
     desired = Desired()
-    before = settled_rss()
+    tracemalloc.start(1)
+    before, traced = settled_rss(), tracemalloc.get_traced_memory()[0]
     for seq, job in enumerate(state.jobs.values(), start=1):
         submitted = ev.JobSubmitted(job=job.ref, pod_sets=job.pod_sets, queue=job.queue, manifest=manifest)
         entry = ev.LogEntry(seq=seq, at_ms=seq, event=submitted)
         desired.fold(codec.decode_entry(codec.encode(entry)))
-    return settled_rss() - before
+    rss = settled_rss() - before
+    held = tracemalloc.get_traced_memory()[0] - traced
+    tracemalloc.stop()
+    return rss, held
 
 
 def _pending(state: Any) -> int:
@@ -313,13 +318,20 @@ def main() -> None:
                 f"  besides the core (leader): web API rows {per_job(on, 'board', 'service_jobs'):,.0f} B/job while kept; "
                 f"a snapshot being stored {per_job(on, 'snapshot_peak', 'service_jobs'):,.0f} B/job of RSS while it uploads "
                 f"(stored object {per_job(on, 'snapshot_stored', 'service_jobs'):,.0f} B/job); the actuator's projection with "
-                f"Kueue's sample Job as manifest {per_job(on, 'actuator', 'service_jobs'):,.0f} B/job; "
+                f"Kueue's sample Job as manifest {per_job(on, 'actuator_traced', 'service_jobs'):,.0f} B/job traced "
+                f"({per_job(on, 'actuator', 'service_jobs'):,.0f} B/job of RSS); "
                 f"a forecast's copy of the state {per_job(on, 'forecast_copy', 'service_jobs'):,.0f} B/job",
                 flush=True,
             )
         if args.baseline_code:
             old = run_child(args, "on", code=args.baseline_code, snapshot=f"{tmp}/old.snap")
             show_row("baseline code", old, base)
+            if args.service:
+                print(
+                    f"  baseline code, the actuator's projection: {per_job(old, 'actuator_traced', 'service_jobs'):,.0f} "
+                    f"B/job traced ({per_job(old, 'actuator', 'service_jobs'):,.0f} B/job of RSS)",
+                    flush=True,
+                )
             show_row(
                 "baseline code, restored",
                 run_child(args, "restore", code=args.baseline_code, snapshot=f"{tmp}/old.snap"),

@@ -83,14 +83,21 @@ def remote_spec(key: CopyKey, sources: JobSources, events: Mapping[int, SpecEven
     )
 
 
+# The decisions the actuator acts on, or tells its listeners about: each names a copy's job.
+_COPY_DECISIONS = (ev.Nominated, ev.Withdrawn, ev.CleanUp, ev.Evict, ev.Finished, ev.Placed)
+
+
 class Desired:
     def __init__(self) -> None:
-        self.jobs: dict[str, JobSources] = {}  # every job that may still get a copy
+        # Every job that may still get a copy -> where its spec is; a job never updated (most)
+        # keeps its JobSubmitted's sequence alone, an int instead of a struct around it.
+        self.jobs: dict[str, int | JobSources] = {}
         self.intents: dict[CopyKey, Intent] = {}
         self.latest_attempt: dict[str, int] = {}
         self.placed: dict[str, tuple[str, int]] = {}  # uid -> (cluster, attempt)
         self.evict_reason: dict[CopyKey, str] = {}
-        self.refs: dict[str, ev.JobRef] = {}  # every job a decision named
+        # Every job a decision about its copies named; a pending job has its ref in its JobSubmitted.
+        self.refs: dict[str, ev.JobRef] = {}
         self._keys: dict[str, list[CopyKey]] = {}  # uid -> its copies
         self._ended: set[str] = set()  # finished or deleted: its spec goes once no copy may run
         self.submitted: set[str] = set()  # every uid a JobSubmitted named (kept after its spec goes)
@@ -109,18 +116,16 @@ class Desired:
         event = entry.event
         if self._deleted and self._deleted[0][0] + RETIRE_DELETED_AFTER_MS <= entry.at_ms:
             self._retire(entry.at_ms)
-        job = getattr(event, "job", None)
-        if isinstance(job, ev.JobRef):
-            self.refs[job.uid] = job
+        if isinstance(event, _COPY_DECISIONS):
+            self.refs[event.job.uid] = event.job
         match event:
             case ev.QueuesConfigured():
                 self.queues = event
             case ev.JobSubmitted():
                 self.submitted.add(event.job.uid)
-                seq = entry.seq
-                self.jobs[event.job.uid] = JobSources(seq, seq, seq, seq)
+                self.jobs[event.job.uid] = entry.seq
             case ev.JobUpdated():
-                was = self.jobs.get(event.job.uid)
+                was = self.sources(event.job.uid)
                 if was is not None:
                     seq = entry.seq
                     self.jobs[event.job.uid] = JobSources(
@@ -239,7 +244,8 @@ class Desired:
 
     def sources(self, job_uid: str) -> JobSources | None:
         """Where the log has the job's spec; None once no copy of it may be created."""
-        return self.jobs.get(job_uid)
+        at = self.jobs.get(job_uid)
+        return JobSources(at, at, at, at) if isinstance(at, int) else at
 
     def live_on(self, cluster: str) -> int:
         """Copies on ``cluster`` that should exist, or be stopped (a drain waits for none)."""

@@ -37,9 +37,10 @@ async def test_each_part_of_the_spec_comes_from_the_last_entry_that_set_it() -> 
         ev.JobUpdated(job=JOB, pod_sets=TWO, manifest={"v": 2}),
         ev.JobUpdated(job=JOB, pod_sets=THREE),
     )
-    assert desired.sources("u") == JobSources(submitted=1, pod_sets=4, priority=2, manifest=3)
+    sources = desired.sources("u")
+    assert sources == JobSources(submitted=1, pod_sets=4, priority=2, manifest=3)
     events = {e.seq: e.event for e in mlog.entries if isinstance(e.event, ev.JobSubmitted | ev.JobUpdated)}
-    assert remote_spec(("u", "w1", 2), desired.jobs["u"], events) == RemoteSpec(
+    assert remote_spec(("u", "w1", 2), sources, events) == RemoteSpec(
         job=JOB,
         cluster="w1",
         attempt=2,
@@ -52,7 +53,7 @@ async def test_each_part_of_the_spec_comes_from_the_last_entry_that_set_it() -> 
     with pytest.raises(
         SpecUnreadable, match="log entry 3, which holds the manifest of job uid u, is missing"
     ):
-        remote_spec(("u", "w1", 2), desired.jobs["u"], {k: v for k, v in events.items() if k != 3})
+        remote_spec(("u", "w1", 2), sources, {k: v for k, v in events.items() if k != 3})
 
 
 async def test_a_resubmission_starts_the_spec_over() -> None:
