@@ -27,7 +27,8 @@ Rows:
 
 ``--service`` adds what a leader holds besides the core state: the web API's rows of every job, a
 snapshot on its way to the store, the actuator's projection of the jobs (with Kueue's sample Job
-as every job's manifest), and the start-time forecast's copy of the state. ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
+as every job's manifest: traced beside the state, and its RSS alone in a process of its own), and
+the start-time forecast's copy of the state. ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
 off`` and prints their top allocation sites by line. The last line is the headline figure.
 """
 
