@@ -26,7 +26,8 @@ Rows:
   of another checkout (e.g. the commit before the change), and its restore.
 
 ``--service`` adds what a leader holds besides the core state: the web API's rows of every job,
-the actuator's projection of the jobs (with Kueue's sample Job as every job's manifest), and the
+the actuator's projection of the jobs (with Kueue's sample Job as every job's manifest: traced
+beside the state, and its RSS alone in a process of its own), and the
 peak RSS (VmHWM, reset before each) of what it builds and drops: a ``/metrics`` scrape, a snapshot
 on its way to the store, a start-time forecast. ``--service-only`` prints just those (one child
 per checkout: about a minute at 20,000 jobs). ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
@@ -49,6 +50,8 @@ import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR_MB = 2048.0
@@ -82,6 +85,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import fleet  # bench/fleet.py: the fleet's shapes
 
+    if args.mode == "actuator":
+        return actuator_alone(args, fleet)
     if args.mode == "restore":
         raw = Path(args.snapshot).read_bytes()
         before = settled_rss()
@@ -256,10 +261,11 @@ def _forecast(state: Any) -> Any:
 
 
 def actuator_projection(state: Any) -> int:
-    """RSS of the actuator's projection (``clusters.desired.Desired``, in the leader's process
-    unless ``serve --no-actuator``) of the state's jobs, each submitted with bench/sizing.py's
-    manifest (Kueue's sample Job, as the webhook admits it): it keeps every job's spec and
-    manifest until the job ends, pending ones included."""
+    """Bytes (tracemalloc) of the actuator's projection (``clusters.desired.Desired``, in the
+    leader's process unless ``serve --no-actuator``) of the state's jobs, each submitted with
+    bench/sizing.py's manifest (Kueue's sample Job, as the webhook admits it): what it keeps of
+    each job until the job ends, pending ones included. Not RSS: here it reuses what the figures
+    before freed (``--mode actuator`` measures the RSS in a process of its own)."""
     from sizing import _manifest
 
     from eventlog import codec
@@ -268,12 +274,36 @@ def actuator_projection(state: Any) -> int:
 
     manifest = _manifest(0)  # each job decodes its own copy below, as from the log
     desired = Desired()
-    before = settled_rss()
+    tracemalloc.start(1)
+    gc.collect()
+    traced = tracemalloc.get_traced_memory()[0]
     for seq, job in enumerate(state.jobs.values(), start=1):
         submitted = ev.JobSubmitted(job=job.ref, pod_sets=job.pod_sets, queue=job.queue, manifest=manifest)
         entry = ev.LogEntry(seq=seq, at_ms=seq, event=submitted)
         desired.fold(codec.decode_entry(codec.encode(entry)))
-    return settled_rss() - before
+    gc.collect()
+    held: int = tracemalloc.get_traced_memory()[0] - traced
+    tracemalloc.stop()
+    return held
+
+
+def actuator_alone(args: argparse.Namespace, fleet: Any) -> dict[str, Any]:
+    """The actuator's projection of ``--jobs`` fleet jobs submitted with Kueue's sample Job, in a
+    process that built nothing before (no freed memory for it to reuse): its RSS per job."""
+    from sizing import _manifest
+
+    from eventlog import codec
+    from eventlog import events as ev
+    from reconciler.service.clusters.desired import Desired
+
+    rng = random.Random(16)
+    manifest = _manifest(0)
+    desired = Desired()
+    before = settled_rss()
+    for seq in range(1, args.jobs + 1):
+        job = msgspec.structs.replace(fleet.make_job(seq, rng, args.queues), manifest=manifest)
+        desired.fold(codec.decode_entry(codec.encode(ev.LogEntry(seq=seq, at_ms=seq, event=job))))
+    return {"rss": settled_rss() - before, "jobs": args.jobs, "pending": len(desired.jobs)}
 
 
 def _pending(state: Any) -> int:
@@ -322,7 +352,7 @@ def show_service(who: str, on: dict[str, Any]) -> None:
         f"  {who}besides the core (leader): web API rows {b('board')} while kept; peaks while building: "
         f"a /metrics scrape {b('metrics_peak')}, a snapshot being stored {b('snapshot_peak')} "
         f"(stored object {b('snapshot_stored')}), a start-time forecast {b('forecast_peak')}; "
-        f"the actuator's projection with Kueue's sample Job as manifest {b('actuator')}",
+        f"the actuator's projection with Kueue's sample Job as manifest {b('actuator')} traced",
         flush=True,
     )
 
@@ -330,7 +360,7 @@ def show_service(who: str, on: dict[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--role", choices=["parent", "child"], default="parent")
-    parser.add_argument("--mode", choices=["events", "off", "on", "restore"], default="on")
+    parser.add_argument("--mode", choices=["events", "off", "on", "restore", "actuator"], default="on")
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--queues", type=int, default=100)
@@ -388,11 +418,21 @@ def main() -> None:
         )
         if args.service:
             show_service("", on)
+            alone = run_child(args, "actuator")
+            print(
+                f"  the actuator's projection alone, in its own process: {per_job(alone, 'rss'):,.0f} B/job of RSS",
+                flush=True,
+            )
         if args.baseline_code:
             old = run_child(args, "on", code=args.baseline_code, snapshot=f"{tmp}/old.snap")
             show_row("baseline code", old, base)
             if args.service:
                 show_service("baseline code: ", old)
+                alone = run_child(args, "actuator", code=args.baseline_code)
+                print(
+                    f"  baseline code, the actuator's projection alone, in its own process: {per_job(alone, 'rss'):,.0f} B/job of RSS",
+                    flush=True,
+                )
             show_row(
                 "baseline code, restored",
                 run_child(args, "restore", code=args.baseline_code, snapshot=f"{tmp}/old.snap"),

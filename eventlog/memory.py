@@ -69,6 +69,9 @@ class MemoryReader:
     async def last_seq(self) -> int:
         return len(self._entries)
 
+    async def get(self, seq: int) -> LogEntry | None:
+        return self._entries[seq - 1] if 1 <= seq <= len(self._entries) else None
+
     async def read(
         self,
         *,

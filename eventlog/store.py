@@ -63,6 +63,15 @@ class LogReader(Protocol):
     async def last_seq(self) -> int: ...
 
 
+class SeekableReader(LogReader, Protocol):
+    """A reader that can also fetch one entry by its sequence, cheaply (JetStream: a direct get),
+    so a follower need not keep what it can read back (the actuator's manifests)."""
+
+    async def get(self, seq: int) -> LogEntry | None:
+        """Entry ``seq``, or None if the log has no such entry (not written yet, or removed)."""
+        ...
+
+
 class Sequencer(Protocol):
     """The leader's side. Appends raise ``Fenced`` if anything else wrote to the log. After any
     other error from an append (timeout, NATS down), part of the batch may be stored: call

@@ -1,10 +1,12 @@
-"""Replay: the Log stream in order, in decoded batches, between bounds."""
+"""Reading the Log stream: in order, in decoded batches, between bounds; or one entry by its sequence."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
+
+from nats.js.errors import NotFoundError
 
 from eventlog import codec
 from eventlog.events import LogEntry
@@ -33,6 +35,22 @@ class JetStreamReader:
         info = await self._jlog.js.stream_info(self._jlog.names.log_stream)
         seq: int = info.state.last_seq
         return seq
+
+    async def get(self, seq: int) -> LogEntry | None:
+        """One entry by a direct get, which any replica may answer; one that has not stored it
+        yet answers "not found", so that answer is asked of the stream leader before it is
+        believed."""
+        js, stream = self._jlog.js, self._jlog.names.log_stream
+        if seq < 1:
+            return None
+        try:
+            msg = await js.get_msg(stream, seq, direct=True)
+        except NotFoundError:
+            try:
+                msg = await js.get_msg(stream, seq)
+            except NotFoundError:
+                return None
+        return codec.decode_entry(msg.data or b"")
 
     async def read(
         self,

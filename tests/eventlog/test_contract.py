@@ -218,6 +218,19 @@ class LogContract:
         sizes = [len(b) async for b in log.reader.read(batch=3)]
         assert sizes == [3, 3, 3, 1]
 
+    async def test_get_reads_one_entry_by_its_sequence(self, log: Any) -> None:
+        seq = log.sequencer("a")
+        job = ev.JobRef(namespace="n", name="j", uid="u")
+        await seq.append_inputs([InboxItem(None, ev.Tick())], at_ms=AT)
+        manifest = {"kind": "Job", "metadata": {"name": "j"}, "spec": {"parallelism": 2}}
+        await seq.append_inputs(
+            [InboxItem(None, ev.JobSubmitted(job=job, pod_sets=[], manifest=manifest))], at_ms=AT
+        )
+        got = await log.reader.get(2)
+        assert got == (await read_all(log.reader, from_seq=2))[0]
+        assert isinstance(got.event, ev.JobSubmitted) and got.event.manifest == manifest
+        assert await log.reader.get(3) is None and await log.reader.get(0) is None
+
     async def test_snapshots_latest_at_or_before(self, log: Any) -> None:
         assert await log.snapshots.latest() is None
         big = bytes(range(256)) * 4096  # 1 MiB: more than one NATS message

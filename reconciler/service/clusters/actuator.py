@@ -22,12 +22,13 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from eventlog import events as ev
-from eventlog.store import LogReader
+from eventlog.store import SeekableReader
 from reconciler.edge.logging import get_logger
 from reconciler.service.clusters.backoff import Backoff
 from reconciler.service.clusters.base import Unreachable, Worker
-from reconciler.service.clusters.desired import CopyKey, Desired, Intent
+from reconciler.service.clusters.desired import CopyKey, Desired, Intent, SpecUnreadable
 from reconciler.service.clusters.metrics import ClusterMetrics
+from reconciler.service.clusters.specs import CACHE_ENTRIES, SpecReader
 
 log = get_logger("reconciler.actuator")
 
@@ -46,6 +47,7 @@ class _Executor:
         self,
         worker: Worker,
         desired: Desired,
+        specs: SpecReader,
         *,
         concurrency: int,
         stop: asyncio.Event,
@@ -54,6 +56,7 @@ class _Executor:
         self.worker = worker
         self.metrics = metrics
         self.desired = desired
+        self.specs = specs
         self.stop = stop
         self.concurrency = concurrency
         self.queue: asyncio.Queue[CopyKey] = asyncio.Queue()
@@ -104,7 +107,12 @@ class _Executor:
             )
             try:
                 if intent is Intent.RUN:
-                    spec = self.desired.spec(key)
+                    try:
+                        spec = await self.specs.spec(key)
+                    except SpecUnreadable as err:
+                        bound.error("create_skipped_spec_unreadable", error=str(err))
+                        self.done[key] = intent
+                        return
                     if spec is None:
                         bound.error(
                             "create_skipped_job_unknown", hint="the log has no JobSubmitted for this uid"
@@ -143,7 +151,7 @@ class _Executor:
 class Actuator:
     def __init__(
         self,
-        reader: LogReader,
+        reader: SeekableReader,
         workers: Mapping[str, Worker],
         *,
         listeners: tuple[DecisionListener, ...] = (),
@@ -152,6 +160,7 @@ class Actuator:
         gc_grace_s: float = 60.0,
         concurrency: int = 8,
         read_batch: int = 1000,
+        spec_cache: int = CACHE_ENTRIES,
         metrics: ClusterMetrics | None = None,
     ) -> None:
         self.reader = reader
@@ -163,6 +172,7 @@ class Actuator:
         self.concurrency = concurrency
         self.read_batch = read_batch
         self.desired = Desired()
+        self.specs = SpecReader(reader, self.desired, cache_entries=spec_cache)
         self._read_backoff = Backoff(base_s=0.2, cap_s=10.0)
         self.metrics = metrics or ClusterMetrics()
         self.caught_up = asyncio.Event()
@@ -200,7 +210,9 @@ class Actuator:
 
     def _start_executor(self, name: str, worker: Worker) -> None:
         assert self._stop is not None
-        ex = _Executor(worker, self.desired, concurrency=self.concurrency, stop=self._stop, metrics=self.metrics)
+        ex = _Executor(
+            worker, self.desired, self.specs, concurrency=self.concurrency, stop=self._stop, metrics=self.metrics
+        )
         self._executors[name] = ex
         self._executor_tasks[name] = asyncio.create_task(ex.run(), name=f"executor-{name}")
 
@@ -269,6 +281,7 @@ class Actuator:
         async for batch in self.reader.read(from_seq=self.next_seq, batch=self.read_batch):
             for entry in batch:
                 got = True
+                self.specs.saw(entry)
                 for key in self.desired.fold(entry):
                     if apply:
                         self._submit(key)

@@ -3,15 +3,20 @@
 The actuator folds every log entry into ``Desired`` and then makes each touched remote copy
 match its intent. Because the projection is level-based (the *latest* intent per copy), applying
 it twice, after a restart or from a second actuator, does nothing new.
+
+It keeps no job's spec, only where the log has it (``JobSources``: a few sequences), so a deep
+queue costs it ints rather than every pending job's decoded manifest; the actuator reads the
+entries back when it creates a copy (``clusters.specs``), and ``remote_spec`` builds the copy's
+spec from them.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
 
-from msgspec import Struct, field
+from msgspec import Struct
 
 from eventlog import events as ev
 from eventlog.kube.names import DRAINING_TAINT
@@ -28,23 +33,71 @@ class Intent(StrEnum):
     GONE = "gone"  # Withdrawn / CleanUp: remove it
 
 
-class JobSpec(Struct, kw_only=True):
-    job: ev.JobRef
-    pod_sets: list[ev.PodSet] = field(default_factory=list)
-    priority: int = 0
-    runtime_ms: int | None = None
-    queue: str | None = None
-    manifest: dict[str, Any] | None = None
+class JobSources(Struct, frozen=True, gc=False):
+    """Where a job's spec is in the log: for each part, the sequence of the last entry that set
+    it (often one and the same ``JobSubmitted``). Replaced, never changed in place, so a reader
+    that awaits between its reads keeps one consistent set."""
+
+    submitted: int  # its JobSubmitted: the ref, runtime and queue, and the parts below until updated
+    pod_sets: int  # the last JobSubmitted / JobUpdated (each carries the pod sets)
+    priority: int  # the last of those with a priority
+    manifest: int  # the last of those with a manifest (the JobSubmitted's may be None)
+
+    def seqs(self) -> set[int]:
+        return {self.submitted, self.pod_sets, self.priority, self.manifest}
+
+
+SpecEvent = ev.JobSubmitted | ev.JobUpdated
+
+
+class SpecUnreadable(LookupError):
+    """An entry a job's sources name is not in the log (or not what it was): no copy can be made."""
+
+
+def remote_spec(key: CopyKey, sources: JobSources, events: Mapping[int, SpecEvent]) -> RemoteSpec:
+    """The spec of copy ``key`` from the entries ``sources`` names (``events``: seq -> event),
+    as the projection would have built it by keeping each part as it was folded."""
+
+    def at(seq: int, part: str) -> SpecEvent:
+        event = events.get(seq)
+        if event is None or event.job.uid != key[0]:
+            raise SpecUnreadable(
+                f"log entry {seq}, which holds the {part} of job uid {key[0]}, "
+                f"is {'missing' if event is None else f'about job uid {event.job.uid}'}"
+            )
+        return event
+
+    submitted = at(sources.submitted, "submission")
+    if not isinstance(submitted, ev.JobSubmitted):
+        raise SpecUnreadable(f"log entry {sources.submitted} of job uid {key[0]} is not its JobSubmitted")
+    priority = at(sources.priority, "priority").priority
+    return RemoteSpec(
+        job=submitted.job,
+        cluster=key[1],
+        attempt=key[2],
+        pod_sets=list(at(sources.pod_sets, "pod sets").pod_sets),
+        priority=submitted.priority if priority is None else priority,
+        runtime_ms=submitted.runtime_ms,
+        queue=submitted.queue,
+        manifest=at(sources.manifest, "manifest").manifest,
+    )
+
+
+# The decisions the actuator acts on, or tells its listeners about: each names a copy's job.
+_COPY_DECISIONS = (ev.Nominated, ev.Withdrawn, ev.CleanUp, ev.Evict, ev.Finished, ev.Placed)
 
 
 class Desired:
     def __init__(self) -> None:
-        self.jobs: dict[str, JobSpec] = {}
+        # Every job that may still get a copy -> where its spec is; a job never updated (most)
+        # keeps its JobSubmitted's sequence alone, an int instead of a struct around it.
+        self.jobs: dict[str, int | JobSources] = {}
         self.intents: dict[CopyKey, Intent] = {}
         self.latest_attempt: dict[str, int] = {}
         self.placed: dict[str, tuple[str, int]] = {}  # uid -> (cluster, attempt)
         self.evict_reason: dict[CopyKey, str] = {}
-        self.refs: dict[str, ev.JobRef] = {}  # every job a decision named
+        # Every job a decision about its copies named; a pending job has its ref in its JobSubmitted.
+        self.refs: dict[str, ev.JobRef] = {}
         self._keys: dict[str, list[CopyKey]] = {}  # uid -> its copies
         self._ended: set[str] = set()  # finished or deleted: its spec goes once no copy may run
         self.submitted: set[str] = set()  # every uid a JobSubmitted named (kept after its spec goes)
@@ -63,30 +116,24 @@ class Desired:
         event = entry.event
         if self._deleted and self._deleted[0][0] + RETIRE_DELETED_AFTER_MS <= entry.at_ms:
             self._retire(entry.at_ms)
-        job = getattr(event, "job", None)
-        if isinstance(job, ev.JobRef):
-            self.refs[job.uid] = job
+        if isinstance(event, _COPY_DECISIONS):
+            self.refs[event.job.uid] = event.job
         match event:
             case ev.QueuesConfigured():
                 self.queues = event
             case ev.JobSubmitted():
                 self.submitted.add(event.job.uid)
-                self.jobs[event.job.uid] = JobSpec(
-                    job=event.job,
-                    pod_sets=list(event.pod_sets),
-                    priority=event.priority,
-                    runtime_ms=event.runtime_ms,
-                    queue=event.queue,
-                    manifest=event.manifest,
-                )
+                self.jobs[event.job.uid] = entry.seq
             case ev.JobUpdated():
-                spec = self.jobs.get(event.job.uid)
-                if spec is not None:
-                    spec.pod_sets = list(event.pod_sets)
-                    if event.priority is not None:
-                        spec.priority = event.priority
-                    if event.manifest is not None:
-                        spec.manifest = event.manifest
+                was = self.sources(event.job.uid)
+                if was is not None:
+                    seq = entry.seq
+                    self.jobs[event.job.uid] = JobSources(
+                        was.submitted,
+                        seq,
+                        was.priority if event.priority is None else seq,
+                        was.manifest if event.manifest is None else seq,
+                    )
             case ev.Nominated():
                 uid = event.job.uid
                 if event.attempt > self.latest_attempt.get(uid, 0):
@@ -141,8 +188,8 @@ class Desired:
         return True
 
     def _drop_spec_if_done(self, uid: str) -> None:
-        """Forget an ended job's spec (its manifest is the bulk of the memory) once none of its
-        copies may still be created; the small per-copy intents stay for the GC."""
+        """Forget an ended job's sources once none of its copies may still be created; the small
+        per-copy intents stay for the GC."""
         if uid not in self._ended:
             return
         if all(self.intents.get(k) in (Intent.GONE, Intent.FINISHED) for k in self._keys.get(uid, ())):
@@ -195,20 +242,10 @@ class Desired:
             return True
         return age_ms > grace_ms
 
-    def spec(self, key: CopyKey) -> RemoteSpec | None:
-        job = self.jobs.get(key[0])
-        if job is None:
-            return None
-        return RemoteSpec(
-            job=job.job,
-            cluster=key[1],
-            attempt=key[2],
-            pod_sets=job.pod_sets,
-            priority=job.priority,
-            runtime_ms=job.runtime_ms,
-            queue=job.queue,
-            manifest=job.manifest,
-        )
+    def sources(self, job_uid: str) -> JobSources | None:
+        """Where the log has the job's spec; None once no copy of it may be created."""
+        at = self.jobs.get(job_uid)
+        return JobSources(at, at, at, at) if isinstance(at, int) else at
 
     def live_on(self, cluster: str) -> int:
         """Copies on ``cluster`` that should exist, or be stopped (a drain waits for none)."""

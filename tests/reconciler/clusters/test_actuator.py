@@ -196,6 +196,36 @@ async def test_two_actuators_on_one_log_create_each_kubernetes_copy_once(
     await eventually(lambda: not emu.objects("batch", "v1", "jobs"), what="all copies withdrawn")
 
 
+async def test_a_copy_gets_the_latest_manifest_read_back_from_the_log_long_after_submission(
+    jslog: JetStreamLog, actuators: Callable[..., Any], api_servers: Callable[..., Any]
+) -> None:
+    """The projection keeps no manifest: a copy's spec is read back from the entries that carried
+    it, here one the actuator's cache let go long ago and a later JobUpdated's."""
+    server: ApiServer = await api_servers("w1")
+    leader = Leader(jslog)
+    grown = batch_job("job-1", uid="uid-1", parallelism=3)
+    grown["metadata"]["labels"]["grown"] = "yes"
+    pod_sets = [ev.PodSet(name="main", count=3, requests={GPU: 1})]
+    await leader.inputs(
+        submitted(1),
+        ev.JobUpdated(job=job(1), pod_sets=pod_sets, priority=7, manifest=grown),
+        ev.JobUpdated(job=job(1), pod_sets=pod_sets),  # no manifest: the one above stands
+        *(submitted(i) for i in range(2, 6)),
+    )
+    worker = KubeWorker("w1", server.api(role="worker", cluster="w1"), manager_id="mgr", kueue=True)
+    act = await actuators({"w1": worker}, spec_cache=2)
+    await leader.decide(ev.Nominated(job=job(1), clusters=["w1"], attempt=1))
+    emu = server.emulator
+    await eventually(lambda: emu.objects("batch", "v1", "jobs"), what="job-1 created")
+    [copy] = emu.objects("batch", "v1", "jobs")
+    assert copy["spec"]["parallelism"] == 3 and copy["metadata"]["labels"]["grown"] == "yes"
+    assert act.specs.gets == 3  # its JobSubmitted and both JobUpdated (the last has its pod sets)
+    await leader.inputs(submitted(6))
+    await leader.decide(ev.Nominated(job=job(6), clusters=["w1"], attempt=1))
+    await eventually(lambda: len(emu.objects("batch", "v1", "jobs")) == 2, what="job-6 created")
+    assert act.specs.gets == 3  # just folded: from the cache
+
+
 async def test_the_actuator_and_observers_ride_out_a_nats_restart(
     tmp_path: Any, logs: list[MutableMapping[str, Any]]
 ) -> None:
