@@ -8,6 +8,7 @@ or before the bound and folds the log after it.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -138,6 +139,11 @@ def restore(raw: bytes, *, plugins: core.Registry) -> core.State:
         gc.enable()
 
 
+def _decode_and_restore(data: bytes, registry: core.Registry) -> tuple[Snapshot, core.State]:
+    snap = decode_snapshot(data)
+    return snap, restore(snap.state, plugins=registry)
+
+
 async def _load_snapshot(
     snapshots: SnapshotStore | None, *, at_or_before: int, plugins: PluginSet | None
 ) -> tuple[core.State, int, int, ev.PolicyLoaded | None, ev.QueuesConfigured | None]:
@@ -147,8 +153,11 @@ async def _load_snapshot(
         if found is not None:
             seq, data = found
             try:
-                snap = decode_snapshot(data)
-                state = restore(snap.state, plugins=registry)
+                # In a thread: a restore of a million jobs is seconds of CPU, and a term that
+                # restores while it holds the lease must keep renewing it meanwhile (the event
+                # loop gets the interpreter between the thread's slices). It lost the lease
+                # every time, at a million jobs, when the restore ran on the loop.
+                snap, state = await asyncio.to_thread(_decode_and_restore, data, registry)
                 return state, snap.seq, snap.at_ms, snap.policy, snap.queues
             except Exception as err:  # a snapshot from another version is a cache miss, not a failure
                 log.warning("snapshot_unusable", seq=seq, error=str(err))

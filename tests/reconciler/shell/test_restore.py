@@ -59,3 +59,27 @@ def test_the_collector_runs_again_after_an_unreadable_snapshot() -> None:
     with pytest.raises(SnapshotError):
         restore(b"not a snapshot", plugins=core.BUILTINS)
     assert gc.isenabled()
+
+
+async def test_a_rebuild_restores_its_snapshot_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A term that restores while holding the lease must keep renewing it: at a million jobs the
+    restore is seconds of CPU, and run on the loop it cost the lease every time (bench/fleet.py)."""
+    import threading
+
+    from eventlog.memory import MemoryLog
+    from reconciler.history import rebuild
+
+    folded = await replay(JsonlLog(FIXTURE))
+    log = MemoryLog()
+    await log.snapshots.save(folded.last_seq, encode_state_snapshot(folded.state, seq=folded.last_seq, at_ms=0))
+    threads: list[threading.Thread] = []
+    real = rebuild.restore
+
+    def recording(raw: bytes, *, plugins: core.Registry) -> core.State:
+        threads.append(threading.current_thread())
+        return real(raw, plugins=plugins)
+
+    monkeypatch.setattr(rebuild, "restore", recording)
+    state, seq, *_ = await rebuild._load_snapshot(log.snapshots, at_or_before=folded.last_seq, plugins=None)
+    assert seq == folded.last_seq and core.dump_state(state) == core.dump_state(folded.state)
+    assert threads and threads[0] is not threading.main_thread()
