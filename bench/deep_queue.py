@@ -165,6 +165,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--no-plain", action="store_true", help="skip the full-scan baseline (and the check)")
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give at least 1 job")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give at least 1 round")
     started = time.perf_counter()
     rng = random.Random(16)
     templates = [[shape(rng) for _ in range(args.shapes)] for _ in range(args.queues)] if args.shapes else []

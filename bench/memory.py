@@ -385,6 +385,11 @@ def main() -> None:
     )
     parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give at least 1 job")
+    if args.baseline_code is not None and not (args.baseline_code / "reconciler").is_dir():
+        parser.error(f"--baseline-code {args.baseline_code}: not a kdispatch checkout (no reconciler/ there); "
+                     "make one with `git worktree add DIR COMMIT` or `git archive COMMIT | tar -x -C DIR`")
     if args.role == "child":
         print(json.dumps(child(args)), flush=True)
         return
