@@ -31,21 +31,12 @@ from eventlog import events as ev
 from reconciler.core import State, decide, fold, new_state, phases
 from reconciler.edge.percentile import percentile
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fleet import GPU, POLICY, REGIONS
+
 cpu = time.process_time
-GPU = "nvidia.com/gpu"
-REGIONS = ["eu-west", "eu-central", "us-east", "us-west", "ap-south"]
 FLOOR_MS = 50.0
-POLICY = ev.PolicyLoaded(
-    profiles=[
-        ev.Profile(
-            name="default",
-            filters=[ev.FilterSpec(name=n) for n in ("ClusterHealth", "ClusterSelector", "ClusterTaints", "ClusterFeasibility")],
-            scores=[ev.ScoreSpec(name="CapacityScore")],
-            strategy=ev.StrategySpec(type="TopK", k=1),
-        )
-    ],
-    worker_lost_timeout_ms=24 * 3_600_000,  # no heartbeats in this bench
-)
+
 
 
 def queues_config(n_queues: int, n_cohorts: int, strict_every: int) -> ev.QueuesConfigured:
