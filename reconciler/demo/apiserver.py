@@ -146,9 +146,13 @@ class ApiServer:
         return Admitted(obj=final, warnings=[*(mutated.get("warnings") or []), *(validated.get("warnings") or [])])
 
     async def ready(self) -> bool:
+        return await self.ready_status() == 200
+
+    async def ready_status(self) -> int | None:
+        """The status /readyz answers, or None while nothing answers at all (not listening yet)."""
         assert self._session is not None
         try:
             async with self._session.get(f"{self.base_url}/readyz", ssl=self._ssl) as resp:
-                return resp.status == 200
+                return resp.status
         except (aiohttp.ClientError, OSError):
-            return False
+            return None

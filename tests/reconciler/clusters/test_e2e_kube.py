@@ -454,7 +454,8 @@ async def test_jobs_allowed_while_the_inbox_is_unavailable_are_all_backfilled(wo
         async with AdmissionClient(f"https://127.0.0.1:{port}", ca_file=str(ca)) as api:
 
             async def answers() -> bool:
-                return not await api.ready()  # 503: up, and knows NATS is not answering
+                # 503: listening, and knows NATS is not answering (a refused connection is not yet)
+                return await api.ready_status() == 503
 
             await eventually(answers, timeout_s=30, what="webhook answering (not ready: no NATS)")
             for i in range(UNRECORDED):
