@@ -155,3 +155,53 @@ async def test_an_overload_burst_is_shed_fast_and_memory_stays_flat(tmp_path: Pa
     finally:
         assert hook.stop() == 0, hook.log.read_text()[-3000:]
         await server.stop_async()
+
+
+OVERSIZED_BURSTS = 5
+# Measured on these bursts: before the fix, +80 MiB over 4 bursts (+265 MiB when each request
+# had its own connection): bodies read only to be refused, and each idle keep-alive connection
+# holding its last body. After it, +4-7 MiB (allocator fragmentation). The soak saw the same
+# (188 -> 208 -> 270 MB over 10 minutes).
+REPEAT_GROWTH_BOUND_MIB = 20
+
+
+async def test_repeated_oversized_bodies_are_refused_unread_and_memory_stays_flat(tmp_path: Path) -> None:
+    """An 8 MiB body is refused with 413 from its Content-Length, before it is read, on a closed
+    connection; bursts of them, again and again, leave the webhook's RSS where the first left it."""
+    server = EmbeddedNats(data_dir=tmp_path / "nats")
+    await server.start_async()
+    hook = start_webhook(nats_url=server.url, root="whbig", data_dir=tmp_path)
+    oversized = b"x" * (8 << 20)
+    # The largest body still read: just under the limit (6 MiB), and not a review.
+    under = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","x":"' + b"y" * (6 * 2**20 - 200) + b'"}'
+    tls = hook.ssl_context()  # one context: the pool keeps and reuses connections, as an apiserver does
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+            async def post(body: bytes) -> tuple[int, str]:
+                try:
+                    async with session.post(hook.url + "/validate", data=body, ssl=tls) as response:
+                        return response.status, (await response.read()).decode()
+                except (aiohttp.ClientConnectionError, ssl.SSLError):
+                    return 0, ""  # closed before the client finished sending: still refused unread
+
+            async def burst() -> Counter[int]:
+                answers = await asyncio.gather(*(post(oversized if i % 2 else under) for i in range(40)))
+                for status, text in answers:
+                    if status == 413:
+                        assert "8388608 bytes" in text and "6291456" in text, text  # what came, what is taken
+                return Counter(status for status, _ in answers)
+
+            first = await burst()
+            settled = _rss_kib(hook.proc.pid)["VmRSS"]
+            counts = [await burst() for _ in range(OVERSIZED_BURSTS - 1)]
+            after = _rss_kib(hook.proc.pid)["VmRSS"]
+        print(f"webhook RSS after burst 1: {settled // 1024} MiB, after burst {OVERSIZED_BURSTS}: {after // 1024} MiB; {first} {counts}")
+        for count in [first, *counts]:
+            assert set(count) <= {0, 400, 413, 429}, count
+            assert count[413] + count[0] >= 1 and count[400] >= 1, count
+        growth = (after - settled) / 1024
+        assert growth < REPEAT_GROWTH_BOUND_MIB, f"RSS grew by {growth:.0f} MiB over {OVERSIZED_BURSTS - 1} more bursts"
+    finally:
+        assert hook.stop() == 0, hook.log.read_text()[-3000:]
+        await server.stop_async()
