@@ -42,6 +42,7 @@ _V1, _V2 = 1, 2
 MAGIC = b"\xc1KDS"
 JOBS_PER_FRAME = 1024  # about 0.35 MB of frame at fleet jobs' 350 B
 KEYS_PER_FRAME = 4096
+_CONSUMED_PIECE = 1 << 20
 _LENGTH = 4
 
 T = TypeVar("T")
@@ -298,13 +299,27 @@ def _frame(out: bytearray, frame: Frame) -> None:
     out[at : at + _LENGTH] = (len(out) - at - _LENGTH).to_bytes(_LENGTH, "big")
 
 
-def load_state(raw: bytes | bytearray | memoryview, *, plugins: Registry = BUILTINS) -> State:
+def load_state(
+    raw: bytes | bytearray | memoryview, *, plugins: Registry = BUILTINS, consume: bool = False
+) -> State:
     """The state a snapshot holds, its profiles compiled against ``plugins`` (not part of the
-    snapshot: which plugins exist is the environment's, as for ``new_state``)."""
+    snapshot: which plugins exist is the environment's, as for ``new_state``).
+
+    ``consume``: ``raw`` is a bytearray nobody else reads (a forecast's dump of the live state):
+    it is emptied from the front as it is loaded, so its memory is given back while the state
+    grows (a bytearray shrunk below half its allocation is moved to a smaller one) instead of
+    being held whole beside the finished state."""
     if bytes(raw[: len(MAGIC)]) != MAGIC:
         return _load_whole(raw, plugins)
     loader = StateLoader(plugins=plugins)
-    loader.feed(raw)
+    if consume and isinstance(raw, bytearray):
+        while raw:
+            piece = raw[:_CONSUMED_PIECE]  # a copy: no view of ``raw`` may be alive when it shrinks
+            del raw[: len(piece)]
+            loader.feed(piece)
+            del piece
+    else:
+        loader.feed(raw)
     return loader.close()
 
 

@@ -111,6 +111,20 @@ def test_a_snapshot_fed_in_pieces_loads_as_it_does_whole(name: str, piece: int) 
     assert decide(restored) == decide(folded)
 
 
+def test_a_dump_loaded_with_consume_is_emptied_and_gives_the_same_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forecast hands its dump over (``consume``): it is given back as the copy grows."""
+    from reconciler.core import snapshot
+
+    folded = fold_all(many_jobs(JOBS_PER_FRAME * 3))
+    raw = dump_state(folded)
+    dump = bytearray(raw)
+    monkeypatch.setattr(snapshot, "_CONSUMED_PIECE", 10_000)  # frames split between pieces
+    assert len(raw) > 20 * snapshot._CONSUMED_PIECE
+    restored = load_state(dump, consume=True)
+    assert dump == bytearray() and dump_state(restored) == raw
+    assert decide(restored) == decide(folded)
+
+
 def test_a_snapshot_cut_short_or_damaged_is_refused_with_where() -> None:
     raw = dump_state(fold_all(many_jobs(JOBS_PER_FRAME + 5)))
     ends = [len(MAGIC)]  # where each frame ends
