@@ -386,16 +386,15 @@ class StateLoader:
         partial += view[at : at + take]
         if len(partial) < end:
             return -1
-        self._partial = bytearray()
-        with memoryview(partial) as body:
-            self._frame(body[_LENGTH:])
+        self._partial = bytearray()  # ``partial`` is freed once the frame's view of it is
+        self._frame(memoryview(partial)[_LENGTH:])
         return at + take
 
     def _frame(self, body: memoryview) -> None:
         where = f"frame {self._frames}"
         try:
             frame = _frame_decoder.decode(body)
-        except msgspec.DecodeError as err:
+        except (msgspec.DecodeError, ValueError) as err:  # ValueError: a string that is not UTF-8
             raise SnapshotError(f"not a kdispatch core snapshot: {err} (in {where})") from None
         self._frames += 1
         if isinstance(frame, Head):
@@ -552,7 +551,7 @@ def _load_whole(raw: bytes | bytearray | memoryview, plugins: Registry) -> State
                 f"snapshot version {version}, this core reads {_V1}, {_V2} and {SNAPSHOT_VERSION}: replay from the log"
             )
         snap = _v1_decoder.decode(raw) if version == _V1 else _v2_decoder.decode(raw)
-    except msgspec.DecodeError as err:
+    except (msgspec.DecodeError, ValueError) as err:  # ValueError: a string that is not UTF-8
         raise SnapshotError(f"not a kdispatch core snapshot: {err}") from None
     specs: list[SpecEntry] | None = None
     spec_of: npt.NDArray[np.uint32] | None = None
@@ -567,7 +566,7 @@ def _load_whole(raw: bytes | bytearray | memoryview, plugins: Registry) -> State
             if specs is not None and spec_of is not None:
                 spec = specs[int(spec_of[i])]
                 job.placement, job.pod_sets = spec.placement, spec.pod_sets
-        except (msgspec.DecodeError, IndexError) as err:
+        except (msgspec.DecodeError, ValueError, IndexError) as err:
             raise SnapshotError(f"not a kdispatch core snapshot: {err} (in $.jobs[{i}])") from None
         _add_job(state, job)
 

@@ -29,7 +29,6 @@ from reconciler.history.replay import replay
 log = get_logger("reconciler.rebuild")
 
 SNAPSHOT_VERSION = 2  # the stored object: 2 framed, streamed into the state; 1 (one msgpack map) still read
-_V1 = 1
 # 0xc1 is no msgpack value: a reader of version 1 refuses the object at once ("snapshot_unusable")
 # and replays from the log.
 OBJECT_MAGIC = b"\xc1KDO"
@@ -170,7 +169,7 @@ class SnapshotReader:
             return  # the head is short (a few hundred bytes): it never spans more than a piece or two
         try:
             self._head = _head_decoder.decode(memoryview(start)[at:end])
-        except msgspec.DecodeError as err:
+        except (msgspec.DecodeError, ValueError) as err:  # ValueError: a string that is not UTF-8
             raise core.SnapshotError(f"not a kdispatch snapshot object: {err} (in its head)") from None
         self._loader = core.StateLoader(plugins=self._plugins)
         self._loader.feed(memoryview(start)[end:])

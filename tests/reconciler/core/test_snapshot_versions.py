@@ -142,6 +142,11 @@ def test_a_snapshot_cut_short_or_damaged_is_refused_with_where() -> None:
         load_state(raw[: ends[1]] + b"\x00\x00\x00\x02\xff\xff" + raw[ends[2] :])
     with pytest.raises(SnapshotError, match="it ends before its head"):
         load_state(MAGIC)
+    loader = StateLoader()  # a string that is not UTF-8, in a frame split between pieces
+    with pytest.raises(SnapshotError, match=f"codec can't decode .* \\(in frame {len(ends) - 2}\\)"):
+        damaged = raw[:-3] + b"\xff\xff\xff"
+        for at in range(0, len(damaged), 7):
+            loader.feed(damaged[at : at + 7])
 
 
 def test_an_unknown_version_is_refused_with_what_to_do() -> None:
