@@ -22,6 +22,12 @@ Rows:
 - ``interned``: this code as it runs;
 - ``restored``: the ``interned`` state dumped as a snapshot and loaded in a fresh process, as a
   standby restores it (RSS after the load minus before, the snapshot's bytes already read);
+- ``restore peak``: the ``interned`` state as the leader stores it (``encode_state_snapshot``),
+  restored in a fresh process through ``history.rebuild``'s own path (``_load_snapshot``) from a
+  store that serves the file as ``JetStreamSnapshots`` serves the object from NATS (128 KiB chunks,
+  each written in the default executor): the peak RSS (VmHWM) of the restore above the process's
+  RSS before it, beside the RSS the restored state keeps. With ``--baseline-code``, the other
+  checkout's own snapshot and restore in the same run;
 - ``baseline code``: with ``--baseline-code DIR``, the same fold with the reconciler and eventlog
   of another checkout (e.g. the commit before the change), and its restore.
 
@@ -30,15 +36,18 @@ the actuator's projection of the jobs (with Kueue's sample Job as every job's ma
 beside the state, and its RSS alone in a process of its own), and the
 peak RSS (VmHWM, reset before each) of what it builds and drops: a ``/metrics`` scrape, a snapshot
 on its way to the store, a start-time forecast. ``--service-only`` prints just those (one child
-per checkout: about a minute at 20,000 jobs). ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
+per checkout: about a minute at 20,000 jobs). ``--restore-only`` prints just the restore peak (a
+fold and a restore per checkout). ``--trace`` adds tracemalloc runs of ``interned`` and ``interning
 off`` and prints their top allocation sites by line. The last line is the headline figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import inspect
+import io
 import json
 import os
 import random
@@ -87,6 +96,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.mode == "actuator":
         return actuator_alone(args, fleet)
+    if args.mode == "restore-peak":
+        return restore_peak(Path(args.snapshot))
     if args.mode == "restore":
         raw = Path(args.snapshot).read_bytes()
         before = settled_rss()
@@ -181,7 +192,62 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     if args.snapshot:
         Path(args.snapshot).write_bytes(core.dump_state(state))
         out["snapshot_bytes"] = Path(args.snapshot).stat().st_size
+        from reconciler.history import rebuild
+
+        stored = rebuild.encode_state_snapshot(state, seq=state.seq, at_ms=state.now_ms, queues=state.queues)
+        Path(f"{args.snapshot}.stored").write_bytes(stored)
+        out["stored_bytes"] = len(stored)
     return out
+
+
+class FileSnapshots:
+    """A snapshot store over one file, serving it as ``JetStreamSnapshots`` serves the object
+    from NATS: ``latest`` gathers nats-py's 128 KiB chunks into a ``BytesIO`` (what the code
+    before restored from), ``latest_into`` hands each chunk to ``write`` in the default executor,
+    one at a time (nats-py's ``get(writeinto=...)``). NATS's own buffers are not counted: its
+    ordered consumer's flow control holds the server to a window of chunks."""
+
+    CHUNK = 128 * 1024
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def latest(self, *, at_or_before: int | None = None) -> tuple[int, bytes] | None:
+        buf = io.BytesIO()
+        with self.path.open("rb") as f:
+            while chunk := f.read(self.CHUNK):
+                buf.write(chunk)
+        return 1, buf.getvalue()
+
+    async def latest_into(self, write: Any, *, at_or_before: int | None = None) -> int | None:
+        loop = asyncio.get_running_loop()
+        with self.path.open("rb") as f:
+            while chunk := f.read(self.CHUNK):
+                await loop.run_in_executor(None, write, chunk)
+        return 1
+
+    async def save(self, seq: int, data: bytes | bytearray) -> None:
+        raise NotImplementedError
+
+
+def restore_peak(stored: Path) -> dict[str, Any]:
+    """A leader's restore of ``stored`` in this fresh process, through ``history.rebuild``: the
+    peak RSS above the RSS before, and the RSS the restored state keeps."""
+    from reconciler.edge.plugins import installed
+    from reconciler.history import rebuild
+
+    plugins = installed()  # discovered before the figure, as at a leader's start
+
+    async def run() -> dict[str, Any]:
+        await asyncio.get_running_loop().run_in_executor(None, gc.collect)  # the executor's thread exists
+        before = settled_rss()
+        Path("/proc/self/clear_refs").write_text("5")
+        state, seq, *_ = await rebuild._load_snapshot(FileSnapshots(stored), at_or_before=1 << 62, plugins=plugins)
+        peak = _status_kb("VmHWM") * 1024 - before
+        assert seq > 0, "the snapshot was not restored"
+        return {"jobs": len(state.jobs), "pending": _pending(state), "peak": peak, "rss": settled_rss() - before}
+
+    return asyncio.run(run())
 
 
 def service(state: Any) -> dict[str, int]:
@@ -357,10 +423,34 @@ def show_service(who: str, on: dict[str, Any]) -> None:
     )
 
 
+def show_restore_peak(who: str, result: dict[str, Any], stored: dict[str, Any]) -> None:
+    peak, kept = per_job(result, "peak"), per_job(result, "rss")
+    print(
+        f"  {who}restore of its stored snapshot ({per_job(stored, 'stored_bytes', 'all_jobs'):,.0f} B/job stored): "
+        f"peak {peak:,.0f} B/job above the process before, the state kept after {kept:,.0f} B/job "
+        f"(peak {peak / kept:.2f}x the state; {peak - kept:,.0f} B/job held only during the restore); "
+        f"a million jobs: peak ≈ {peak * 1e6 / 1e6:,.0f} MB, state ≈ {kept * 1e6 / 1e6:,.0f} MB",
+        flush=True,
+    )
+
+
+def restore_rows(args: argparse.Namespace, tmp: str, *, who: str, code: Path, on: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fold (unless ``on`` is given: its snapshot is in ``tmp``) and the restore peak of one checkout."""
+    name = "old" if code != ROOT else "on"
+    if on is None:
+        on = run_child(args, "on", code=code, snapshot=f"{tmp}/{name}.snap")
+    on["all_jobs"] = on["jobs"] + WARM_JOBS
+    peak = run_child(args, "restore-peak", code=code, snapshot=f"{tmp}/{name}.snap.stored")
+    show_restore_peak(who, peak, on)
+    return peak
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--role", choices=["parent", "child"], default="parent")
-    parser.add_argument("--mode", choices=["events", "off", "on", "restore", "actuator"], default="on")
+    parser.add_argument(
+        "--mode", choices=["events", "off", "on", "restore", "restore-peak", "actuator"], default="on"
+    )
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--queues", type=int, default=100)
@@ -382,6 +472,11 @@ def main() -> None:
         "--service-only",
         action="store_true",
         help="only the leader's figures besides the core state (one child, and one for --baseline-code)",
+    )
+    parser.add_argument(
+        "--restore-only",
+        action="store_true",
+        help="only the restore's peak beside the restored state (a fold and a restore per checkout)",
     )
     parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -408,6 +503,12 @@ def main() -> None:
                 show_row(f"{who or 'this code: '}interned", result, None)
                 show_service(who, result)
         return
+    if args.restore_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            restore_rows(args, tmp, who="this code: ", code=ROOT)
+            if args.baseline_code is not None:
+                restore_rows(args, tmp, who="baseline code: ", code=args.baseline_code)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         events = run_child(args, "events")
         show_row("events (decoded, in a list)", events, None)
@@ -421,6 +522,7 @@ def main() -> None:
         print(
             f"  snapshot: {on['snapshot_bytes'] / max(1, on['jobs'] + WARM_JOBS):,.0f} B per job", flush=True
         )
+        restore_rows(args, tmp, who="", code=ROOT, on=on)
         if args.service:
             show_service("", on)
             alone = run_child(args, "actuator")
@@ -443,6 +545,7 @@ def main() -> None:
                 run_child(args, "restore", code=args.baseline_code, snapshot=f"{tmp}/old.snap"),
                 base,
             )
+            restore_rows(args, tmp, who="baseline code: ", code=args.baseline_code, on=old)
             print(
                 f"  baseline snapshot: {old['snapshot_bytes'] / max(1, old['jobs'] + WARM_JOBS):,.0f} B per job",
                 flush=True,

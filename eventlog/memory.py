@@ -11,7 +11,7 @@ is ``pull``'s, on the running event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 
 from eventlog import codec, subjects
@@ -186,6 +186,9 @@ class MemorySequencer:
         return None
 
 
+SNAPSHOT_PIECE = 128 * 1024  # the chunk size of nats-py's object store
+
+
 class MemorySnapshots:
     def __init__(self) -> None:
         self._snaps: dict[int, bytes] = {}
@@ -199,6 +202,18 @@ class MemorySnapshots:
             return None
         best = max(seqs)
         return best, self._snaps[best]
+
+    async def latest_into(
+        self, write: Callable[[bytes], object], *, at_or_before: int | None = None
+    ) -> int | None:
+        """As the JetStream store: pieces of ``SNAPSHOT_PIECE`` bytes, each written in a thread."""
+        found = await self.latest(at_or_before=at_or_before)
+        if found is None:
+            return None
+        seq, data = found
+        for at in range(0, len(data), SNAPSHOT_PIECE):
+            await asyncio.to_thread(write, data[at : at + SNAPSHOT_PIECE])
+        return seq
 
 
 class _LeaseKey:

@@ -10,7 +10,7 @@ it computed, every append fenced on the expected last sequence.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from msgspec import Struct
@@ -106,6 +106,14 @@ class SnapshotStore(Protocol):
     async def save(self, seq: int, data: bytes | bytearray) -> None: ...
 
     async def latest(self, *, at_or_before: int | None = None) -> tuple[int, bytes] | None: ...
+
+    async def latest_into(
+        self, write: Callable[[bytes], object], *, at_or_before: int | None = None
+    ) -> int | None:
+        """The latest snapshot's sequence (None: there is none), its bytes handed to ``write`` in
+        pieces as they arrive, each call in a worker thread (``write`` may decode them while the
+        event loop runs on): a snapshot of hundreds of MB is never held whole."""
+        ...
 
 
 def event_of(entry: LogEntry) -> AnyEvent:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -108,6 +109,34 @@ class JetStreamSnapshots:
         buf = io.BytesIO()
         await store.get(object_name(seqs[-1]), writeinto=buf)
         return seqs[-1], buf.getvalue()
+
+    async def latest_into(
+        self, write: Callable[[bytes], object], *, at_or_before: int | None = None
+    ) -> int | None:
+        # nats-py hands each chunk (128 KiB) to ``writeinto.write`` in the loop's default executor,
+        # one at a time; the ordered consumer's flow control holds the server back meanwhile.
+        store = await self._bucket(create=False)
+        if store is None:
+            return None
+        seqs = [s for s in await self._seqs(store) if at_or_before is None or s <= at_or_before]
+        if not seqs:
+            return None
+        await store.get(object_name(seqs[-1]), writeinto=_Writer(write))
+        return seqs[-1]
+
+
+class _Writer(io.BufferedIOBase):
+    """Hands each chunk nats-py writes to a function (``latest_into``)."""
+
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._write(data)
+        return len(data)
 
 
 class _Reader(io.BufferedIOBase):

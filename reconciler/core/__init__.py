@@ -6,7 +6,8 @@ the ``at_ms`` of the log entry being folded. Enforced by import-linter (see pypr
 The API other areas code against:
 - ``new_state(policy_override=None, plugins=BUILTINS)``, ``fold(state, entry)``, ``decide(state)``,
   ``next_deadline(state)``, ``explain(state, job_key)``, ``summary(state)``,
-  ``dump_state(state)`` (``dump_state_into(state, out)``) / ``load_state(raw, plugins=BUILTINS)``, ``validate_policy(policy, plugins)``.
+  ``dump_state(state)`` (``dump_state_into(state, out)``) / ``load_state(raw, plugins=BUILTINS)``
+  (``StateLoader``: the same, fed in pieces), ``validate_policy(policy, plugins)``.
 
 Which plugins exist is a value handed in (a ``Registry``): ``BUILTINS`` are ours; the shell adds
 third-party ones it discovered (``reconciler.edge.plugins``). The core never looks them up.
@@ -30,7 +31,7 @@ from reconciler.core.framework import profile as _profile
 from reconciler.core.framework.profile import DEFAULT_PROFILE, plugins_used
 from reconciler.core.framework.registry import PluginError, Registry
 from reconciler.core.plugins import BUILTINS
-from reconciler.core.snapshot import SnapshotError, dump_state, dump_state_into, load_state
+from reconciler.core.snapshot import SnapshotError, StateLoader, dump_state, dump_state_into, load_state
 from reconciler.core.state import State
 from reconciler.core.summary import summary
 from reconciler.core.timers import next_deadline
@@ -60,6 +61,7 @@ __all__ = [
     "Rejection",
     "SnapshotError",
     "State",
+    "StateLoader",
     "UnknownJob",
     "decide",
     "dump_state",

@@ -9,7 +9,9 @@ or before the bound and folds the log after it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,7 +28,11 @@ from reconciler.history.replay import replay
 
 log = get_logger("reconciler.rebuild")
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # the stored object: 2 framed, streamed into the state; 1 (one msgpack map) still read
+# 0xc1 is no msgpack value: a reader of version 1 refuses the object at once ("snapshot_unusable")
+# and replays from the log.
+OBJECT_MAGIC = b"\xc1KDO"
+_LENGTH = 4
 
 
 class LogHandle(Protocol):
@@ -46,6 +52,11 @@ class Snapshot(msgspec.Struct, kw_only=True):
 
     The policy rides along because the last ``PolicyLoaded`` may lie before the snapshot, and the
     leader must know it to decide whether to record the configured one again.
+
+    Stored (version 2) as ``OBJECT_MAGIC``, the length of the head (4 bytes, big-endian), the head
+    (``_SnapshotHead``, msgpack), then the core's dump to the end: a reader can take the head and
+    hand the rest to ``core.StateLoader`` piece by piece as it arrives. Version 1 was this
+    struct as one msgpack map.
     """
 
     v: int = SNAPSHOT_VERSION
@@ -56,22 +67,31 @@ class Snapshot(msgspec.Struct, kw_only=True):
     queues: ev.QueuesConfigured | None = None  # the last QueuesConfigured, for the same reason
 
 
-_snap_encoder = msgspec.msgpack.Encoder()
-_snap_decoder = msgspec.msgpack.Decoder(Snapshot)
-
-
-def encode_snapshot(snap: Snapshot) -> bytes:
-    return _snap_encoder.encode(snap)
-
-
 class _SnapshotHead(msgspec.Struct, kw_only=True):
-    """``Snapshot`` without ``state``: ``encode_state_snapshot`` appends that field after them."""
+    """``Snapshot`` without ``state``, which follows it in the stored object."""
 
     v: int = SNAPSHOT_VERSION
     seq: int
     at_ms: int
     policy: ev.PolicyLoaded | None = None
     queues: ev.QueuesConfigured | None = None
+
+
+_snap_encoder = msgspec.msgpack.Encoder()
+_v1_decoder = msgspec.msgpack.Decoder(Snapshot)
+_head_decoder = msgspec.msgpack.Decoder(_SnapshotHead)
+
+
+def _begin_object(seq: int, at_ms: int, policy: ev.PolicyLoaded | None, queues: ev.QueuesConfigured | None) -> bytearray:
+    head = _snap_encoder.encode(_SnapshotHead(seq=seq, at_ms=at_ms, policy=policy, queues=queues))
+    return bytearray(OBJECT_MAGIC + len(head).to_bytes(_LENGTH, "big") + head)
+
+
+def encode_snapshot(snap: Snapshot) -> bytes:
+    """The stored object of a dump already made (``encode_state_snapshot`` makes it from the state)."""
+    out = _begin_object(snap.seq, snap.at_ms, snap.policy, snap.queues)
+    out += snap.state
+    return bytes(out)
 
 
 def encode_state_snapshot(
@@ -82,25 +102,95 @@ def encode_state_snapshot(
     policy: ev.PolicyLoaded | None = None,
     queues: ev.QueuesConfigured | None = None,
 ) -> bytearray:
-    """What ``encode_snapshot(Snapshot(state=core.dump_state(state), ...))`` decodes to, written in
-    one buffer: the core's dump goes straight into the stored object, so a leader uploading a
-    snapshot holds it once, not the dump and the object copying it (at a million jobs, about
-    0.36 GB each). The fields are in another order (a map's keys are matched by name) and the
-    dump's length is a 4-byte bin header patched once it is written."""
-    head = _snap_encoder.encode(_SnapshotHead(seq=seq, at_ms=at_ms, policy=policy, queues=queues))
-    assert head[0] == 0x85, "a fixmap of _SnapshotHead's five fields"
-    out = bytearray(head)
-    out[0] = 0x86  # one more field: state
-    out += _snap_encoder.encode("state")
-    out += b"\xc6\x00\x00\x00\x00"  # bin 32, its length written below
-    start = len(out)
+    """``encode_snapshot(Snapshot(state=core.dump_state(state), ...))``, written in one buffer:
+    the core's dump goes straight into the stored object, so a leader uploading a snapshot holds
+    it once, not the dump and the object copying it (at a million jobs, about 0.36 GB each)."""
+    out = _begin_object(seq, at_ms, policy, queues)
     core.dump_state_into(state, out)
-    out[start - 4 : start] = (len(out) - start).to_bytes(4, "big")
     return out
 
 
-def decode_snapshot(data: bytes) -> Snapshot:
-    return _snap_decoder.decode(data)
+def decode_snapshot(data: bytes | bytearray | memoryview) -> Snapshot:
+    """The stored object, its dump copied out whole (a restore streams it: ``SnapshotReader``)."""
+    view = memoryview(data)
+    if bytes(view[: len(OBJECT_MAGIC)]) != OBJECT_MAGIC:
+        return _v1_decoder.decode(view)
+    end = len(OBJECT_MAGIC) + _LENGTH
+    end += int.from_bytes(view[len(OBJECT_MAGIC) : end], "big")
+    head = _head_decoder.decode(view[len(OBJECT_MAGIC) + _LENGTH : end])
+    return Snapshot(
+        v=head.v, seq=head.seq, at_ms=head.at_ms, state=bytes(view[end:]), policy=head.policy, queues=head.queues
+    )
+
+
+class SnapshotReader:
+    """A stored snapshot read as its pieces arrive (``write``, as ``SnapshotStore.latest_into``
+    hands them over), then ``close`` for its head and state. The core's dump goes piece by piece
+    into a ``core.StateLoader``: what is held besides the state being built is a piece and a
+    frame, not the object (at a million jobs it was the object, a copy of it, the dump copied out
+    of it and its decoded tree: 2.1 GB at the peak for a 1 GB state). A version 1 object is kept
+    whole and read by ``close``.
+
+    ``write`` never raises: the store is reading from NATS, and a subscription left half read
+    would keep receiving. The first error is kept (what follows is dropped) and ``close`` raises it."""
+
+    def __init__(self, *, plugins: core.Registry) -> None:
+        self._plugins = plugins
+        self._start = bytearray()  # the magic and the head, until complete
+        self._whole: bytearray | None = None  # a version 1 object
+        self._head: _SnapshotHead | None = None
+        self._loader: core.StateLoader | None = None
+        self._error: Exception | None = None
+
+    def write(self, piece: bytes | memoryview) -> int:
+        if self._error is None:
+            try:
+                self._feed(memoryview(piece))
+            except Exception as err:
+                self._error, self._loader, self._whole = err, None, None  # the half-built state is dropped
+        return len(piece)
+
+    def _feed(self, piece: memoryview) -> None:
+        if self._loader is not None:
+            self._loader.feed(piece)
+            return
+        if self._whole is not None:
+            self._whole += piece
+            return
+        start = self._start
+        start += piece
+        if len(start) < len(OBJECT_MAGIC):
+            return
+        if start[: len(OBJECT_MAGIC)] != OBJECT_MAGIC:
+            self._whole, self._start = start, bytearray()
+            return
+        at = len(OBJECT_MAGIC) + _LENGTH
+        if len(start) < at or len(start) < (end := at + int.from_bytes(start[len(OBJECT_MAGIC) : at], "big")):
+            return  # the head is short (a few hundred bytes): it never spans more than a piece or two
+        try:
+            self._head = _head_decoder.decode(memoryview(start)[at:end])
+        except (msgspec.DecodeError, ValueError) as err:  # ValueError: a string that is not UTF-8
+            raise core.SnapshotError(f"not a kdispatch snapshot object: {err} (in its head)") from None
+        self._loader = core.StateLoader(plugins=self._plugins)
+        self._loader.feed(memoryview(start)[end:])
+        self._start = bytearray()
+
+    def close(self) -> tuple[Snapshot, core.State]:
+        """The head (``state`` left empty) and the state; the error of a piece if one failed."""
+        if self._error is not None:
+            raise self._error
+        if self._whole is not None:
+            whole, self._whole = self._whole, None
+            snap = _v1_decoder.decode(whole)
+            del whole
+            return snap, restore(snap.state, plugins=self._plugins)
+        head, loader = self._head, self._loader
+        if head is None or loader is None:
+            raise core.SnapshotError("not a kdispatch snapshot object: it ends inside its head")
+        self._loader = None
+        state = loader.close()
+        meta = Snapshot(v=head.v, seq=head.seq, at_ms=head.at_ms, state=b"", policy=head.policy, queues=head.queues)
+        return meta, state
 
 
 @dataclass
@@ -139,9 +229,18 @@ def restore(raw: bytes, *, plugins: core.Registry) -> core.State:
         gc.enable()
 
 
-def _decode_and_restore(data: bytes, registry: core.Registry) -> tuple[Snapshot, core.State]:
-    snap = decode_snapshot(data)
-    return snap, restore(snap.state, plugins=registry)
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The collector off while a restore builds its state (see ``restore``); on again after,
+    unless it was off before."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 async def _load_snapshot(
@@ -149,18 +248,20 @@ async def _load_snapshot(
 ) -> tuple[core.State, int, int, ev.PolicyLoaded | None, ev.QueuesConfigured | None]:
     registry = (plugins if plugins is not None else installed()).registry
     if snapshots is not None and at_or_before > 0:
-        found = await snapshots.latest(at_or_before=at_or_before)
-        if found is not None:
-            seq, data = found
-            try:
-                # In a thread: a restore of a million jobs is seconds of CPU, and a term that
-                # restores while it holds the lease must keep renewing it meanwhile (the event
-                # loop gets the interpreter between the thread's slices). It lost the lease
-                # every time, at a million jobs, when the restore ran on the loop.
-                snap, state = await asyncio.to_thread(_decode_and_restore, data, registry)
-                return state, snap.seq, snap.at_ms, snap.policy, snap.queues
-            except Exception as err:  # a snapshot from another version is a cache miss, not a failure
-                log.warning("snapshot_unusable", seq=seq, error=str(err))
+        reader = SnapshotReader(plugins=registry)
+        with _collector_paused():
+            # The store hands each piece to ``reader.write`` in a worker thread, and the last
+            # step (indexes, quota usage) runs in one too: a restore of a million jobs is seconds
+            # of CPU, and a term that restores while it holds the lease must keep renewing it
+            # meanwhile (the event loop gets the interpreter between the thread's slices). It
+            # lost the lease every time, at a million jobs, when the restore ran on the loop.
+            seq = await snapshots.latest_into(reader.write, at_or_before=at_or_before)
+            if seq is not None:
+                try:
+                    snap, state = await asyncio.to_thread(reader.close)
+                    return state, snap.seq, snap.at_ms, snap.policy, snap.queues
+                except Exception as err:  # a snapshot from another version is a cache miss, not a failure
+                    log.warning("snapshot_unusable", seq=seq, error=str(err))
     return core.new_state(plugins=registry), 0, 0, None, None
 
 

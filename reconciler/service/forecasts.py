@@ -110,5 +110,5 @@ def _forecast(
     """Restore the state's dump (taken out of ``dump``, so it is freed once loaded) and run that
     copy forward itself: the one copy of the state a forecast makes (the dump and one restored
     copy at a time, not the dump, a copy, and the copy's own dump and copy)."""
-    state = core.load_state(dump.pop(), plugins=plugins)
+    state = core.load_state(dump.pop(), plugins=plugins, consume=True)
     return estimate_starts(state, now_ms=now_ms, durations=durations, limit=limit, own=True)

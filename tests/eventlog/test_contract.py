@@ -245,6 +245,25 @@ class LogContract:
         await log.snapshots.save(40, bytearray(big))
         assert await log.snapshots.latest() == (40, big)
 
+    async def test_snapshots_latest_into_hands_the_bytes_over_in_pieces_off_the_loop(self, log: Any) -> None:
+        import threading
+
+        pieces: list[bytes] = []
+        threads: set[threading.Thread] = set()
+
+        def write(piece: bytes) -> None:
+            pieces.append(bytes(piece))
+            threads.add(threading.current_thread())
+
+        assert await log.snapshots.latest_into(write) is None and not pieces
+        big = bytes(range(256)) * 4096  # 1 MiB: more than one NATS message
+        await log.snapshots.save(20, big)
+        await log.snapshots.save(30, b"thirty")
+        assert await log.snapshots.latest_into(write, at_or_before=29) == 20
+        assert b"".join(pieces) == big and len(pieces) > 1
+        assert threading.main_thread() not in threads
+        assert await log.snapshots.latest_into(write, at_or_before=19) is None
+
     async def test_jsonl_export_reads_back_the_same_entries(self, log: Any, tmp_path: Path) -> None:
         for i, event in enumerate(samples.PUBLISHABLE):
             await log.inbox.publish(event, msg_id=f"s{i}")
