@@ -48,11 +48,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SETTLE_TIMEOUT_S = 600.0
 
 
-def rss_bytes() -> int:
+def rss_bytes(field: str = "VmRSS") -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 # ---- the child: a reconciler, answering "status" and "measure" on stdin --------------------------
@@ -96,7 +96,7 @@ def part_of(frames: Any, code_root: str) -> str:
 
 def child_main(args: argparse.Namespace) -> None:
     if args.trace:
-        tracemalloc.start(5)
+        tracemalloc.start(1)  # more frames: too slow on a loaded machine (the lease, the watches)
     asyncio.run(child_async(args))
 
 
@@ -149,6 +149,7 @@ async def child_async(args: argparse.Namespace) -> None:
             if line == "measure":
                 gc.collect()
                 out["rss"] = rss_bytes()
+                out["peak"] = rss_bytes("VmHWM")
                 if args.trace:
                     snapshots.append(tracemalloc.take_snapshot())
                     out["traced"] = tracemalloc.get_traced_memory()[0]
@@ -394,6 +395,7 @@ def run_one(args: argparse.Namespace, code_root: Path, who: str) -> dict[str, An
                 readings.append(reading)
                 print(
                     f"  {who}: {n:,} jobs held: RSS {reading['rss'] / 2**20:,.1f} MiB "
+                    f"(peak {reading['peak'] / 2**20:,.1f}) "
                     f"({c['status_written']:,} statuses, {c['events_written']:,} Events written; {reading['seconds']:.0f} s)",
                     flush=True,
                 )
