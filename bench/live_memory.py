@@ -17,8 +17,15 @@ The child's RSS is read once everything has settled at the first N (every job in
 the watcher's view, the status view and the actuator's, every status written) and again at the
 second: the difference over the jobs between is the figure (one process: RSS does not shrink,
 so a warm-up is paid before the first reading, not counted). ``--trace`` runs the child under
-tracemalloc too and prints the growth between the two readings by part (the innermost frame of
-ours that allocated it, named by module) and the top 10 sites by file:line.
+tracemalloc too (one frame deep: deeper, the traced process is too slow to keep up on a loaded
+machine) and prints the growth between the two readings by part (the module of the line that
+allocated it: a decoded log entry counts as eventlog's, whoever keeps it) and the top 10 sites
+by file:line; its RSS is then meaningless (tracemalloc's own).
+
+The first N should be 2,000 or more: the actuator keeps that many recent ``JobSubmitted`` in a
+bounded cache (``clusters/specs.py``, about 5 kB each here), which below it would count as per
+job. The statuses are written at some 25 a second on a loaded machine, so 10,000 jobs take a few
+minutes per checkout.
 
 ``--baseline-code DIR``: the same with the reconciler and eventlog of another checkout (e.g.
 ``git archive COMMIT | tar -x -C /tmp/base``), in the same run; the stand-ins and the admission
