@@ -20,6 +20,7 @@ simulated workers wait before admitting.
 from __future__ import annotations
 
 import statistics
+import sys
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -97,7 +98,8 @@ class DurationLearner:
         match e:
             case ev.JobSubmitted(job=ref):
                 key = _key(ref)
-                self.queue_of[key] = e.cluster_queue or e.queue or DEFAULT_QUEUE
+                # Interned: kept per job, and most jobs share a handful of queues.
+                self.queue_of[key] = sys.intern(e.cluster_queue or e.queue or DEFAULT_QUEUE)
                 self._expect(key, e.manifest)
             case ev.JobUpdated(job=ref) if e.manifest is not None:
                 self._expect(_key(ref), e.manifest)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -170,7 +171,7 @@ class JobView:
             if st.phase != phase:
                 st.last_transition_ms = at
             self._leave_queue(st)
-            st.phase, st.reason, st.cluster, st.seq = phase, reason, cluster, seq
+            st.phase, st.reason, st.cluster, st.seq = phase, sys.intern(reason), cluster, seq
             self._join_queue(st)
             touched.add(job.uid)
             return st
@@ -180,14 +181,14 @@ class JobView:
                 found = {(lq.namespace, lq.name): lq.cluster_queue for lq in e.local_queues}
                 self._local_queues = found if e.cluster_queues else None  # no ClusterQueue: tenancy off
             case ev.JobSubmitted() if e.job.uid not in self.jobs:
-                queue = queue_of(e, self._local_queues)
+                queue = sys.intern(queue_of(e, self._local_queues))
                 st = JobStatus(
-                    job=e.job,
+                    job=_shared(e.job),
                     queue=queue,
                     priority=e.priority,
                     submitted_seq=seq,
                     last_transition_ms=at,
-                    label=queue_label(e, queue, self._local_queues),
+                    label=sys.intern(queue_label(e, queue, self._local_queues)),
                 )
                 self.jobs[e.job.uid] = st
                 to(e.job, "Queued", reason=f"waiting in {describe_queue(st.queue, st.label)}")
@@ -199,7 +200,7 @@ class JobView:
                 st.priority = e.priority
                 self._join_queue(st)
             case ev.Unschedulable():
-                line = pending_message(e)
+                line = sys.intern(pending_message(e))  # most waiting jobs have the same
                 to(e.job, "Pending", reason=line)
                 tell(e.job, Occurrence("Pending", "Warning", "Schedule", line))
             case ev.Nominated():
@@ -255,8 +256,11 @@ class JobView:
         return touched
 
     def _record(self, job: ev.JobRef, occ: Occurrence, *, seq: int, at_ms: int) -> bool:
-        if job.uid not in self.jobs:
+        st = self.jobs.get(job.uid)
+        if st is None:
             return False  # a decision about a job we never saw submitted (or already deleted)
+        # The status's ref (the same job): not the decision's own decoded copy, one per Event.
+        job = st.job
         mine = self.series.setdefault(job.uid, {})
         current = mine.get((occ.reason, occ.note))
         if current is not None and at_ms - current.last_ms <= self.series_window_ms:
@@ -308,6 +312,18 @@ class JobView:
             i = bisect.bisect_left(keys, key)
             if i < len(keys) and keys[i] == key:
                 del keys[i]
+
+
+def _shared(ref: ev.JobRef) -> ev.JobRef:
+    """The ref kept for every job in the view, with the strings most jobs repeat (namespace,
+    apiVersion, kind) interned: each decoded entry brings its own copies of them."""
+    return ev.JobRef(
+        namespace=sys.intern(ref.namespace),
+        name=ref.name,
+        uid=ref.uid,
+        api_version=sys.intern(ref.api_version),
+        kind=sys.intern(ref.kind),
+    )
 
 
 def _order(st: JobStatus) -> tuple[int, int, str]:

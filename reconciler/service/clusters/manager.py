@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -46,7 +47,7 @@ from reconciler.service.clusters.backoff import Backoff
 from reconciler.service.clusters.base import Reporter, Unreachable
 from reconciler.service.clusters.desired import Desired
 from reconciler.service.clusters.remote import Origin
-from reconciler.service.clusters.watch import LISTED, ListWatch, by_uid, sleep_or_stop
+from reconciler.service.clusters.watch import LISTED, ListWatch, by_uid, ref_tombstone, sleep_or_stop
 
 log = get_logger("reconciler.clusters.manager")
 
@@ -77,11 +78,13 @@ Signature = tuple[bool, str, str]  # (suspended by its user, pod-sets annotation
 
 
 def _signature(kind: KindInfo, obj: dict[str, Any]) -> Signature:
+    """Kept for every job on the manager: its strings are interned, since jobs made from one
+    template carry the same annotations (one copy instead of one per job)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return (
         user_suspended(kind, obj),
-        str(annotations.get(POD_SETS_ANNOTATION, "")),
-        str(annotations.get(PRIORITY_ANNOTATION, "")),
+        sys.intern(str(annotations.get(POD_SETS_ANNOTATION, ""))),
+        sys.intern(str(annotations.get(PRIORITY_ANNOTATION, ""))),
     )
 
 
@@ -131,6 +134,7 @@ class ManagerWatcher:
                 resync_s=self.resync_s,
                 keep=_watched,
                 key=by_uid,
+                tombstone=ref_tombstone,  # a deletion needs only the job's ref (job_ref)
                 log=log.bind(cluster="manager"),
             )
             for versions in by_resource(self.kinds)

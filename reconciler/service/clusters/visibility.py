@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -163,7 +164,9 @@ class StatusReporter:
         self.forecast = forecast  # the leader's start-time estimates, if it makes them
         self.caught_up = asyncio.Event()
         self._reported: dict[str, int] = {}  # uid -> observedSeq on the object (known while leading)
-        self._written: dict[str, str] = {}  # uid -> the status JSON last written
+        # uid -> a digest of the status JSON last written: compared, never read back, and kept for
+        # every job (16 bytes instead of the few hundred of the JSON)
+        self._written: dict[str, bytes] = {}
         # uid -> Event name -> the series count last written (known while leading)
         self._counts: dict[str, dict[str, int]] = {}
         # rate-limit drops already counted (or not ours to count)
@@ -279,7 +282,7 @@ class StatusReporter:
         if not self._led:
             return
         for uid, st in self.view.jobs.items():
-            if st.phase in ("Queued", "Pending") and self._status_for(st) != self._written.get(uid):
+            if st.phase in ("Queued", "Pending") and _digest(self._status_for(st)) != self._written.get(uid):
                 self._mark(uid)
 
     # -- writing --------------------------------------------------------------------------------
@@ -347,7 +350,8 @@ class StatusReporter:
         for s in series:
             await self._write_event(s)
         self._reported[uid] = target
-        if self._written.get(uid) == status:
+        digest = _digest(status)
+        if self._written.get(uid) == digest:
             return
         annotations = {STATUS_ANNOTATION: status}
         if cluster is not None:  # ManagerSync writes it at Placed too; the same value
@@ -360,7 +364,7 @@ class StatusReporter:
             if err.status == 404:
                 return
             raise
-        self._written[uid] = status
+        self._written[uid] = digest
         self.status_written += 1
 
     async def _write_event(self, s: Series) -> None:
@@ -389,6 +393,10 @@ class StatusReporter:
         self.on_event(reason)
         for _ in range(count - before - 1):  # folded into the series between two writes
             self.on_event(reason, suppressed=True)
+
+
+def _digest(status: str) -> bytes:
+    return hashlib.blake2b(status.encode(), digest_size=16).digest()
 
 
 async def _sleep(stop: asyncio.Event, delay_s: float) -> None:

@@ -5,8 +5,8 @@ list, hand over every object, then watch from the list's resourceVersion. The wa
 ``resync_s`` (the server's ``timeoutSeconds``), on 410 Gone (the version was compacted away) or
 when the connection drops; each time the resource is listed again, and an object the new list
 no longer has is handed over as deleted (its DELETED event was missed; from what the loop kept of
-it, ``tombstone``: its metadata, not its spec or status). Every failure is retried
-with back-off and jitter; a handler that raises (a malformed object) is retried the same way,
+it, ``tombstone``: its metadata, not its spec or status; or less, ``ref_tombstone``). Every
+failure is retried with back-off and jitter; a handler that raises (a malformed object) is retried the same way,
 so nothing ends the loop but ``stop``.
 
 A resource can have several versions (``KindInfo``s); the first one the cluster serves is followed.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,22 @@ def tombstone(obj: dict[str, Any]) -> dict[str, Any]:
     return {**{k: obj[k] for k in ("apiVersion", "kind") if k in obj}, "metadata": kept}
 
 
+def ref_tombstone(obj: dict[str, Any]) -> dict[str, Any]:
+    """A smaller ``tombstone`` for a handler that needs only which object went (kind, namespace,
+    name, uid): the manager watcher remembers every job on the manager, and the whole metadata
+    (labels, the webhook's annotations, our status annotation) cost about a kilobyte each. The
+    strings every object repeats are interned: one copy, not one per job."""
+    meta = obj.get("metadata") or {}
+    kept = {k: meta[k] for k in ("name", "uid") if k in meta}
+    if "namespace" in meta:
+        kept["namespace"] = _intern(meta["namespace"])
+    return {**{k: _intern(obj[k]) for k in ("apiVersion", "kind") if k in obj}, "metadata": kept}
+
+
+def _intern(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
+
+
 def by_uid(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("uid", ""))
 
@@ -69,6 +86,8 @@ class ListWatch:
     """Objects this loop follows; the others are neither handed over nor remembered."""
     key: Callable[[dict[str, Any]], str] = by_uid
     """What identifies an object between two lists (to notice the ones deleted meanwhile)."""
+    tombstone: Callable[[dict[str, Any]], dict[str, Any]] = tombstone
+    """What is remembered of each object until the next list, handed over when it vanished."""
     on_served: Callable[[KindInfo, bool], None] | None = None
     """Told whether the cluster serves a version, as soon as a list says so."""
     on_listed: Callable[[], None] | None = None
@@ -126,7 +145,7 @@ class ListWatch:
         remembered: dict[str, dict[str, Any]] = {}
         for key, obj in current.items():
             await self.handle(kind, LISTED, obj)
-            remembered[key] = tombstone(obj)
+            remembered[key] = self.tombstone(obj)
         if self.on_listed is not None:
             self.on_listed()
         return rv, remembered
@@ -147,7 +166,7 @@ class ListWatch:
             if type_ == "DELETED":
                 known.pop(self.key(obj), None)
             elif type_ in ("ADDED", "MODIFIED"):
-                known[self.key(obj)] = tombstone(obj)
+                known[self.key(obj)] = self.tombstone(obj)
             else:
                 continue  # BOOKMARK: nothing changed
             await self.handle(kind, type_, obj)

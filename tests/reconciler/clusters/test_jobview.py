@@ -140,3 +140,20 @@ def test_two_replicas_folding_the_same_log_name_the_same_events() -> None:
     names = [[(s.name, s.count) for s in log.view.series_of("uid-a")] for log in logs]
     assert names[0] == names[1] and [c for _, c in names[0]] == [1, 2]
     assert all(n.startswith("a.") for n, _ in names[0])
+
+
+def test_every_job_is_kept_with_one_ref_whose_repeated_strings_are_shared() -> None:
+    """Kept for every job alive: each decoded entry brings its own copy of the job's ref, and of
+    the strings all jobs repeat; the view keeps one ref per job, its Events reuse it."""
+    log = Log()
+    for name in ("a", "b"):
+        # As decoded from the log: the namespace and the pending line a new string each time.
+        job = ev.JobRef(namespace="".join(["team-", "a"]), name=name, uid=f"uid-{name}")
+        log.at(0, ev.JobSubmitted(job=job, pod_sets=[], priority=0, queue="".join(["q", "1"])))
+        again = ev.JobRef(namespace="".join(["team-", "a"]), name=name, uid=f"uid-{name}")
+        log.at(1, ev.Unschedulable(job=again, reasons={}, message="".join(["no ", "room"])))
+    a, b = log.view.jobs["uid-a"], log.view.jobs["uid-b"]
+    assert all(s.job is a.job for s in log.view.series_of("uid-a"))
+    assert a.job.namespace is b.job.namespace and a.queue is b.queue and a.reason is b.reason
+    pending = [s.occurrence.note for st in (a, b) for s in log.view.series_of(st.job.uid) if s.occurrence.reason == "Pending"]
+    assert len(pending) == 2 and pending[0] is pending[1]

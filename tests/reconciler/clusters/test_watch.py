@@ -11,7 +11,7 @@ import structlog
 
 from eventlog.kube.kinds import KindInfo
 from reconciler.service.clusters.api import KubeApi
-from reconciler.service.clusters.watch import ListWatch
+from reconciler.service.clusters.watch import ListWatch, ref_tombstone
 from tests.reconciler.clusters.conftest import ApiServer, batch_job
 from tests.waiting import eventually
 
@@ -82,6 +82,28 @@ async def test_410_gone_lists_again_and_hands_over_what_was_missed(api_servers: 
     assert api.lists == 2
     # At once, as an expired version, not after a back-off as a failure.
     assert [e["event"] for e in logs] == ["watch_expired_relisting"]
+
+
+async def test_a_ref_tombstone_remembers_which_object_went_and_nothing_else(
+    api_servers: Callable[..., Any],
+) -> None:
+    """The manager watcher's: for every job on the manager only its ref is kept between lists,
+    and a job deleted while no watch was open is still handed over with that ref."""
+    server: ApiServer = await api_servers("c1")
+    server.emulator.put(*GROUP, batch_job("a", uid="uid-a"))
+    api = CompactAfterFirstList(server, server.api(role="worker", cluster="c1"))
+    gone: list[dict[str, Any]] = []
+
+    async def handle(kind: KindInfo, type_: str, obj: dict[str, Any]) -> None:
+        if type_ == "DELETED":
+            gone.append(obj)
+
+    loop = ListWatch(api, (JOBS,), handle=handle, resync_s=60, tombstone=ref_tombstone)  # type: ignore[arg-type]
+    async with running(loop):
+        await eventually(lambda: gone, what="the deletion noticed by the re-list")
+    assert gone == [
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "a", "uid": "uid-a", "namespace": "team-a"}}
+    ]
 
 
 async def test_the_first_served_version_is_followed(api_servers: Callable[..., Any]) -> None:
