@@ -56,14 +56,18 @@ _shape_encoder = msgspec.msgpack.Encoder()
 def sleep_key(key: LaneKey, not_before_ms: int) -> SleepKey | None:
     """The lane's sleep class, or None. Only lanes no member of which ever backed off (one
     that did may have missed news while it waited out its back-off) and that tried no cluster
-    yet (tried clusters change which ones a look may choose)."""
+    yet (tried clusters change which ones a look may choose). The queue is the one the reason
+    names (the job's own, resolved through its LocalQueue if it names none; a change of the
+    queues gets every waiting job a look, so the reason names its queue until then)."""
     _, priority, cluster_queue, tried, _, summary = key
-    if cluster_queue is None or tried or not_before_ms or summary is None or len(summary) != 1:
+    if tried or not_before_ms or summary is None or len(summary) != 1:
         return None
     reason, clusters = summary[0]
     for prefix, kind in _REASONS.items():
-        if reason.startswith(prefix) and reason[len(prefix) :] == cluster_queue:
-            return (cluster_queue, clusters, kind, priority)
+        if reason.startswith(prefix):
+            queue = reason[len(prefix) :]
+            if cluster_queue is None or cluster_queue == queue:
+                return (queue, clusters, kind, priority)
     return None
 
 

@@ -10,6 +10,7 @@ be equal. The index fold keeps must equal one rebuilt from the state, and surviv
 from __future__ import annotations
 
 import os
+from typing import Any
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
@@ -84,11 +85,20 @@ def deep_worlds(draw: st.DrawFn) -> tuple[ev.QueuesConfigured, list[worlds.Op]]:
     return config, ops
 
 
+def named_job(team: str, name: str, **kwargs: Any) -> ev.JobSubmitted:
+    """A job that names its ClusterQueue, as the webhook resolves it (the index files its lanes
+    by that name: a StrictFIFO queue's lanes can then sleep)."""
+    return team_job(team, name, cluster_queue=team, **kwargs)
+
+
 @settings(max_examples=int(os.environ.get("KD_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(deep_worlds())
-def test_the_index_decides_as_the_full_scan(world: tuple[ev.QueuesConfigured, list[worlds.Op]]) -> None:
+@given(deep_worlds(), st.booleans())
+def test_the_index_decides_as_the_full_scan(world: tuple[ev.QueuesConfigured, list[worlds.Op]], named: bool) -> None:
+    """Also what the index leaves asleep (``reconciler.core.sleep``): a lane waiting for quota
+    that the pass's news could help (quota freed in its cohort, capacity it fits, a queue that
+    may preempt) and is not woken decides differently from the full scan, which looks at it."""
     config, ops = world
-    with mock.patch.object(worlds, "Harness", BothWays):
+    with mock.patch.object(worlds, "Harness", BothWays), mock.patch.object(worlds, "team_job", named_job if named else team_job):
         h = worlds.run_world(config, ops)
     check_index(h.state)
 
