@@ -82,6 +82,9 @@ class SleepClass:
     key: SleepKey
     lanes: dict[LaneKey, Lane] = field(default_factory=dict)
     shapes: dict[bytes, dict[LaneKey, Lane]] = field(default_factory=dict)  # shape -> its lanes here
+    # At most the submission of its first member (lowered as members join, raised only when
+    # ``first_seq`` walks the lanes): whether a StrictFIFO head comes first, without a walk.
+    low_seq: int = 0
 
 
 @dataclass(eq=False)
@@ -110,6 +113,7 @@ class PendingIndex:
     of: dict[str, Lane] = field(default_factory=dict)  # job key -> its lane
     loose: dict[LaneKey, Lane] = field(default_factory=dict)  # the lanes in no sleep class
     classes: dict[SleepKey, SleepClass] = field(default_factory=dict)
+    shapes: dict[tuple[bytes, int], dict[LaneKey, Lane]] = field(default_factory=dict)  # (shape, priority) -> lanes in classes
     per_queue: dict[str | None, int] = field(default_factory=dict)  # lanes by ClusterQueue named
 
     def live(self, lane: Lane, i: int, jobs: dict[str, JobRecord]) -> bool:
@@ -143,14 +147,18 @@ class PendingIndex:
             self._place(lane, job)
             return
         self._join(lane, job, key)
-        if lane.sleep is not None and lane.not_before_ms:
-            self._wake(lane)
+        if lane.sleep is not None:
+            if lane.not_before_ms:
+                self._wake(lane)
+            elif job.submitted_seq < lane.sleep.low_seq:
+                lane.sleep.low_seq = job.submitted_seq
 
     def rebuild(self, jobs: dict[str, JobRecord], waiting: dict[str, None]) -> None:
         self.lanes.clear()
         self.of.clear()
         self.loose.clear()
         self.classes.clear()
+        self.shapes.clear()
         self.per_queue.clear()
         for key in waiting:
             self.refresh(jobs.get(key), key, waiting)
@@ -200,11 +208,13 @@ class PendingIndex:
             return
         cls = self.classes.get(sk)
         if cls is None:
-            cls = self.classes[sk] = SleepClass(key=sk)
+            cls = self.classes[sk] = SleepClass(key=sk, low_seq=job.submitted_seq)
         lane.sleep = cls
         lane.shape = shape(job)
         cls.lanes[lane.key] = lane
         cls.shapes.setdefault(lane.shape, {})[lane.key] = lane
+        self.shapes.setdefault((lane.shape, lane.priority), {})[lane.key] = lane
+        cls.low_seq = min(cls.low_seq, job.submitted_seq)
 
     def _wake(self, lane: Lane) -> None:
         """Out of its sleep class for good (a member backed off, or the lane is gone)."""
@@ -217,6 +227,21 @@ class PendingIndex:
         del same[lane.key]
         if not same:
             del cls.shapes[lane.shape]
+        alike = self.shapes[(lane.shape, lane.priority)]
+        del alike[lane.key]
+        if not alike:
+            del self.shapes[(lane.shape, lane.priority)]
         if not cls.lanes:
             del self.classes[cls.key]
         self.loose[lane.key] = lane
+
+    def first_seq(self, cls: SleepClass, jobs: dict[str, JobRecord]) -> int:
+        """The submission of the class's first live member (walks its lanes; tightens ``low_seq``)."""
+        low: int | None = None
+        for lane in cls.lanes.values():
+            for i in range(lane.head, len(lane.keys)):
+                if self.live(lane, i, jobs):
+                    low = lane.seqs[i] if low is None else min(low, lane.seqs[i])
+                    break
+        cls.low_seq = low if low is not None else cls.low_seq
+        return cls.low_seq

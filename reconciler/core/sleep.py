@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from eventlog.events import ClusterQueueSpec
 from reconciler.core.dispatch import could_fit, profile_for
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import feasible
@@ -77,8 +78,6 @@ class _Shape:
     profile: CompiledProfile
     kind: str | None  # how its filters are checked (None: not at all: its queue stays awake)
     demand: tuple[tuple[str, int], ...]
-    fits: bool | None = None  # ``could_fit`` at the start of the pass
-    checked: bool = False
 
 
 def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
@@ -86,7 +85,9 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
 
     In a cohort with quota news, a lane sleeps on if its queue still cannot admit its jobs with
     the quota as the pass starts (admissions only take more while it dispatches; no claims and
-    no job whose round timed out, whose requeue would give quota back mid-pass)."""
+    no job whose round timed out, whose requeue would give quota back mid-pass). What the pass
+    relies on is checked per shape and priority across queues (``_Shape``), so a quiet class
+    costs a pass a few lookups, not a walk of its lanes."""
     out = Asleep()
     state = s.state
     index = state.index
@@ -95,6 +96,13 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
     if any(d.timed_out for d in candidates):
         return out
     tree = s.usage.tree
+    shapes: dict[tuple[bytes, int], _Shape | None] = {}
+    kinds: dict[str, str | None] = {}
+    for key, lanes in index.shapes.items():
+        info = _shape(s, lanes, kinds)
+        if info is not None and info.kind is None:
+            return out  # a filter this cannot reason about: every queue stays awake
+        shapes[key] = info
     present = int(state.clusters.present.sum()) if len(state.clusters) else 0
     marked: set[int] = set()  # queues with a job of the pass's own (a StrictFIFO line forms)
     for d in candidates:
@@ -104,22 +112,8 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
     by_queue: dict[str, list[SleepClass]] = {}
     for cls in index.classes.values():
         by_queue.setdefault(cls.key[0], []).append(cls)
-    kinds: dict[str, str | None] = {}
-    shapes: dict[tuple[bytes, int], _Shape | None] = {}
     admits: dict[tuple[int, tuple[tuple[str, int], ...]], bool] = {}
-
-    def shape_of(shape: bytes, priority: int, lanes: dict[LaneKey, Lane]) -> _Shape | None:
-        if (shape, priority) in shapes:
-            return shapes[(shape, priority)]
-        rep = _member(s, next(iter(lanes.values())))
-        profile = profile_for(s, rep) if rep is not None else None
-        got = None
-        if rep is not None and profile is not None:
-            if profile.name not in kinds:
-                kinds[profile.name] = _kind(profile)
-            got = _Shape(rep, profile, kinds[profile.name], tuple(sorted(rep.demand.items())))
-        shapes[(shape, priority)] = got
-        return got
+    verify: set[tuple[bytes, int]] = set()  # shapes some slept job of which the full scan would try
 
     def admits_now(q: int, info: _Shape) -> bool:
         assert s.usage is not None
@@ -128,60 +122,77 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
             admits[key] = not isinstance(assign(s.usage, q, info.rep.demand), Wait)
         return admits[key]
 
-    def check_later(info: _Shape, shape: bytes, lanes: dict[LaneKey, Lane], verify: list[JobRecord]) -> None:
-        if info.kind == SHAPE:
-            if not info.checked:
-                info.checked = True
-                verify.append(info.rep)
-        else:  # per LocalQueue: each lane (cheap enough: such profiles are rare)
-            verify.extend(m for m in (_member(s, lane) for lane in lanes.values()) if m is not None)
-
+    capacity_only = False  # some BestEffortFIFO class sleeps through capacity news alone
     for name, classes in by_queue.items():
         q = tree.queue.get(name)
         spec = tree.nodes[q].spec if q is not None else None
-        if q is None or spec is None:
-            continue
-        p = spec.preemption
-        if p.within_cluster_queue != "Never" or p.reclaim_within_cohort != "Never" or p.borrow_within_cohort != "Never":
+        if q is None or spec is None or not _never(spec):
             continue
         news = tree.nodes[tree.root_of(q)].name in s.quota_freed
         current = [c for c in classes if c.key[1] == present]
-        verify: list[JobRecord] = []
-        sleeping: dict[int, set[bytes]] = {}
         if spec.queueing_strategy == "StrictFIFO":
             if q in marked or index.per_queue.get(None):
                 continue
             head = _head(index, name, current, s)
             if head is None:
                 continue
-            cls, shape, lanes = head
-            info = shape_of(shape, cls.key[3], lanes)
-            if info is None or info.kind is None or (news and admits_now(q, info)):
+            key = (head.shape, head.priority)
+            info = shapes.get(key)
+            if info is None or (news and admits_now(q, info)):
                 continue
-            check_later(info, shape, lanes, verify)  # tried with its line whatever could_fit says
-            sleeping = {id(c): set() for c in current}
-        else:
-            for cls in current:
-                if cls.key[2] != QUOTA:
-                    continue
-                woken: set[bytes] = set()
-                for shape, lanes in cls.shapes.items():
-                    info = shape_of(shape, cls.key[3], lanes)
+            verify.add(key)  # tried with its line whatever could_fit says
+            out.classes.update((id(c), set()) for c in current)
+            continue
+        for cls in current:
+            if cls.key[2] != QUOTA:
+                continue
+            woken: set[bytes] = set()
+            if news:
+                for shape in cls.shapes:
+                    key = (shape, cls.key[3])
+                    info = shapes.get(key)
                     if info is None:
-                        continue  # no member to look at, or no profile: not worth a look either way
-                    if info.kind is None or (news and admits_now(q, info)):
+                        continue  # no profile: not worth a look either way
+                    if admits_now(q, info):
                         woken.add(shape)
-                        continue
-                    if not news:
-                        if info.fits is None:
-                            info.fits = could_fit(s, info.rep, info.profile)
-                        if not info.fits:
-                            continue  # the full scan would not look at it
-                    check_later(info, shape, lanes, verify)
-                sleeping[id(cls)] = woken
-        out.classes.update(sleeping)
-        out.verify.extend(verify)
+                    else:
+                        verify.add(key)  # worth a look for the quota news
+            else:
+                capacity_only = True
+            out.classes[id(cls)] = woken
+    if capacity_only:  # the full scan looks at those that fit where capacity came free or may preempt newcomers
+        low = s.victims_below()
+        for key, info in shapes.items():
+            if info is None or key in verify:
+                continue
+            job = info.rep
+            preempts = low is not None and low < job.priority and job.placement.preemption_policy == "PreemptLowerPriority"
+            if preempts or could_fit(s, job, info.profile):
+                verify.add(key)
+    for key in sorted(verify):
+        info = shapes[key]
+        assert info is not None
+        if info.kind == SHAPE:
+            out.verify.append(info.rep)
+        else:  # per LocalQueue: every lane (such profiles are rare)
+            out.verify.extend(m for m in (_member(s, lane) for lane in index.shapes[key].values()) if m is not None)
     return out
+
+
+def _never(spec: ClusterQueueSpec) -> bool:
+    """No preemption rule: a job its quota holds takes no victims, whatever runs."""
+    p = spec.preemption
+    return p.within_cluster_queue == "Never" and p.reclaim_within_cohort == "Never" and p.borrow_within_cohort == "Never"
+
+
+def _shape(s: Scratch, lanes: dict[LaneKey, Lane], kinds: dict[str, str | None]) -> _Shape | None:
+    rep = _member(s, next(iter(lanes.values())))
+    profile = profile_for(s, rep) if rep is not None else None
+    if rep is None or profile is None:
+        return None
+    if profile.name not in kinds:
+        kinds[profile.name] = _kind(profile)
+    return _Shape(rep, profile, kinds[profile.name], tuple(sorted(rep.demand.items())))
 
 
 def check(s: Scratch, slept: Asleep) -> None:
@@ -215,26 +226,20 @@ def _member(s: Scratch, lane: Lane) -> JobRecord | None:
     return None
 
 
-def _head(
-    index: PendingIndex, name: str, current: list[SleepClass], s: Scratch
-) -> tuple[SleepClass, bytes, dict[LaneKey, Lane]] | None:
-    """The StrictFIFO queue's head's class, shape and lanes, if every lane of the queue is in a
-    current class, one job waits for quota, and it comes before every job waiting behind it."""
+def _head(index: PendingIndex, name: str, current: list[SleepClass], s: Scratch) -> Lane | None:
+    """The StrictFIFO queue's head's lane, if every lane of the queue is in a current class, one
+    job waits for quota, and it comes before every job waiting behind it."""
     if index.per_queue.get(name, 0) != sum(len(c.lanes) for c in current):
         return None
-    quota = [(c, lane) for c in current if c.key[2] == QUOTA for lane in c.lanes.values()]
-    if len(quota) != 1 or quota[0][1].live != 1:
+    quota = [lane for c in current if c.key[2] == QUOTA for lane in c.lanes.values()]
+    if len(quota) != 1 or quota[0].live != 1:
         return None
-    cls, lane = quota[0]
-    head = _member(s, lane)
+    head = _member(s, quota[0])
     if head is None:
         return None
     first = (-head.priority, head.submitted_seq)
+    jobs = s.state.jobs
     for c in current:
-        if c.key[2] != BEHIND:
-            continue
-        for other in c.lanes.values():
-            # (the entry at a lane's head may be a job gone since: an earlier place only keeps the queue awake)
-            if other.head < len(other.seqs) and (-other.priority, other.seqs[other.head]) < first:
-                return None
-    return cls, lane.shape, cls.shapes[lane.shape]
+        if c.key[2] == BEHIND and (-c.key[3], c.low_seq) < first and (-c.key[3], index.first_seq(c, jobs)) < first:
+            return None
+    return quota[0]

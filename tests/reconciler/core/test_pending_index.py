@@ -199,3 +199,32 @@ def test_a_pass_the_index_cannot_finish_alike_is_decided_again_without_it() -> N
         got = decide(h.state)
     assert passes == [True, False]  # the indexed pass gave up, the plain one finished
     assert got == want
+
+
+NEVER = ev.QueuePreemption()
+
+
+def test_a_lane_asleep_for_quota_is_looked_at_when_it_may_preempt_a_newcomer() -> None:
+    """Found by the search above against a sleep that only checked the jobs capacity news could
+    reach: team-a's j36 (priority 5, 4 GPUs) waits for quota, its lane asleep. j0 is placed, so
+    j36 may preempt it and the full scan looks at it: it fits no cluster any more (team-b took
+    them), so it is reported as waiting for capacity. The indexed pass finds, at its end, that
+    a job it left asleep fits nowhere, and is redone without the index."""
+    config = ev.QueuesConfigured(
+        cluster_queues=[
+            cq("team-a", gpu=2, cohort=None, weight_milli=0, preemption=NEVER),
+            cq("team-b", gpu=8, cohort=None, weight_milli=0, preemption=NEVER),
+            cq("team-c", gpu=0, cohort=None, weight_milli=0, preemption=NEVER),
+        ],
+        local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in TEAMS],
+        source="test",
+    )
+    small: worlds.Op = ("submit", "team-a", 1, 0)
+    ops: list[worlds.Op] = [
+        *[small] * 11, ("submit", "team-b", 1, 0), ("time", 1000), *[small] * 23,
+        ("submit", "team-b", 1, 0), ("submit", "team-a", 4, 5), ("submit", "team-b", 4, 0), ("fact", 0, "admitted", 0),
+    ]  # fmt: skip
+    with mock.patch.object(worlds, "Harness", BothWays):
+        h = worlds.run_world(config, ops)
+    big = h.state.jobs["team-a/j36"]
+    assert big.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in big.unschedulable)
