@@ -53,14 +53,14 @@ _REASONS: dict[str, Kind] = {"QuotaExceeded: ClusterQueue ": QUOTA, "StrictFIFO:
 _shape_encoder = msgspec.msgpack.Encoder()
 
 
-def sleep_key(key: LaneKey, not_before_ms: int) -> SleepKey | None:
-    """The lane's sleep class, or None. Only lanes no member of which ever backed off (one
+def sleep_key(key: LaneKey, backed_off: bool) -> SleepKey | None:
+    """The lane's sleep class, or None. Only lanes none of whose members has backed off (one
     that did may have missed news while it waited out its back-off) and that tried no cluster
     yet (tried clusters change which ones a look may choose). The queue is the one the reason
     names (the job's own, resolved through its LocalQueue if it names none; a change of the
     queues gets every waiting job a look, so the reason names its queue until then)."""
     _, priority, cluster_queue, tried, _, summary = key
-    if tried or not_before_ms or summary is None or len(summary) != 1:
+    if tried or backed_off or summary is None or len(summary) != 1:
         return None
     reason, clusters = summary[0]
     for prefix, kind in _REASONS.items():
@@ -101,6 +101,7 @@ class Lane:
     not_before_ms: int = 0
     sleep: SleepClass | None = None
     shape: bytes = b""
+    backed: set[str] = field(default_factory=set)  # members that have a back-off (``not_before_ms``)
 
     @property
     def priority(self) -> int:
@@ -136,19 +137,25 @@ class PendingIndex:
             if old.key == lk and not new:
                 if job.not_before_ms is not None and job.not_before_ms > old.not_before_ms:
                     old.not_before_ms = job.not_before_ms
+                if job.not_before_ms and key not in old.backed:
+                    old.backed.add(key)
                     self._wake(old)
+                elif not job.not_before_ms and key in old.backed:
+                    old.backed.discard(key)
+                    self._place(old)
                 return
             self._leave(old, key)
         lane = self.lanes.get(lk)
         if lane is None:
-            lane = self.lanes[lk] = Lane(key=lk)
+            lane = self.lanes[lk] = Lane(key=lk, shape=shape(job))
             self.per_queue[lk[2]] = self.per_queue.get(lk[2], 0) + 1
+            self.loose[lk] = lane
             self._join(lane, job, key)
-            self._place(lane, job)
+            self._place(lane)
             return
         self._join(lane, job, key)
         if lane.sleep is not None:
-            if lane.not_before_ms:
+            if lane.backed:
                 self._wake(lane)
             elif job.submitted_seq < lane.sleep.low_seq:
                 lane.sleep.low_seq = job.submitted_seq
@@ -176,12 +183,17 @@ class PendingIndex:
             lane.head = min(lane.head, i)
         lane.live += 1
         self.of[key] = lane
+        if job.not_before_ms:
+            lane.backed.add(key)
         if job.not_before_ms is not None and job.not_before_ms > lane.not_before_ms:
             lane.not_before_ms = job.not_before_ms
 
     def _leave(self, lane: Lane, key: str) -> None:
         del self.of[key]
         lane.live -= 1
+        if key in lane.backed and lane.live:
+            lane.backed.discard(key)
+            self._place(lane)
         if lane.live == 0:
             del self.lanes[lane.key]
             self._wake(lane)
@@ -200,21 +212,23 @@ class PendingIndex:
             lane.keys = [lane.keys[i] for i in keep]
             lane.head = 0
 
-    def _place(self, lane: Lane, job: JobRecord) -> None:
-        """A new lane goes to its sleep class, or among the loose ones."""
-        sk = sleep_key(lane.key, lane.not_before_ms)
-        if sk is None:
-            self.loose[lane.key] = lane
+    def _place(self, lane: Lane) -> None:
+        """A loose lane goes to its sleep class, if it has one now."""
+        if lane.sleep is not None:
             return
+        sk = sleep_key(lane.key, bool(lane.backed))
+        if sk is None:
+            return
+        first = lane.seqs[lane.head]  # (at most its first live member's)
         cls = self.classes.get(sk)
         if cls is None:
-            cls = self.classes[sk] = SleepClass(key=sk, low_seq=job.submitted_seq)
+            cls = self.classes[sk] = SleepClass(key=sk, low_seq=first)
+        del self.loose[lane.key]
         lane.sleep = cls
-        lane.shape = shape(job)
         cls.lanes[lane.key] = lane
         cls.shapes.setdefault(lane.shape, {})[lane.key] = lane
         self.shapes.setdefault((lane.shape, lane.priority), {})[lane.key] = lane
-        cls.low_seq = min(cls.low_seq, job.submitted_seq)
+        cls.low_seq = min(cls.low_seq, first)
 
     def _wake(self, lane: Lane) -> None:
         """Out of its sleep class for good (a member backed off, or the lane is gone)."""

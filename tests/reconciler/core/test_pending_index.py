@@ -45,11 +45,27 @@ def lanes(index: PendingIndex, state: State) -> dict[object, list[str]]:
     return out
 
 
+def classes(index: PendingIndex) -> dict[object, object]:
+    """The sleep classes, the lanes in none, and the shapes: what fold keeps must be what the
+    state alone gives (a restored snapshot rebuilds them)."""
+    return {
+        "classes": {k: sorted(map(str, c.lanes)) for k, c in index.classes.items()},
+        "loose": sorted(map(str, index.loose)),
+        "shapes": {k: sorted(map(str, v)) for k, v in index.shapes.items()},
+        "per_queue": dict(index.per_queue),
+    }
+
+
 def check_index(state: State) -> None:
     fresh = PendingIndex()
     fresh.rebuild(state.jobs, state.waiting)
     kept = lanes(state.index, state)
     assert kept == lanes(fresh, state)
+    assert classes(state.index) == classes(fresh)
+    index = state.index
+    for cls in index.classes.values():  # a lower bound of the class's first member
+        live = [lane.seqs[i] for lane in cls.lanes.values() for i in range(len(lane.seqs)) if index.live(lane, i, state.jobs)]
+        assert cls.low_seq <= min(live)
     assert sorted(k for members in kept.values() for k in members) == sorted(state.waiting)
     for key in state.waiting:
         assert state.index.of[key].key == lane_key(state.jobs[key])
