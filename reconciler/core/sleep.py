@@ -40,7 +40,7 @@ from reconciler.core.scratch import Scratch
 
 # Dynamic filters whose verdict is a function of the job's shape (placement and pod sets),
 # priority and the clusters: jobs of one shape in different queues are checked once. One that
-# reads the job's LocalQueue is checked per LocalQueue; any other filter keeps its queue awake.
+# reads the job's LocalQueue is checked per LocalQueue; any other filter keeps every queue awake.
 _BY_SHAPE = {
     "reconciler.core.plugins.capacity.ClusterHeadroom",
     "reconciler.core.plugins.health.ClusterHealth",
