@@ -80,9 +80,7 @@ def dispatch_queues(
         lines.setdefault(q, [])
     _strict_lines(s, lines, claimants, drafts, lanes, walk)
     queue_lines = {q: Line(s, lines[q], walk.get(q, []), groups) for q in sorted(lines)}
-    # Capacity only shrinks from here on (no claim to turn into a nomination, no round timed out
-    # whose requeue gives capacity back): a queue's quota may be asked before the clusters.
-    turns = _Turns(quota_first=not s.claims and not any(d.timed_out for d in drafts))
+    turns = _Turns()
     news = _news(s)
     blockers: dict[int, Draft] = {}
     for q, d in claimants:
@@ -165,16 +163,15 @@ class _Turns:
     """How many jobs each cohort tree admitted before each job's turn, so the second look is
     only for jobs whose tree admitted more after it."""
 
-    def __init__(self, *, quota_first: bool = False) -> None:
+    def __init__(self) -> None:
         self.admitted: dict[int, int] = {}
         self.seen: dict[str, tuple[int, int]] = {}
-        self.quota_first = quota_first
 
     def admit(self, s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], left: list[Draft]) -> str:
         assert s.usage is not None
         root = s.usage.tree.root_of(q)
         self.seen[d.job.key] = (root, self.admitted.get(root, 0))
-        outcome = _admit(s, d, q, failed, left, quota_first=self.quota_first)
+        outcome = _admit(s, d, q, failed, left)
         if outcome == NOMINATED:
             self.admitted[root] = self.admitted.get(root, 0) + 1
         return outcome
@@ -288,18 +285,12 @@ def _block(s: Scratch, rest: list[Draft], head: Draft, left: list[Draft]) -> Non
         wait(s, d, blocked, left)
 
 
-def _admit(
-    s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], left: list[Draft], *, quota_first: bool = False
-) -> str:
+def _admit(s: Scratch, d: Draft, q: int, failed: set[tuple[bytes, int, str]], left: list[Draft]) -> str:
     assert s.usage is not None
     job = d.job
     held = hold_reason(s.usage.tree, job, q)
     if held is not None:
         return wait(s, d, held, left)
-    if quota_first and _quota_decides(s, d, q):
-        fit = _assign_around_claims(s, d, q)
-        if isinstance(fit, Wait) and fit.key.startswith("QuotaExceeded"):
-            return wait(s, d, fit, left)
     # Clusters first: a job no cluster can take now waits for capacity whatever its quota
     # (reported as such), and only a job that would be placed may preempt for quota.
     verdict: list[Wait] = []
@@ -322,26 +313,6 @@ def _admit(
     if why.quota and not d.timed_out and preempt_for_quota(s, d, q):
         return CLAIMED
     return wait(s, d, why, left)
-
-
-def _quota_decides(s: Scratch, d: Draft, q: int) -> bool:
-    """Whether a ``QuotaExceeded`` answer of the queue decides the job's turn without asking the
-    clusters (most of a deep queue's turns, cheaper by the clusters' filters). Clusters first
-    would end the same: if some cluster takes it, quota says no and its queue preempts nothing
-    (every rule ``Never``); if none does, it waits for capacity, and a quota reason is turned
-    into that one by ``final_reasons``, since capacity only shrank between its turn and the end.
-    Not when it tried clusters already (fewer to choose from than ``final_reasons`` counts), holds
-    a claim, or has no profile."""
-    if d.tried or d.timed_out or s.claims or profile_for(s, d.job) is None:
-        return False
-    assert s.usage is not None
-    p = s.usage.tree.nodes[q].spec
-    return p is not None and _never(p)
-
-
-def _never(spec: ClusterQueueSpec) -> bool:
-    p = spec.preemption
-    return p.within_cluster_queue == "Never" and p.reclaim_within_cohort == "Never" and p.borrow_within_cohort == "Never"
 
 
 def _reclaim_for_capacity(

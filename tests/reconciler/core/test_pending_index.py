@@ -1,8 +1,5 @@
 """Hypothesis: decide with the pending index decides exactly as the full scan of waiting jobs.
 
-(The full scan here also asks every job's clusters before its queue's quota: what
-``queues.dispatch._quota_decides`` skips when the quota alone decides is checked too.)
-
 The tenancy worlds of ``test_tenancy_properties`` (three teams, random quotas, cohorts, weights,
 StrictFIFO or BestEffortFIFO, every preemption policy), deeper: more submissions of the few job
 shapes there are, so lanes hold many jobs. At every step the leader decides twice on the same
@@ -80,8 +77,7 @@ class BothWays(Harness):
         check_index(self.state)
         if quiet(self.state):
             assert decide_pass(self.state)[0].out == []
-        with mock.patch.object(dispatch_module, "_quota_decides", lambda *_: False):  # clusters first, always
-            want = decide(self.state, index=False)
+        want = decide(self.state, index=False)
         decisions = decide(self.state)
         assert decisions == want
         for i, d in enumerate(decisions):
