@@ -191,7 +191,7 @@ def _shape(s: Scratch, lanes: dict[LaneKey, Lane], kinds: dict[str, str | None])
     if rep is None or profile is None:
         return None
     if profile.name not in kinds:
-        kinds[profile.name] = filter_kind(profile)
+        kinds[profile.name] = _kind(profile)
     return _Shape(rep, profile, kinds[profile.name], tuple(sorted(rep.demand.items())))
 
 
@@ -204,9 +204,7 @@ def check(s: Scratch, slept: Asleep) -> None:
             raise Fallback
 
 
-def filter_kind(profile: CompiledProfile) -> str | None:
-    """How the profile's dynamic filters see a job: by its shape (``SHAPE``), also by its
-    LocalQueue (``LOCAL_QUEUE``), or in ways this module does not know (None)."""
+def _kind(profile: CompiledProfile) -> str | None:
     kind = SHAPE
     for _, plugin in profile.filters:
         if plugin.static:

@@ -39,8 +39,7 @@ from reconciler.core.queues.lines import Fallback, Groups, Lanes, Line, version
 from reconciler.core.queues.order import Tournament
 from reconciler.core.queues.rules import needed
 from reconciler.core.queues.victims import preempt_for_quota, reclaim_capacity
-from reconciler.core.scratch import Scratch, job_view
-from reconciler.core.sleep import SHAPE, filter_kind
+from reconciler.core.scratch import Scratch
 
 
 def dispatch_queues(
@@ -239,27 +238,14 @@ def _preempt_by_priority(s: Scratch, d: Draft) -> bool:
 def final_reasons(s: Scratch, left: list[Draft]) -> None:
     """Reasons are reported against the pass's final state: a job that waited for quota while
     clusters would have taken it may since have lost those clusters to jobs after it (a decide
-    right after this batch would say so), so capacity comes first, as in ``_admit``. Capacity
-    no longer changes here, so jobs alike in everything the filters read are checked once."""
-    kinds: dict[str, str | None] = {}
-    fits: dict[tuple[object, ...], bool] = {}
+    right after this batch would say so), so capacity comes first, as in ``_admit``."""
     for d in left:
         if d.queue_wait is None or not d.queue_wait.key.startswith("QuotaExceeded"):
             continue
-        job = d.job
-        profile = profile_for(s, job)
+        profile = profile_for(s, d.job)
         if profile is None or s.still_fits(d.seen_feasible):
             continue
-        if profile.name not in kinds:
-            kinds[profile.name] = filter_kind(profile)
-        if kinds[profile.name] == SHAPE:
-            view = job_view(s.state, job)
-            key: tuple[object, ...] = (view.static_key, view.pods_key, job.priority, profile.name)
-        else:
-            key = (job.spec_key, job.priority, profile.name)
-        if key not in fits:
-            fits[key] = bool(len(feasible(profile, s.cycle_input(job), spec_key=job.spec_key)))
-        if not fits[key]:
+        if not len(feasible(profile, s.cycle_input(d.job), spec_key=d.job.spec_key)):
             d.queue_wait = None
 
 
