@@ -26,6 +26,7 @@ from reconciler.core.queues.admit import queue_of
 from reconciler.core.queues.dispatch import dispatch_queues, final_reasons
 from reconciler.core.queues.lines import Fallback, Groups, Lanes, walkable
 from reconciler.core.scratch import Scratch
+from reconciler.core.sleep import Asleep, asleep, check
 from reconciler.core.state import State
 
 
@@ -94,6 +95,7 @@ def _pass(state: State, *, index: bool) -> tuple[Scratch, list[Draft]]:
     candidates = [d for d in drafts.values() if d.phase in phases.WAITING]
     groups = Groups(exclude=drafts)
     lanes: Lanes | None = None
+    slept: Asleep | None = None
     # Capacity came free (or may, when a preemptor's claim turns into its nomination), or new
     # jobs run that could be preempted: waiting jobs get another look. Dispatch skips, cheaply,
     # those that cannot fit where capacity came free and cannot preempt the newcomers.
@@ -109,7 +111,8 @@ def _pass(state: State, *, index: bool) -> tuple[Scratch, list[Draft]]:
         # dispatching, so the cheap check can run up front instead of at each job's turn.
         early = not s.help and not s.claims
         if index and early:
-            lanes = _by_lane(s, drafts, candidates)
+            slept = asleep(s, candidates)
+            lanes = _by_lane(s, drafts, candidates, slept)
         else:
             for key in state.waiting:
                 if key in drafts:
@@ -123,13 +126,16 @@ def _pass(state: State, *, index: bool) -> tuple[Scratch, list[Draft]]:
     else:
         left = dispatch_queues(s, candidates, lanes=lanes, groups=groups)
         final_reasons(s, left)
+        if slept is not None:
+            check(s, slept)
     report_unschedulable(s, left, groups)
     return s, [*drafts.values(), *(d for d in candidates if d.capacity_only), *groups.made]
 
 
-def _by_lane(s: Scratch, drafts: dict[str, Draft], candidates: list[Draft]) -> Lanes | None:
+def _by_lane(s: Scratch, drafts: dict[str, Draft], candidates: list[Draft], slept: Asleep) -> Lanes | None:
     """The waiting jobs worth a look, a lane of the pending index at a time (one member answers
-    for all). With tenancy, lanes whose queue can be walked from its head are returned for
+    for all), but for the sleep classes ``slept`` leaves unvisited (``reconciler.core.sleep``).
+    With tenancy, lanes whose queue can be walked from its head are returned for
     ``dispatch_queues`` to walk; the members of any other lane worth a look are drafted here,
     one by one, as without the index."""
     state = s.state
@@ -140,7 +146,7 @@ def _by_lane(s: Scratch, drafts: dict[str, Draft], candidates: list[Draft]) -> L
     fits: FitMemo = {}
     # Lanes that differ only in their members' last verdict or clusters tried are worth a look alike.
     worths: dict[tuple[bytes, int, str | None], bool] = {}
-    for lane in index.lanes.values():
+    for lane in slept.awake(index):
         first = _first(s, lane, drafts)
         if first is None:
             continue

@@ -1,0 +1,245 @@
+"""Which sleep classes of the pending index a decide pass leaves unvisited, and the check, at the
+end of the pass, of what that relied on. (Kueue keeps a ClusterQueue's inadmissible workloads
+aside until a workload of its cohort finishes or the quota changes; kube-scheduler its
+unschedulable pods until a cluster event could make them fit. This is the same idea, kept exact.)
+
+A lane whose last verdict was its own queue's ``QuotaExceeded`` was, at that look, taken by some
+cluster, and its queue could not admit it. Since then its cohort's usage only grew (any release
+is news for the cohort: ``quota_freed``, and that pass looked at it). So in a pass whose news is
+capacity alone (no quota freed in its cohort, no config change, no claim), its turn goes the same
+way: clusters take it, quota does not, its queue preempts nothing (every preemption rule
+``Never``) -- it waits with the same reason and the pass is unchanged -- *provided* some cluster
+still takes it, at its turn and, for ``final_reasons``, at the end of the pass. Capacity only
+shrinks while a pass without claims dispatches, so the end is what to check: ``check`` evaluates
+each slept shape the full scan would have looked at (``could_fit`` at the start) against the final
+capacity, and if any fits nowhere the pass is redone without the index (``Fallback``), where
+that job's reason changes as the full scan has it.
+
+A StrictFIFO queue sleeps whole or not at all: when its head's lane is the only job waiting for
+quota, every other job waits behind the head (``StrictFIFO`` reason), and no job of the queue
+was marked, a pass tries the head (if anything in the queue is worth a look), the head waits,
+and the others are held with the reasons they have; nothing changes, if the head still fits
+somewhere at the end (checked whatever ``could_fit`` says: the head is tried with its line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from eventlog.events import ClusterQueueSpec
+from reconciler.core.dispatch import could_fit, profile_for
+from reconciler.core.draft import Draft
+from reconciler.core.framework.cycle import feasible
+from reconciler.core.framework.profile import CompiledProfile
+from reconciler.core.jobs import JobRecord
+from reconciler.core.pending import BEHIND, QUOTA, Lane, LaneKey, PendingIndex, SleepClass
+from reconciler.core.queues.admit import Wait, assign, queue_of
+from reconciler.core.queues.lines import Fallback
+from reconciler.core.scratch import Scratch
+
+# Dynamic filters whose verdict is a function of the job's shape (placement and pod sets),
+# priority and the clusters: jobs of one shape in different queues are checked once. One that
+# reads the job's LocalQueue is checked per LocalQueue; any other filter keeps every queue awake.
+_BY_SHAPE = {
+    "reconciler.core.plugins.capacity.ClusterHeadroom",
+    "reconciler.core.plugins.health.ClusterHealth",
+    "reconciler.core.plugins.nodefit.NodeFit",
+    "reconciler.core.plugins.topology.TopologyFit",
+}
+_BY_LOCAL_QUEUE = {"reconciler.core.plugins.workerqueue.WorkerQueueFit"}
+SHAPE = "shape"
+LOCAL_QUEUE = "local-queue"
+
+
+@dataclass
+class Asleep:
+    # id() of each sleep class the pass leaves unvisited -> the shapes in it it visits after all
+    classes: dict[int, set[bytes]] = field(default_factory=dict)
+    verify: list[JobRecord] = field(default_factory=list)  # must fit some cluster at the end
+
+    def awake(self, index: PendingIndex) -> Iterator[Lane]:
+        """The lanes the pass visits."""
+        yield from index.loose.values()
+        for cls in index.classes.values():
+            woken = self.classes.get(id(cls))
+            if woken is None:
+                yield from cls.lanes.values()
+            else:
+                for shape in woken:
+                    yield from cls.shapes[shape].values()
+
+
+@dataclass
+class _Shape:
+    """What the pass needs of one shape at one priority (every job of it answers alike)."""
+
+    rep: JobRecord
+    profile: CompiledProfile
+    kind: str | None  # how its filters are checked (None: not at all: its queue stays awake)
+    demand: tuple[tuple[str, int], ...]
+
+
+def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
+    """The sleep classes this pass leaves unvisited (an ``index`` pass, before dispatch).
+
+    In a cohort with quota news, a lane sleeps on if its queue still cannot admit its jobs with
+    the quota as the pass starts (admissions only take more while it dispatches; no claims and
+    no job whose round timed out, whose requeue would give quota back mid-pass). What the pass
+    relies on is checked per shape and priority across queues (``_Shape``), so a quiet class
+    costs a pass a few lookups, not a walk of its lanes."""
+    out = Asleep()
+    state = s.state
+    index = state.index
+    if s.usage is None or not index.classes or s.help or s.claims or s.unclaimed is not None:
+        return out
+    if any(d.timed_out for d in candidates):
+        return out
+    tree = s.usage.tree
+    shapes: dict[tuple[bytes, int], _Shape | None] = {}
+    kinds: dict[str, str | None] = {}
+    for key, lanes in index.shapes.items():
+        info = _shape(s, lanes, kinds)
+        if info is not None and info.kind is None:
+            return out  # a filter this cannot reason about: every queue stays awake
+        shapes[key] = info
+    present = int(state.clusters.present.sum()) if len(state.clusters) else 0
+    marked: set[int] = set()  # queues with a job of the pass's own (a StrictFIFO line forms)
+    for d in candidates:
+        where = queue_of(tree, d.job)
+        if isinstance(where, int):
+            marked.add(where)
+    by_queue: dict[str, list[SleepClass]] = {}
+    for cls in index.classes.values():
+        by_queue.setdefault(cls.key[0], []).append(cls)
+    admits: dict[tuple[int, tuple[tuple[str, int], ...]], bool] = {}
+    verify: set[tuple[bytes, int]] = set()  # shapes some slept job of which the full scan would try
+
+    def admits_now(q: int, info: _Shape) -> bool:
+        assert s.usage is not None
+        key = (q, info.demand)
+        if key not in admits:
+            admits[key] = not isinstance(assign(s.usage, q, info.rep.demand), Wait)
+        return admits[key]
+
+    capacity_only = False  # some BestEffortFIFO class sleeps through capacity news alone
+    for name, classes in by_queue.items():
+        q = tree.queue.get(name)
+        spec = tree.nodes[q].spec if q is not None else None
+        if q is None or spec is None or not _never(spec):
+            continue
+        news = tree.nodes[tree.root_of(q)].name in s.quota_freed
+        current = [c for c in classes if c.key[1] == present]
+        if spec.queueing_strategy == "StrictFIFO":
+            if q in marked or index.per_queue.get(None):
+                continue
+            head = _head(index, name, current, s)
+            if head is None:
+                continue
+            key = (head.shape, head.priority)
+            info = shapes.get(key)
+            if info is None or (news and admits_now(q, info)):
+                continue
+            verify.add(key)  # tried with its line whatever could_fit says
+            out.classes.update((id(c), set()) for c in current)
+            continue
+        for cls in current:
+            if cls.key[2] != QUOTA:
+                continue
+            woken: set[bytes] = set()
+            if news:
+                for shape in cls.shapes:
+                    key = (shape, cls.key[3])
+                    info = shapes.get(key)
+                    if info is None:
+                        continue  # no profile: not worth a look either way
+                    if admits_now(q, info):
+                        woken.add(shape)
+                    else:
+                        verify.add(key)  # worth a look for the quota news
+            else:
+                capacity_only = True
+            out.classes[id(cls)] = woken
+    if capacity_only:  # the full scan looks at those that fit where capacity came free or may preempt newcomers
+        low = s.victims_below()
+        for key, info in shapes.items():
+            if info is None or key in verify:
+                continue
+            job = info.rep
+            preempts = low is not None and low < job.priority and job.placement.preemption_policy == "PreemptLowerPriority"
+            if preempts or could_fit(s, job, info.profile):
+                verify.add(key)
+    for key in sorted(verify):
+        info = shapes[key]
+        assert info is not None
+        if info.kind == SHAPE:
+            out.verify.append(info.rep)
+        else:  # per LocalQueue: every lane (such profiles are rare)
+            out.verify.extend(m for m in (_member(s, lane) for lane in index.shapes[key].values()) if m is not None)
+    return out
+
+
+def _never(spec: ClusterQueueSpec) -> bool:
+    """No preemption rule: a job its quota holds takes no victims, whatever runs."""
+    p = spec.preemption
+    return p.within_cluster_queue == "Never" and p.reclaim_within_cohort == "Never" and p.borrow_within_cohort == "Never"
+
+
+def _shape(s: Scratch, lanes: dict[LaneKey, Lane], kinds: dict[str, str | None]) -> _Shape | None:
+    rep = _member(s, next(iter(lanes.values())))
+    profile = profile_for(s, rep) if rep is not None else None
+    if rep is None or profile is None:
+        return None
+    if profile.name not in kinds:
+        kinds[profile.name] = _kind(profile)
+    return _Shape(rep, profile, kinds[profile.name], tuple(sorted(rep.demand.items())))
+
+
+def check(s: Scratch, slept: Asleep) -> None:
+    """At the end of the pass: every slept job the full scan would have looked at still fits
+    some cluster, so its look would have ended as its last one did. Else the pass is redone."""
+    for job in slept.verify:
+        profile = profile_for(s, job)
+        if profile is None or not len(feasible(profile, s.cycle_input(job), spec_key=job.spec_key)):
+            raise Fallback
+
+
+def _kind(profile: CompiledProfile) -> str | None:
+    kind = SHAPE
+    for _, plugin in profile.filters:
+        if plugin.static:
+            continue
+        name = f"{type(plugin).__module__}.{type(plugin).__qualname__}"
+        if name in _BY_LOCAL_QUEUE:
+            kind = LOCAL_QUEUE
+        elif name not in _BY_SHAPE:
+            return None
+    return kind
+
+
+def _member(s: Scratch, lane: Lane) -> JobRecord | None:
+    jobs = s.state.jobs
+    index = s.state.index
+    for i in range(lane.head, len(lane.keys)):
+        if index.live(lane, i, jobs):
+            return jobs[lane.keys[i]]
+    return None
+
+
+def _head(index: PendingIndex, name: str, current: list[SleepClass], s: Scratch) -> Lane | None:
+    """The StrictFIFO queue's head's lane, if every lane of the queue is in a current class, one
+    job waits for quota, and it comes before every job waiting behind it."""
+    if index.per_queue.get(name, 0) != sum(len(c.lanes) for c in current):
+        return None
+    quota = [lane for c in current if c.key[2] == QUOTA for lane in c.lanes.values()]
+    if len(quota) != 1 or quota[0].live != 1:
+        return None
+    head = _member(s, quota[0])
+    if head is None:
+        return None
+    first = (-head.priority, head.submitted_seq)
+    jobs = s.state.jobs
+    for c in current:
+        if c.key[2] == BEHIND and (-c.key[3], c.low_seq) < first and (-c.key[3], index.first_seq(c, jobs)) < first:
+            return None
+    return quota[0]
