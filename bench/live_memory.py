@@ -192,21 +192,11 @@ def trace_diff(before: Any, after: Any, code_root: str) -> dict[str, Any]:
 def write_config(path: Path, world: dict[str, Any], data_dir: Path) -> Path:
     import yaml
 
+    sys.path.insert(0, str(ROOT))
+    from bench.soak import kubeconfig as write_kubeconfig
+
     def kubeconfig(name: str, url: str) -> str:
-        p = path.parent / f"{name}.kubeconfig"
-        p.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": name, "cluster": {"server": url}}],
-                    "users": [{"name": name, "user": {"token": f"token-of-{name}"}}],
-                    "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
-                    "current-context": name,
-                }
-            )
-        )
-        return str(p)
+        return write_kubeconfig(path.parent / f"{name}.kubeconfig", url, name)
 
     config = {  # bench/soak.py's, on one NATS node without authorization
         "dataDir": str(data_dir),
