@@ -303,9 +303,7 @@ class KubeWorker:
         try:
             await stop.wait()
         finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _cancel_all(tasks)
 
     async def _detect_kueue(self) -> None:
         if self.kueue_setting is not None:
@@ -520,3 +518,18 @@ def _workload_copy(obj: dict[str, Any], origin: Origin | None) -> bool:
     """Is this Workload a copy we created (a dispatched Workload)? Kueue's own Workloads always
     have an owner (the job they admit), even when Kueue copied our labels onto them."""
     return origin is not None and workload_owner_uid(obj) is None
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the tasks and wait until each has ended, cancelling again those still running.
+    A cancel can be swallowed: one that lands as aiohttp's own read timeout fires comes out as a
+    TimeoutError, which a watch takes for a dropped connection and reconnects (a CI run saw a
+    watch still reading 30 s after its worker was told to stop)."""
+    pending = set(tasks)
+    while pending:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
+    for t in tasks:  # retrieved, as gather(return_exceptions=True) did: no "never retrieved" noise
+        if not t.cancelled():
+            t.exception()
