@@ -190,42 +190,13 @@ def trace_diff(before: Any, after: Any, code_root: str) -> dict[str, Any]:
 
 
 def write_config(path: Path, world: dict[str, Any], data_dir: Path) -> Path:
+    """bench/soak.py's config, on one NATS node without authorization."""
     import yaml
 
     sys.path.insert(0, str(ROOT))
-    from bench.soak import kubeconfig as write_kubeconfig
+    from bench.soak import service_config
 
-    def kubeconfig(name: str, url: str) -> str:
-        return write_kubeconfig(path.parent / f"{name}.kubeconfig", url, name)
-
-    config = {  # bench/soak.py's, on one NATS node without authorization
-        "dataDir": str(data_dir),
-        "policy": {
-            "workerLostTimeout": "20000ms",
-            "requeueBackoff": "500ms",
-            "profiles": [
-                {
-                    "name": "default",
-                    "filters": ["ClusterHealth", "ClusterSelector", "ClusterFeasibility", "ClusterHeadroom"],
-                    "scores": ["CapacityScore"],
-                    "strategy": {"type": "TopK", "k": 1},
-                }
-            ],
-        },
-        "manager": {"id": "bench", "kubeconfig": {"path": kubeconfig("manager", world["manager"])}, "resync": "60s", "gcInterval": "2s"},
-        "clusters": [
-            {
-                "name": name,
-                "labels": {"zone": name},
-                "kubeconfig": {"path": kubeconfig(name, url)},
-                "kueue": False,
-                "heartbeatInterval": "2s",
-                "heartbeatTimeout": "5s",
-            }
-            for name, url in sorted(world["workers"].items())
-        ],
-    }
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump(service_config(path, world=world, data_dir=data_dir, manager_id="bench")))
     return path
 
 

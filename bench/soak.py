@@ -196,8 +196,15 @@ def reader_config(path: Path, *, nats_url: str, creds: Credentials) -> Path:
 
 
 def write_config(path: Path, *, nats_url: str, world: dict[str, Any], data_dir: Path, creds: Credentials) -> Path:
-    config = {
-        "nats": {"url": nats_url, "replicas": 3, "nkey": str(creds.seed_file("reconciler"))},
+    config = service_config(path, world=world, data_dir=data_dir, manager_id="soak")
+    config["nats"] = {"url": nats_url, "replicas": 3, "nkey": str(creds.seed_file("reconciler"))}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def service_config(path: Path, *, world: dict[str, Any], data_dir: Path, manager_id: str) -> dict[str, Any]:
+    """``kdispatch serve``'s config for the stand-ins (kubeconfigs written beside ``path``), no NATS."""
+    return {
         "dataDir": str(data_dir),
         "policy": {
             "workerLostTimeout": f"{int(WORKER_LOST_S * 1000)}ms",
@@ -212,7 +219,7 @@ def write_config(path: Path, *, nats_url: str, world: dict[str, Any], data_dir: 
             ],
         },
         "manager": {
-            "id": "soak",
+            "id": manager_id,
             "kubeconfig": {"path": kubeconfig(path.parent / "manager.kubeconfig", world["manager"], "manager")},
             "resync": "60s",
             "gcInterval": "2s",
@@ -229,8 +236,6 @@ def write_config(path: Path, *, nats_url: str, world: dict[str, Any], data_dir: 
             for name, url in sorted(world["workers"].items())
         ],
     }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 # -- load ---------------------------------------------------------------------------------------------

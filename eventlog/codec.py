@@ -78,8 +78,10 @@ _entries_decoder = msgspec.json.Decoder(list[LogEntry])
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Decoding thousands of entries allocates thousands of dicts and lists the collector would
+def gc_paused() -> Iterator[None]:
+    """The collector off for the block, on again after unless it was off before.
+
+    Decoding thousands of entries allocates thousands of dicts and lists the collector would
     scan again and again (it halved replay speed); they are plain trees, freed by refcount."""
     if not gc.isenabled():
         yield
@@ -97,7 +99,7 @@ def decode_entries(raws: list[bytes]) -> list[LogEntry]:
     if not raws:
         return []
     try:
-        with _gc_paused():
+        with gc_paused():
             entries: list[LogEntry] = _entries_decoder.decode(b"[" + b",".join(raws) + b"]")
         return entries
     except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
@@ -108,7 +110,7 @@ def decode_entries(raws: list[bytes]) -> list[LogEntry]:
 def decode_entry_lines(data: bytes) -> list[LogEntry]:
     """Newline-delimited log entries (JSONL), blank lines ignored."""
     try:
-        with _gc_paused():
+        with gc_paused():
             entries: list[LogEntry] = _entry_decoder.decode_lines(data)
         return entries
     except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):

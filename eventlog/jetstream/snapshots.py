@@ -100,15 +100,9 @@ class JetStreamSnapshots:
             await store.delete(object_name(old))
 
     async def latest(self, *, at_or_before: int | None = None) -> tuple[int, bytes] | None:
-        store = await self._bucket(create=False)
-        if store is None:
-            return None
-        seqs = [s for s in await self._seqs(store) if at_or_before is None or s <= at_or_before]
-        if not seqs:
-            return None
         buf = io.BytesIO()
-        await store.get(object_name(seqs[-1]), writeinto=buf)
-        return seqs[-1], buf.getvalue()
+        seq = await self.latest_into(buf.write, at_or_before=at_or_before)
+        return None if seq is None else (seq, buf.getvalue())
 
     async def latest_into(
         self, write: Callable[[bytes], object], *, at_or_before: int | None = None

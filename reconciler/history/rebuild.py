@@ -9,9 +9,6 @@ or before the bound and folds the log after it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -220,27 +217,8 @@ def restore(raw: bytes, *, plugins: core.Registry) -> core.State:
     """``core.load_state`` with the garbage collector paused. Decoding a snapshot builds a tree
     of objects per job, all alive afterwards; the collector would scan the growing heap again
     and again while it does (at 18,000 jobs the restore took 4-8 times as long with it on)."""
-    if not gc.isenabled():
+    with codec.gc_paused():
         return core.load_state(raw, plugins=plugins)
-    gc.disable()
-    try:
-        return core.load_state(raw, plugins=plugins)
-    finally:
-        gc.enable()
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The collector off while a restore builds its state (see ``restore``); on again after,
-    unless it was off before."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def _load_snapshot(
@@ -249,7 +227,7 @@ async def _load_snapshot(
     registry = (plugins if plugins is not None else installed()).registry
     if snapshots is not None and at_or_before > 0:
         reader = SnapshotReader(plugins=registry)
-        with _collector_paused():
+        with codec.gc_paused():  # as in ``restore``
             # The store hands each piece to ``reader.write`` in a worker thread, and the last
             # step (indexes, quota usage) runs in one too: a restore of a million jobs is seconds
             # of CPU, and a term that restores while it holds the lease must keep renewing it
