@@ -160,6 +160,12 @@ def main() -> int:
         parser.error(f"--jobs {args.jobs}: give at least 1 job")
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give at least 1 round")
+    for flag, value in (("--shapes", args.shapes), ("--strict-every", args.strict_every)):
+        if value < 0:
+            parser.error(f"{flag} {value}: give 0 or more")
+    for flag, value in (("--clusters", args.clusters), ("--queues", args.queues), ("--cohorts", args.cohorts), ("--batch", args.batch)):
+        if value < 1:
+            parser.error(f"{flag} {value}: give at least 1")
     started = time.perf_counter()
     rng = random.Random(16)
     templates = [[shape(rng) for _ in range(args.shapes)] for _ in range(args.queues)] if args.shapes else []

@@ -227,7 +227,7 @@ class FileSnapshots:
         return 1
 
     async def save(self, seq: int, data: bytes | bytearray) -> None:
-        raise NotImplementedError
+        raise NotImplementedError("a stored snapshot read back for the restore-peak figure: never written to")
 
 
 def restore_peak(stored: Path) -> dict[str, Any]:

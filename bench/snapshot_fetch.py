@@ -54,7 +54,8 @@ async def restore_child(url: str) -> dict[str, Any]:
     state, seq, *_ = await rebuild._load_snapshot(jlog.snapshots, at_or_before=1 << 62, plugins=plugins)
     peak = _kb("VmHWM") - before
     seconds = time.perf_counter() - started
-    assert seq > 0, "the snapshot was not restored"
+    if seq <= 0:  # _load_snapshot logs why (snapshot_unusable) and starts from nothing
+        raise SystemExit("the stored snapshot could not be read: not a snapshot kdispatch stores (history/rebuild.py), or damaged")
     gc.collect()
     out = {"jobs": len(state.jobs), "peak_b": peak * 1024, "kept_b": (_kb("VmRSS") - before) * 1024, "s": seconds}
     await jlog.close()
@@ -107,7 +108,8 @@ async def parent(args: argparse.Namespace) -> None:
                 env = {**os.environ, "PYTHONPATH": str(args.code)}
                 done = subprocess.run(argv, cwd=args.code, env=env, capture_output=True, text=True, check=False)
                 if done.returncode != 0:
-                    raise RuntimeError(f"restore ({args.code}) failed:\n{done.stderr[-3000:]}")
+                    last = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
+                    raise SystemExit(f"--stored {args.stored}: the restore ({args.code}) failed: {last[0]}")
                 r = json.loads(done.stdout.strip().splitlines()[-1])
                 peak, kept = r["peak_b"] / r["jobs"], r["kept_b"] / r["jobs"]
                 print(
