@@ -41,14 +41,26 @@ class JetStreamSnapshots:
 
     async def _bucket(self, *, create: bool) -> ObjectStore | None:
         if self._store is None:
-            js, bucket = self._jlog.js, self._jlog.names.snapshot_bucket
-            try:
-                self._store = await js.object_store(bucket)
-            except BucketNotFoundError:
+            js, nc, bucket = self._jlog.js, self._jlog.nc, self._jlog.names.snapshot_bucket
+
+            async def opened(_: JetStreamContext) -> ObjectStore | None:
+                # On the log's own context (the store keeps it for its reads and writes), retried:
+                # while replicas create buckets at once the meta leader may leave a lookup
+                # unanswered (tests/eventlog/test_cluster.py saw the timeout escape).
+                try:
+                    return await js.object_store(bucket)
+                except BucketNotFoundError:
+                    return None
+
+            what = f"snapshot bucket {bucket}"
+            store = await with_retries(opened, nc=nc, what=what)
+            if store is None:
                 if not create:
                     return None
-                await with_retries(self._provision, nc=self._jlog.nc, what=f"snapshot bucket {bucket}")
-                self._store = await js.object_store(bucket)
+                await with_retries(self._provision, nc=nc, what=what)
+                store = await with_retries(opened, nc=nc, what=what)
+                assert store is not None, "provisioned, so found"
+            self._store = store
         return self._store
 
     async def _provision(self, js: JetStreamContext) -> None:
