@@ -14,8 +14,7 @@ waiter's bound: giving up at once let reviews be allowed unrecorded during every
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
+from collections import deque
 
 import msgspec
 import structlog
@@ -57,10 +56,11 @@ class BatchingInbox:
         self._max_batch = max_batch
         self._queue: list[_Pending] = []
         self._task: asyncio.Task[None] | None = None
-        # Every waiter's deadline, earliest first. One timer walks them, instead of a timer per
+        # Every waiter's deadline, one queue per bound: a bound's deadlines come in arrival order,
+        # so each queue is sorted as it grows (a heap cost a log-time push per review and a pop
+        # per review when its timer fired). One timer walks them, instead of a timer per
         # publish: the bound holds even for events queued behind a batch still waiting for acks.
-        self._deadlines: list[tuple[float, int, asyncio.Future[int], str]] = []
-        self._arrivals = itertools.count()
+        self._deadlines: dict[float, deque[tuple[float, asyncio.Future[int], str]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self.retries = 0  # events published again (transient refusals); tests and logs read it
         self._last_refusal = ""  # what the inbox last said, for the timeout message
@@ -75,7 +75,10 @@ class BatchingInbox:
         subject = self._inbox.subject(event)
         self._queue.append(((subject, payload, headers), future, timeout_s))
         deadline = loop.time() + timeout_s
-        heapq.heappush(self._deadlines, (deadline, next(self._arrivals), future, subject))
+        waiting = self._deadlines.get(timeout_s)
+        if waiting is None:
+            waiting = self._deadlines[timeout_s] = deque()
+        waiting.append((deadline, future, subject))
         if self._timer is None or deadline < self._timer.when():
             if self._timer is not None:
                 self._timer.cancel()
@@ -87,12 +90,18 @@ class BatchingInbox:
     def _expire(self) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
-        while self._deadlines and (self._deadlines[0][2].done() or self._deadlines[0][0] <= now):
-            _, _, future, subject = heapq.heappop(self._deadlines)
-            if not future.done():
-                why = f" (last answer: {self._last_refusal})" if self._last_refusal else ""
-                future.set_exception(PublishTimeout(f"inbox {self._stream} did not acknowledge {subject} in time{why}"))
-        self._timer = loop.call_at(self._deadlines[0][0], self._expire) if self._deadlines else None
+        earliest: float | None = None
+        for bound, waiting in list(self._deadlines.items()):
+            while waiting and (waiting[0][1].done() or waiting[0][0] <= now):
+                _, future, subject = waiting.popleft()
+                if not future.done():
+                    why = f" (last answer: {self._last_refusal})" if self._last_refusal else ""
+                    future.set_exception(PublishTimeout(f"inbox {self._stream} did not acknowledge {subject} in time{why}"))
+            if not waiting:
+                del self._deadlines[bound]
+            elif earliest is None or waiting[0][0] < earliest:
+                earliest = waiting[0][0]
+        self._timer = loop.call_at(earliest, self._expire) if earliest is not None else None
 
     async def _drain(self) -> None:
         delay = RETRY_FIRST_S
