@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from eventlog import events as ev
 from eventlog.kube import kinds, names, queues
 from eventlog.kube.kinds import KindInfo
@@ -44,19 +46,19 @@ class Settings:
     queues: ev.QueuesConfigured | None = None
 
 
-@dataclass(frozen=True)
-class Record:
+# Structs, not frozen dataclasses: one of each per review, and a frozen dataclass's __init__ sets
+# every field through object.__setattr__.
+class Record(msgspec.Struct, frozen=True):
     """An event to publish, with its Nats-Msg-Id."""
 
     event: ev.InputEvent
     msg_id: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     response: AdmissionResponse
     reason: str  # for metrics: "allowed", "ignored", or why it was denied
-    records: list[Record] = field(default_factory=list)
+    records: list[Record] = msgspec.field(default_factory=list)
 
     @property
     def allowed(self) -> bool:
@@ -177,14 +179,14 @@ def _hold_ops(info: KindInfo, obj: dict[str, Any]) -> list[jsonpatch.Op]:
     existing = _get(obj, parent)
     if not isinstance(existing, dict):
         return jsonpatch.set_value(obj, parent, value=wanted)
-    return [op for key, value in wanted.items() for op in jsonpatch.set_value(obj, (*parent, key), value=value)]
+    return jsonpatch.members(existing, parent, wanted)
 
 
 def _annotation_ops(obj: dict[str, Any], values: Mapping[str, str]) -> list[jsonpatch.Op]:
     annotations = _get(obj, ("metadata", "annotations"))
     if not isinstance(annotations, dict):  # one add for the whole map: later adds would replace it
         return jsonpatch.set_value(obj, ("metadata", "annotations"), value=dict(values))
-    return [op for name, value in values.items() for op in jsonpatch.set_value(obj, ("metadata", "annotations", name), value=value)]
+    return jsonpatch.members(annotations, ("metadata", "annotations"), values)
 
 
 def _stamps(info: KindInfo, obj: dict[str, Any], *, sets: list[podsets.PodSetSpec], settings: Settings) -> dict[str, str]:
@@ -292,12 +294,19 @@ def _specs_or_none(info: KindInfo, obj: dict[str, Any], meta: ObjectMeta) -> lis
         return []
 
 
-def _allow(uid: str, reason: str, *, ops: list[jsonpatch.Op] | None = None, warnings: list[str] | None = None) -> Outcome:
+def _allow(
+    uid: str,
+    reason: str,
+    *,
+    ops: list[jsonpatch.Op] | None = None,
+    warnings: list[str] | None = None,
+    record: Record | None = None,
+) -> Outcome:
     patch = encode_patch(ops) if ops else None
     response = AdmissionResponse(
         uid=uid, allowed=True, patch=patch, patch_type="JSONPatch" if patch else None, warnings=warnings or None
     )
-    return Outcome(response=response, reason=reason)
+    return Outcome(response=response, reason=reason, records=[record] if record is not None else [])
 
 
 def _deny(uid: str, err: _Denied) -> Outcome:
@@ -306,8 +315,7 @@ def _deny(uid: str, err: _Denied) -> Outcome:
     return Outcome(response=AdmissionResponse(uid=uid, allowed=False, status=status), reason=err.reason)
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
+class _Target(msgspec.Struct, frozen=True):
     """A supported kind that opts in: the object as sent (patched, recorded as the manifest) and
     its metadata as decoded; at UPDATE the stored object too."""
 
@@ -470,10 +478,15 @@ def _manifest(obj: Mapping[str, Any], meta: ObjectMeta) -> dict[str, Any]:
     """The object for the remote copy, without what belongs to the manager cluster: status,
     managedFields, and kubectl's copy of the object as last applied there (often half the size).
     ``meta`` is its metadata decoded: the metadata as sent is a JSON object (or absent)."""
-    out_meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    # Copies with a key dropped (each keeps the order of the rest, which the event's bytes follow).
+    out_meta = dict(obj.get("metadata") or {})
+    out_meta.pop("managedFields", None)
     if LAST_APPLIED in meta.annotation_map:
         out_meta["annotations"] = {k: v for k, v in meta.annotation_map.items() if k != LAST_APPLIED}
-    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": out_meta}
+    out = dict(obj)
+    out.pop("status", None)
+    out["metadata"] = out_meta
+    return out
 
 
 def _msg_id(request: AdmissionRequest, ref: ev.JobRef) -> str:
@@ -523,8 +536,7 @@ def _validate_create(request: AdmissionRequest, target: _Target, *, settings: Se
         manifest=_manifest(obj, meta),
         cluster_queue=resolved.cluster_queue if resolved is not None else None,
     )
-    outcome = _allow(request.uid, "allowed", warnings=warnings)
-    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, msg_id)])
+    return _allow(request.uid, "allowed", warnings=warnings, record=Record(event, msg_id))
 
 
 def _validate_update(request: AdmissionRequest, target: _Target, *, settings: Settings) -> Outcome:
@@ -559,8 +571,7 @@ def _validate_update(request: AdmissionRequest, target: _Target, *, settings: Se
         priority_class=name,
         manifest=_manifest(obj, meta),
     )
-    outcome = _allow(request.uid, "allowed")
-    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(event, _update_msg_id(request, ref, old_meta))])
+    return _allow(request.uid, "allowed", record=Record(event, _update_msg_id(request, ref, old_meta)))
 
 
 def _update_msg_id(request: AdmissionRequest, ref: ev.JobRef, old: ObjectMeta) -> str:
@@ -574,5 +585,4 @@ def _validate_delete(request: AdmissionRequest, target: _Target) -> Outcome:
     if request.dry_run or not _recorded(target.meta):
         return _allow(request.uid, "ignored")
     ref = job_ref(target.info, target.meta, request=request)
-    outcome = _allow(request.uid, "allowed")
-    return Outcome(response=outcome.response, reason=outcome.reason, records=[Record(ev.JobDeleted(job=ref), _msg_id(request, ref))])
+    return _allow(request.uid, "allowed", record=Record(ev.JobDeleted(job=ref), _msg_id(request, ref)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Op = dict[str, Any]
@@ -31,18 +31,25 @@ def _pointer(path: tuple[str, ...]) -> str:
 
 def set_value(obj: dict[str, Any], path: Sequence[str], *, value: Any) -> list[Op]:
     """Ops that make ``obj[path] == value``, creating missing parents as one nested ``add``."""
-    node: Any = obj
-    for depth, key in enumerate(path[:-1]):
-        child = node.get(key) if isinstance(node, dict) else None
+    node = obj  # a dict all the way down: a parent that is not one is replaced
+    for depth in range(len(path) - 1):
+        child = node.get(path[depth])
         if not isinstance(child, dict):
             nested: Any = value
             for inner in reversed(path[depth + 1 :]):
                 nested = {inner: nested}
             return [{"op": "add", "path": pointer(path[: depth + 1]), "value": nested}]
         node = child
-    if isinstance(node, dict) and path[-1] in node and node[path[-1]] == value:
-        return []
-    return [{"op": "add", "path": pointer(path), "value": value}]
+    return members(node, path[:-1], {path[-1]: value})
+
+
+def members(node: dict[str, Any], path: Sequence[str], values: Mapping[str, Any]) -> list[Op]:
+    """Ops that make each ``node[key] == value``, where ``node`` is the object at ``path``."""
+    return [
+        {"op": "add", "path": pointer((*path, key)), "value": value}
+        for key, value in values.items()
+        if key not in node or node[key] != value
+    ]
 
 
 def apply(obj: dict[str, Any], ops: Sequence[Op]) -> dict[str, Any]:

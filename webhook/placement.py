@@ -452,8 +452,12 @@ def _canonical(r: _Reader, value: Any) -> dict[str, Any]:
     return out
 
 
+_ALIASES = frozenset(ALIAS_ANNOTATIONS)
+_NOT_PLACEMENT_SET = frozenset(_NOT_PLACEMENT)
+
+
 def is_placement_annotation(name: str) -> bool:
-    return name.startswith(PREFIX) or name in ALIAS_ANNOTATIONS
+    return name.startswith(PREFIX) or name in _ALIASES
 
 
 def parse(annotations: Mapping[str, Any]) -> ev.Placement:
@@ -463,8 +467,19 @@ def parse(annotations: Mapping[str, Any]) -> ev.Placement:
 
 def parse_with_canonical(annotations: Mapping[str, Any]) -> tuple[ev.Placement, str]:
     """``parse`` and the canonical annotation value, memoized on the placement annotations."""
-    relevant = tuple(sorted((k, v) for k, v in annotations.items() if is_placement_annotation(k) and k not in _NOT_PLACEMENT))
-    if all(isinstance(v, str) for _, v in relevant) and sum(len(v) for _, v in relevant) <= _CACHED_SIZE:
+    # One pass over the object's annotations: this runs for every review, cache hit or not.
+    items: list[tuple[str, Any]] = []
+    size, cacheable = 0, True
+    for k, v in annotations.items():
+        if (k.startswith(PREFIX) or k in _ALIASES) and k not in _NOT_PLACEMENT_SET:
+            items.append((k, v))
+            if isinstance(v, str):
+                size += len(v)
+            else:
+                cacheable = False
+    items.sort()
+    relevant = tuple(items)
+    if cacheable and size <= _CACHED_SIZE:
         return _parse_cached(relevant)
     p = _parse(dict(relevant))  # large (or, by hand, non-string) values are not kept in the cache
     return p, canonical_json(p)
