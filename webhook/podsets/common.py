@@ -237,12 +237,16 @@ def pod_requests(spec: PodSpec, *, path: str, sidecars: bool = True, pod_level: 
         else:
             use = add(req, running_sidecars)
         init_max = max_of(init_max, use)
-    total = max_of(total, init_max)
-    if pod_level:
+    if init_max:
+        total = max_of(total, init_max)
+    # Most pods set neither: no path is put together for them (only an error needs one).
+    if pod_level and spec.resources is not None:
         for name, value in requests_of(spec.resources, f"{path}.resources").items():
             if _pod_level_key(name):
                 total[name] = value
-    return add(total, amounts(spec.overhead or {}, f"{path}.overhead"))
+    if spec.overhead:
+        return add(total, amounts(spec.overhead, f"{path}.overhead"))
+    return total
 
 
 def to_integers(amounts: Amounts) -> ev.Resources:

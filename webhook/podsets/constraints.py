@@ -37,7 +37,7 @@ WORKLOAD_API_VERSIONS = ("scheduling.k8s.io/v1alpha2", "scheduling.k8s.io/v1alph
 
 
 def node_selector(spec: PodSpec) -> dict[str, str]:
-    return dict(sorted((spec.node_selector or {}).items()))
+    return dict(sorted(spec.node_selector.items())) if spec.node_selector else {}
 
 
 def node_affinity(spec: PodSpec) -> list[ev.SelectorTerm]:
@@ -59,7 +59,7 @@ def node_affinity(spec: PodSpec) -> list[ev.SelectorTerm]:
 
 
 def tolerations(spec: PodSpec) -> list[ev.Toleration]:
-    out = []
+    out: list[ev.Toleration] = []
     for t in spec.tolerations or ():
         operator = t.operator or "Equal"  # the API default
         out.append(
