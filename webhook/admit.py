@@ -88,10 +88,7 @@ def _metadata(obj: dict[str, Any], *, of: str) -> ObjectMeta:
 def opted_in(meta: ObjectMeta) -> bool:
     if names.QUEUE_LABEL in meta.label_map:
         return True
-    for name in meta.annotation_map:
-        if placement.is_placement_annotation(name):
-            return True
-    return False
+    return any(placement.is_placement_annotation(name) for name in meta.annotation_map)
 
 
 def _get(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
