@@ -4,7 +4,9 @@
 - static raw scores per part of the job (``ScorePlugin.cache_key``) vs scoring each job;
 - idle dynamic filters and score plugins skipped (``FilterPlugin.idle``, ``ScorePlugin.idle``)
   vs asked;
-- ``Scratch.still_fits`` (a quota wait kept without filtering again) vs filtering again.
+- ``Scratch.still_fits`` (a quota wait kept without filtering again) vs filtering again;
+- ``FilterPlugin.survivors`` (ClusterHealth, ClusterHeadroom) vs their verdicts;
+- CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job.
 
 Two leaders fold the same random inputs (clusters with labels and taints, ClusterQueues in a
 cohort, jobs with selectors, affinities, tolerations, preferences; heartbeats that change usage
@@ -26,6 +28,7 @@ from eventlog import events as ev
 from reconciler.core import decide, fold, new_state
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
+from reconciler.core.plugins import capacity
 from reconciler.core.scratch import Scratch
 from tests.reconciler.core.tenancy import GPU, TEAMS, cq
 
@@ -47,6 +50,8 @@ def plain() -> Iterator[None]:
         mock.patch.object(cycle, "_idle_scores", lambda profile, inp: frozenset()),
         mock.patch("reconciler.core.dispatch.active_filters", _every_dynamic),
         mock.patch.object(Scratch, "still_fits", lambda self, seen: False),
+        mock.patch.object(cycle, "_survivors", lambda plugin, inp, slots: None),
+        mock.patch.object(capacity, "_demanded", lambda table, demand_vec: None),
     ):
         yield
 
