@@ -248,7 +248,11 @@ def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Eva
     # Range check, weights and sum for every plugin at once: one matrix, a few numpy calls
     # (per plugin they cost more than the arithmetic on a few dozen clusters).
     scores = np.concatenate(asked).reshape(len(asked), n) if asked else np.zeros((0, n), dtype=np.int64)
-    scores = np.minimum(np.maximum(scores, 0), MAX_SCORE).astype(np.int64, copy=False)
+    if scores.dtype == np.int64:  # (a new array: clamped in place)
+        np.maximum(scores, 0, out=scores)
+        np.minimum(scores, MAX_SCORE, out=scores)
+    else:
+        scores = np.minimum(np.maximum(scores, 0), MAX_SCORE).astype(np.int64, copy=False)
     totals: Scores = np.asarray(weights, dtype=np.int64) @ scores if asked else np.zeros(n, dtype=np.int64)
     rows = iter(scores)
     per_plugin = [

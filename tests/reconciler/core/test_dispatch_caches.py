@@ -6,7 +6,8 @@
   vs asked;
 - ``Scratch.still_fits`` (a quota wait kept without filtering again) vs filtering again;
 - ``FilterPlugin.survivors`` (ClusterHealth, ClusterHeadroom) vs their verdicts;
-- CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job.
+- CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job;
+- the flavors and columns ``assign`` tries, per queue and demand (``admit._plan``), vs worked out per job.
 
 Two leaders fold the same random inputs (clusters with labels and taints, ClusterQueues in a
 cohort, jobs with selectors, affinities, tolerations, preferences; heartbeats that change usage
@@ -29,6 +30,7 @@ from reconciler.core import decide, fold, new_state
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.plugins import capacity
+from reconciler.core.queues import admit
 from reconciler.core.scratch import Scratch
 from tests.reconciler.core.tenancy import GPU, TEAMS, cq
 
@@ -52,6 +54,7 @@ def plain() -> Iterator[None]:
         mock.patch.object(Scratch, "still_fits", lambda self, seen: False),
         mock.patch.object(cycle, "_survivors", lambda plugin, inp, slots: None),
         mock.patch.object(capacity, "_demanded", lambda table, demand_vec: None),
+        mock.patch.object(admit, "_plan", lambda tree, node, demand: None),
     ):
         yield
 
