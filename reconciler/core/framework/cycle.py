@@ -247,16 +247,28 @@ def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Eva
             weights.append(weight)
     # Range check, weights and sum for every plugin at once: one matrix, a few numpy calls
     # (per plugin they cost more than the arithmetic on a few dozen clusters).
-    scores = np.concatenate(asked).reshape(len(asked), n) if asked else np.zeros((0, n), dtype=np.int64)
-    if scores.dtype == np.int64:  # (a new array: clamped in place)
-        np.maximum(scores, 0, out=scores)
-        np.minimum(scores, MAX_SCORE, out=scores)
+    rows: list[Scores]
+    if len(asked) == 1:  # (most profiles score with one plugin: no matrix)
+        only = np.maximum(asked[0], 0)
+        np.minimum(only, MAX_SCORE, out=only)
+        only = only.astype(np.int64, copy=False)
+        totals: Scores = only * weights[0]
+        rows = [only]
+    elif asked:
+        scores = np.concatenate(asked).reshape(len(asked), n)
+        if scores.dtype == np.int64:  # (a new array: clamped in place)
+            np.maximum(scores, 0, out=scores)
+            np.minimum(scores, MAX_SCORE, out=scores)
+        else:
+            scores = np.minimum(np.maximum(scores, 0), MAX_SCORE).astype(np.int64, copy=False)
+        totals = np.asarray(weights, dtype=np.int64).dot(scores)
+        rows = list(scores)
     else:
-        scores = np.minimum(np.maximum(scores, 0), MAX_SCORE).astype(np.int64, copy=False)
-    totals: Scores = np.asarray(weights, dtype=np.int64) @ scores if asked else np.zeros(n, dtype=np.int64)
-    rows = iter(scores)
+        totals = np.zeros(n, dtype=np.int64)
+        rows = []
+    it = iter(rows)
     per_plugin = [
-        (name, weight, np.zeros(n, dtype=np.int64) if i in idle else next(rows))
+        (name, weight, np.zeros(n, dtype=np.int64) if i in idle else next(it))
         for i, (name, weight, _) in enumerate(profile.scores)
     ]
     if n == 1:

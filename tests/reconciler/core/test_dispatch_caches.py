@@ -7,7 +7,8 @@
 - ``Scratch.still_fits`` (a quota wait kept without filtering again) vs filtering again;
 - ``FilterPlugin.survivors`` (ClusterHealth, ClusterHeadroom) vs their verdicts;
 - CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job;
-- the flavors and columns ``assign`` tries, per queue and demand (``admit._plan``), vs worked out per job.
+- the flavors and columns ``assign`` tries, per queue and demand (``admit._plan``), vs worked out per job;
+- ``lifecycle.untouched`` (a job with no report, copy or round skips ``handle_job``'s checks) vs checked.
 
 Two leaders fold the same random inputs (clusters with labels and taints, ClusterQueues in a
 cohort, jobs with selectors, affinities, tolerations, preferences; heartbeats that change usage
@@ -26,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventlog import events as ev
-from reconciler.core import decide, fold, new_state
+from reconciler.core import decide, fold, lifecycle, new_state
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.plugins import capacity
@@ -55,6 +56,7 @@ def plain() -> Iterator[None]:
         mock.patch.object(cycle, "_survivors", lambda plugin, inp, slots: None),
         mock.patch.object(capacity, "_demanded", lambda table, demand_vec: None),
         mock.patch.object(admit, "_plan", lambda tree, node, demand: None),
+        mock.patch.object(lifecycle, "untouched", lambda job: False),
     ):
         yield
 
