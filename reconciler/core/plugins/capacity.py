@@ -105,7 +105,8 @@ class ClusterHeadroom(FilterPlugin):
         rows = inp.free.take(slots, axis=0)
         if cols is not None:
             rows = rows[:, cols]
-        kept: Slots = slots[(rows >= demand).all(axis=1)]
+        fits = rows >= demand
+        kept: Slots = slots[fits.reshape(-1) if demand.shape[0] == 1 else np.logical_and.reduce(fits, axis=1)]
         return kept
 
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
@@ -129,8 +130,11 @@ def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
     frac //= denominators.take(candidates, axis=0)
     np.maximum(frac, 0, out=frac)
     np.minimum(frac, MAX_SCORE, out=frac)
-    out: Scores = frac.sum(axis=1)
-    out //= demand.shape[0]
+    k = demand.shape[0]
+    if k == 1:  # the mean of one column is that column
+        return frac.reshape(-1)
+    out: Scores = np.add.reduce(frac, axis=1)
+    out //= k
     return out
 
 

@@ -96,7 +96,11 @@ def assign(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:
     for wanted, options in plan:
         first: tuple[str, int, int] | None = None
         for flavor, pairs in options:
-            short = next(((col, amount) for col, amount in pairs if amount > usage.available(node, col)), None)
+            short: tuple[int, int] | None = None
+            for col, amount in pairs:
+                if amount > usage.available(node, col):
+                    short = (col, amount)
+                    break
             if short is None:
                 for r in wanted:
                     flavors[r] = flavor
