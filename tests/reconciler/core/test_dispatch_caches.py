@@ -176,7 +176,7 @@ def test_caches_decide_as_the_plain_path(
     batches: list[list[ev.InputEvent]] = [[queues, *fleet], list(first), beats, list(later)]
     for i, batch in enumerate(batches):
         for leader in (cached, uncached):
-            leader.now += 40_000 if i == 2 else 1_000  # long enough for a silent cluster to be lost
+            leader.now += 70_000 if i == 2 else 1_000  # long enough for a silent cluster to be lost (60 s)
         got = cached.step(batch)
         with plain():
             want = uncached.step(batch)
