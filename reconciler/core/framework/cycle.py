@@ -138,9 +138,11 @@ def _fresh(profile: CompiledProfile, version: int, clusters: int) -> None:
 def static_survivors(profile: CompiledProfile, inp: CycleInput) -> Mask:
     """Clusters passing every static filter (bool mask), cached per job spec and table version."""
     table = inp.clusters
-    _fresh(profile, table.version, len(table))
+    if profile.cache_version != table.version:
+        _fresh(profile, table.version, len(table))
     static_ok: Mask | None = profile.static_ok.get(inp.job.static_key)
     if static_ok is None:
+        _fresh(profile, table.version, len(table))  # (the size limits: checked when the memo grows)
         static_ok = _by_parts(profile, inp)
         if static_ok is None:
             static_ok = _cascade(profile, inp)
