@@ -286,8 +286,9 @@ def report_unschedulable(s: Scratch, drafts: list[Draft], groups: Groups | None 
     in dispatch order.) Jobs ``groups`` holds behind a representative are reported as it is."""
     by_spec: dict[tuple[bytes, int, str], dict[str, int]] = {}
     out: list[tuple[Draft, dict[str, int], str]] = []
+    present = int(s.state.clusters.present.sum()) if drafts else 0  # (reporting changes no cluster)
     for d in drafts:
-        counts, message = _summary(s, d, by_spec)
+        counts, message = _summary(s, d, by_spec, present)
         if not d.requeued and d.job.phase == phases.UNSCHEDULABLE and d.job.unschedulable == counts:
             continue  # (a lane's members share the phase and summary of its representative)
         out.append((d, counts, message))
@@ -301,16 +302,18 @@ def report_unschedulable(s: Scratch, drafts: list[Draft], groups: Groups | None 
         d.unschedulable(s, reasons=counts, message=message)
 
 
-def _summary(s: Scratch, d: Draft, by_spec: dict[tuple[bytes, int, str], dict[str, int]]) -> tuple[dict[str, int], str]:
+def _summary(
+    s: Scratch, d: Draft, by_spec: dict[tuple[bytes, int, str], dict[str, int]], present: int
+) -> tuple[dict[str, int], str]:
     table = s.state.clusters
     job = d.job
     if d.queue_wait is not None:
-        return {d.queue_wait.key: int(table.present.sum())}, d.queue_wait.message
+        return {d.queue_wait.key: present}, d.queue_wait.message
     profile = profile_for(s, job)
     if profile is None:
         name = job.placement.profile
         error = s.state.profile_errors.get(name, f"profile {name!r} is not defined")
-        counts = {error: int(table.present.sum())}
+        counts = {error: present}
     else:
         memo = (job.spec_key, job.priority, profile.name)
         counts = by_spec.get(memo) or {}

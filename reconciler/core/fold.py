@@ -35,8 +35,11 @@ def fold(state: State, entry: ev.LogEntry) -> State:
     state.seq = entry.seq
     if entry.at_ms != state.now_ms:  # entries of a batch share one at_ms: and records one int
         state.now_ms = entry.at_ms
-    _fire_timers(state)
-    state.retire()
+    timers = state.timers
+    if timers and timers[0][0] <= state.now_ms:
+        _fire_timers(state)
+    if state.deleted:
+        state.retire()
     handler = _HANDLERS.get(type(event))
     if handler is not None:
         handler(state, event)

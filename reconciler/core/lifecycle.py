@@ -98,6 +98,8 @@ def _ref(key: str) -> ev.JobRef:
 def handle_job(s: Scratch, job: JobRecord) -> Draft:
     """Apply everything that happened to one job; the draft says whether it needs dispatching."""
     d = Draft.of(job)
+    if untouched(job):
+        return d
     if not d.terminal:
         _reports(s, d)
     if not d.terminal:
@@ -110,6 +112,12 @@ def handle_job(s: Scratch, job: JobRecord) -> Draft:
         _round_timeout(s, d)
     _reconcile_copies(s, d)
     return d
+
+
+def untouched(job: JobRecord) -> bool:
+    """No report, no copy, no round nominated or placed: every check of ``handle_job`` reads one
+    of these, so it has nothing to do (a new job, or one waiting again)."""
+    return not job.reports and not job.copies and job.phase not in phases.CHARGED
 
 
 def _ready(s: Scratch, cluster: str) -> bool:

@@ -115,8 +115,12 @@ class Scratch:
         slot = table.index.get(cluster)
         if slot is None or not demand:
             return
-        self.assumed[slot] += sign * table.vector(demand)
-        self.free_base[slot] = table.capacity[slot] - np.maximum(table.reported[slot], self.assumed[slot])
+        row = self.assumed[slot]  # (a view: updated in place)
+        if sign > 0:
+            row += table.vector(demand)
+        else:
+            row -= table.vector(demand)
+        self.free_base[slot] = table.capacity[slot] - np.maximum(table.reported[slot], row)
         self.touch(slot)
 
     def touch(self, slot: int) -> None:

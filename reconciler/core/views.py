@@ -9,7 +9,8 @@ jobs looked at lately: a decide looks at a job several times in a row.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -46,6 +47,19 @@ class _Static(NamedTuple):
     static_key: bytes
 
 
+_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(JobView))
+
+
+def _new_view(**fields: Any) -> JobView:
+    """``JobView(**fields)``, without the frozen dataclass's ``object.__setattr__`` per field
+    when every field is given (a view is made for every new job a pass looks at)."""
+    if fields.keys() != _VIEW_FIELDS:
+        return JobView(**fields)
+    view = object.__new__(JobView)
+    view.__dict__.update(fields)
+    return view
+
+
 def static_key(job: JobRecord) -> bytes:
     p = job.placement
     return _key_encoder.encode(
@@ -79,7 +93,7 @@ class ViewMemo:
             return cached[3]
         pods = self._pods_of(table, job)
         static = self._static_of(job)
-        view = JobView(
+        view = _new_view(
             key=job.key,
             uid=job.ref.uid,
             placement=job.placement,

@@ -122,6 +122,13 @@ class FilterPlugin(Plugin):
         until the table changes. For filters of facts no worker reported yet."""
         return False
 
+    def survivors(self, inp: CycleInput, slots: Slots) -> Slots | None:
+        """The clusters of ``slots`` that pass (those ``filter`` gives verdict 0), in order, or
+        None to have ``filter`` asked. Dispatch only needs the survivors; a filter that can
+        find them without building verdicts and reasons saves that per job. None (the
+        default) or raising: ``filter`` answers, as always."""
+        return None
+
     # False when evicting jobs cannot be shown to make the filter pass: its UNSCHEDULABLE
     # rejections still mean "wait for room", but preemption does not count such a cluster as a
     # candidate. Victims are chosen by the cluster totals they free; a filter judging facts

@@ -94,6 +94,21 @@ class ClusterHeadroom(FilterPlugin):
     name = HEADROOM
     per_cluster = True
 
+    def survivors(self, inp: CycleInput, slots: Slots) -> Slots | None:
+        job = inp.job
+        if job.missing:
+            return None
+        columns = _demanded(inp.clusters, job.demand_vec)
+        if columns is None:
+            return slots  # demands nothing: fits everywhere
+        cols, demand, _ = columns
+        rows = inp.free.take(slots, axis=0)
+        if cols is not None:
+            rows = rows[:, cols]
+        fits = rows >= demand
+        kept: Slots = slots[fits.reshape(-1) if demand.shape[0] == 1 else np.logical_and.reduce(fits, axis=1)]
+        return kept
+
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         return _fit(inp, slots, available=inp.free, code=Code.UNSCHEDULABLE)
 
@@ -101,13 +116,70 @@ class ClusterHeadroom(FilterPlugin):
 def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
     """Per candidate, 0..100: mean over the demanded resources of (free - demand) / capacity."""
     job = inp.job
+    columns = _demanded(inp.clusters, job.demand_vec)
+    if columns is None:  # no demand: every resource a candidate has counts
+        return _headroom_plain(inp, candidates)
+    cols, demand, denominators = columns
+    # All demanded columns at once (rows gathered once): the same integer arithmetic per column,
+    # in place (each ufunc on these small arrays costs its call, not its arithmetic).
+    frac = inp.free.take(candidates, axis=0)
+    if cols is not None:
+        frac = frac[:, cols]
+    frac -= demand
+    frac *= MAX_SCORE
+    frac //= denominators.take(candidates, axis=0)
+    np.maximum(frac, 0, out=frac)
+    np.minimum(frac, MAX_SCORE, out=frac)
+    k = demand.shape[0]
+    if k == 1:  # the mean of one column is that column
+        return frac.reshape(-1)
+    out: Scores = np.add.reduce(frac, axis=1)
+    out //= k
+    return out
+
+
+_Columns = tuple[Slots | None, npt.NDArray[np.int64], npt.NDArray[np.int64]]
+_DEMANDS = 4_096  # demand vectors remembered per table version (cleared when full)
+
+
+def _demanded(table: ClusterTable, demand_vec: npt.NDArray[np.int64]) -> _Columns | None:
+    """The demanded columns (None: every column), the demand there and max(capacity, 1) of
+    every cluster there: made once per table version and demand vector (the capacities once
+    per set of columns), not per job. None when the job demands nothing."""
+    version = (table.version, 0)
+    cached = table.derived.get(CAPACITY_SCORE)
+    if cached is None or cached[0] != version:
+        cached = (version, ({}, {}))
+        table.derived[CAPACITY_SCORE] = cached
+    by_demand: dict[bytes, _Columns | None] = cached[1][0]
+    key = demand_vec.tobytes()
+    if key in by_demand:
+        return by_demand[key]
+    cols = np.flatnonzero(demand_vec > 0)
+    got: _Columns | None = None
+    if len(cols):
+        every = len(cols) == table.capacity.shape[1]
+        by_columns: dict[bytes, npt.NDArray[np.int64]] = cached[1][1]
+        denominators = by_columns.get(cols.tobytes())
+        if denominators is None:
+            denominators = np.maximum(table.capacity if every else table.capacity[:, cols], 1)
+            by_columns[cols.tobytes()] = denominators
+        got = (None if every else cols, demand_vec[cols].copy(), denominators)
+    if len(by_demand) >= _DEMANDS:
+        by_demand.clear()
+    by_demand[key] = got
+    return got
+
+
+def _headroom_plain(inp: CycleInput, candidates: Slots) -> Scores:
+    """``headroom_after`` without the memo of columns (and for a job that demands nothing)."""
+    job = inp.job
     cols = np.flatnonzero(job.demand_vec > 0)
     cap = inp.clusters.capacity.take(candidates, axis=0)
     if len(cols) == 0:
         cols = np.flatnonzero(cap.sum(axis=0) > 0)
     if len(cols) == 0:
         return np.full(len(candidates), MAX_SCORE, dtype=np.int64)
-    # All demanded columns at once (rows gathered once): the same integer arithmetic per column.
     free = inp.free.take(candidates, axis=0)
     if len(cols) < cap.shape[1]:
         cap, free = cap[:, cols], free[:, cols]

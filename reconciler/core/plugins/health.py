@@ -32,6 +32,12 @@ class ClusterHealth(FilterPlugin):
     name = NAME
     per_cluster = True
 
+    def survivors(self, inp: CycleInput, slots: Slots) -> Slots | None:
+        if _draining_columns(inp.clusters):
+            return None
+        kept: Slots = slots[inp.ready[slots]]
+        return kept
+
     def filter(self, inp: CycleInput, slots: Slots) -> FilterResult:
         ok = np.asarray(inp.ready[slots])
         table = inp.clusters

@@ -88,6 +88,76 @@ def draining(tree: QueueTree, job: JobRecord) -> str:
 def assign(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:
     """In each resource group the first flavor (in order) where the job fits, within nominal
     quota or by borrowing; a resource no group covers makes the job inadmissible (as Kueue)."""
+    plan = _plan(usage.tree, node, demand)
+    if plan is None:
+        return _assign(usage, node, demand)
+    flavors: dict[str, str] = {}
+    amounts: list[tuple[int, int]] = []
+    for wanted, options in plan:
+        first: tuple[str, int, int] | None = None
+        for flavor, pairs in options:
+            short: tuple[int, int] | None = None
+            for col, amount in pairs:
+                if amount > usage.available(node, col):
+                    short = (col, amount)
+                    break
+            if short is None:
+                for r in wanted:
+                    flavors[r] = flavor
+                amounts.extend(pairs)
+                break
+            if first is None:
+                first = (flavor, *short)
+        else:
+            assert first is not None  # (a group no flavor covers has no plan)
+            return _short(usage, node, *first)
+    return Assignment(flavors=flavors, amounts=sorted(amounts))
+
+
+# Per resource group the job needs: the resources it wants there, and each flavor that covers
+# them all with its (column, amount) pairs, in the order they are tried.
+_Plan = list[tuple[list[str], list[tuple[str, list[tuple[int, int]]]]]]
+_PLANS = 4_096  # plans kept per tree (cleared when full)
+
+
+def _plan(tree: QueueTree, node: int, demand: Resources) -> _Plan | None:
+    """What ``_assign`` works out from the tree and the demand alone, once per (node, demand);
+    None when the answer does not depend on usage (a resource no group or flavor covers:
+    ``_assign`` says so). Demands are interned per job spec, so most jobs share one."""
+    key = (node, id(demand))
+    got = tree.plans.get(key)
+    if got is not None and got[0] is demand:
+        plan: _Plan | None = got[1]
+        return plan
+    plan = _make_plan(tree, node, demand)
+    if len(tree.plans) >= _PLANS:
+        tree.plans.clear()
+    tree.plans[key] = (demand, plan)  # (the demand held, so its id is not reused meanwhile)
+    return plan
+
+
+def _make_plan(tree: QueueTree, node: int, demand: Resources) -> _Plan | None:
+    n = tree.nodes[node]
+    if any(not any(resource in g.covered for g in n.groups) for resource in demand):
+        return None
+    plan: _Plan = []
+    for group in n.groups:
+        wanted = [r for r in group.covered if demand.get(r, 0) > 0]
+        if not wanted:
+            continue
+        options = []
+        for flavor in group.flavors:
+            cols = [(tree.column.get((flavor, r)), demand[r]) for r in wanted]
+            if all(col is not None for col, _ in cols):
+                options.append((flavor, [(col, amount) for col, amount in cols if col is not None]))
+        if not options:
+            return None
+        plan.append((wanted, options))
+    return plan
+
+
+def _assign(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:
+    """``assign`` worked out from scratch (what ``_plan`` memoizes, and its rare answers)."""
     tree = usage.tree
     n = tree.nodes[node]
     flavors: dict[str, str] = {}

@@ -10,6 +10,7 @@ sharing). A weight of 0 means the node only gets what nobody else wants.
 from __future__ import annotations
 
 from fractions import Fraction
+from math import gcd
 
 from eventlog.events import Resources
 from reconciler.core.queues.usage import Usage
@@ -72,14 +73,28 @@ class Tournament:
         cached = self._keys.get(node)
         if cached is not None and cached[0] == version:
             return cached[1]
-        zero, approx, exact, name = k = order_key(weighted(self.usage, node, self.fleet))
-        if isinstance(exact, Fraction):
-            # Equal shares as one object: on a tie of floats the tuple comparison then stops at
-            # identity instead of calling Fraction.__eq__ (queues with equal usage tie often).
-            exact = self._exact.setdefault((exact.numerator, exact.denominator), exact)
-            k = (zero, approx, exact, name)
+        k = self._order_key(node)
         self._keys[node] = (version, k)
         return k
+
+    def _order_key(self, node: int) -> OrderKey:
+        """``order_key(weighted(...))``, reduced with ``gcd`` instead of a new ``Fraction`` each
+        time: equal shares are one interned object (on a tie of floats the tuple comparison
+        then stops at identity instead of calling Fraction.__eq__; queues with equal usage tie
+        often), and ``a / b`` of the reduced ints is ``float(Fraction(a, b))``."""
+        n = self.usage.tree.nodes[node]
+        num, den = dominant(self.usage, node, self.fleet)
+        zero = n.weight_milli <= 0
+        if not zero:
+            num, den = num * 1000, den * n.weight_milli
+        g = gcd(num, den)
+        num, den = num // g, den // g
+        if den == 1:
+            return (zero, float(num), num, n.name)
+        exact = self._exact.get((num, den))
+        if exact is None:
+            exact = self._exact[(num, den)] = Fraction(num, den)
+        return (zero, num / den, exact, n.name)
 
     def pick(self) -> int | None:
         """From the roots down, the child with the lowest key among those still active (the first

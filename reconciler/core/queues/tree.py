@@ -8,6 +8,7 @@ in name order (cohorts and queues apart), so everything derived from them is det
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from eventlog import events as ev
 
@@ -57,6 +58,8 @@ class QueueTree:
     local_queues: dict[tuple[str, str], ev.LocalQueueSpec]  # (namespace, name) -> spec
     roots: list[int]  # nodes without a parent, in name order
     resources: list[str]  # resource names over all columns, sorted
+    # Pure memo for ``admit.assign``: per (node, demand), the flavors to try and their columns.
+    plans: dict[tuple[int, int], Any] = field(default_factory=dict, compare=False, repr=False)
 
     def ancestors(self, node: int) -> list[int]:
         """The node and its cohorts up to the root."""

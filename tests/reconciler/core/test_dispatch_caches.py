@@ -4,7 +4,11 @@
 - static raw scores per part of the job (``ScorePlugin.cache_key``) vs scoring each job;
 - idle dynamic filters and score plugins skipped (``FilterPlugin.idle``, ``ScorePlugin.idle``)
   vs asked;
-- ``Scratch.still_fits`` (a quota wait kept without filtering again) vs filtering again.
+- ``Scratch.still_fits`` (a quota wait kept without filtering again) vs filtering again;
+- ``FilterPlugin.survivors`` (ClusterHealth, ClusterHeadroom) vs their verdicts;
+- CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job;
+- the flavors and columns ``assign`` tries, per queue and demand (``admit._plan``), vs worked out per job;
+- ``lifecycle.untouched`` (a job with no report, copy or round skips ``handle_job``'s checks) vs checked.
 
 Two leaders fold the same random inputs (clusters with labels and taints, ClusterQueues in a
 cohort, jobs with selectors, affinities, tolerations, preferences; heartbeats that change usage
@@ -23,9 +27,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventlog import events as ev
-from reconciler.core import decide, fold, new_state
+from reconciler.core import decide, fold, lifecycle, new_state
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
+from reconciler.core.plugins import capacity
+from reconciler.core.queues import admit
 from reconciler.core.scratch import Scratch
 from tests.reconciler.core.tenancy import GPU, TEAMS, cq
 
@@ -47,6 +53,10 @@ def plain() -> Iterator[None]:
         mock.patch.object(cycle, "_idle_scores", lambda profile, inp: frozenset()),
         mock.patch("reconciler.core.dispatch.active_filters", _every_dynamic),
         mock.patch.object(Scratch, "still_fits", lambda self, seen: False),
+        mock.patch.object(cycle, "_survivors", lambda plugin, inp, slots: None),
+        mock.patch.object(capacity, "_demanded", lambda table, demand_vec: None),
+        mock.patch.object(admit, "_plan", lambda tree, node, demand: None),
+        mock.patch.object(lifecycle, "untouched", lambda job: False),
     ):
         yield
 
@@ -166,7 +176,7 @@ def test_caches_decide_as_the_plain_path(
     batches: list[list[ev.InputEvent]] = [[queues, *fleet], list(first), beats, list(later)]
     for i, batch in enumerate(batches):
         for leader in (cached, uncached):
-            leader.now += 40_000 if i == 2 else 1_000  # long enough for a silent cluster to be lost
+            leader.now += 70_000 if i == 2 else 1_000  # long enough for a silent cluster to be lost (60 s)
         got = cached.step(batch)
         with plain():
             want = uncached.step(batch)
