@@ -8,7 +8,8 @@ twenty messages per job end to end). ``FastParser`` (installed by ``KdClient``) 
 and ``HMSG`` lines by splitting them, and hands the messages of a *raw* subscription straight to
 its sink: ``(subject, reply, payload, headers)``, subject and reply as bytes, headers as the raw
 header block (or ``None``), parsed only by whoever needs them (``headers_of``: status messages).
-Every other message, and every other protocol operation, takes nats-py's own path.
+Every other message takes nats-py's own path; every other operation (``PING``, ``INFO``, …) is
+read as nats-py's parser reads it.
 
 ``RawSubscription`` works on any nats-py client: on one without ``FastParser`` (a plain
 ``nats.connect``), its messages come through an ordinary callback subscription instead.
@@ -18,13 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.protocol.parser import AWAITING_CONTROL_LINE, AWAITING_MSG_PAYLOAD, MAX_CONTROL_LINE_SIZE, Parser
+from nats.errors import ProtocolError
+from nats.protocol.parser import (
+    AWAITING_CONTROL_LINE,
+    AWAITING_MSG_PAYLOAD,
+    ERR_RE,
+    INFO_RE,
+    MAX_CONTROL_LINE_SIZE,
+    OK_RE,
+    PING_RE,
+    PONG_RE,
+    Parser,
+)
 
 log = structlog.get_logger("eventlog.rawsub")
 
@@ -66,19 +79,15 @@ class FastParser(Parser):
                         headers = False
                     elif buf.startswith(b"HMSG ", pos):
                         headers = True
-                    else:
-                        # PING, PONG, +OK, -ERR, INFO: nats-py's parser from here (rare).
+                    else:  # PING, PONG, +OK, -ERR, INFO (rare): one, as nats-py reads it
                         del buf[:pos]
-                        pos = size = 0
-                        await super().parse()
-                        return
+                        pos = 0
+                        if not await self._control(buf) or self.buf is not buf:
+                            return
+                        size = len(buf)
+                        continue
                     end = buf.find(_CRLF, pos)
                     if end < 0:
-                        if size - pos > MAX_CONTROL_LINE_SIZE:
-                            del buf[:pos]
-                            pos = size = 0
-                            await super().parse()  # raises the protocol error nats-py would
-                            return
                         break
                     parts = buf[pos:end].split()
                     subject, sid = bytes(parts[1]), int(parts[2])
@@ -104,6 +113,8 @@ class FastParser(Parser):
                 sink = sinks.get(sid)
                 if sink is None:
                     await nc._process_msg(sid, subject, reply, payload, hdr)
+                    if self.buf is not buf:  # reset meanwhile (reconnecting): nothing left to read
+                        return
                     continue
                 stats["in_msgs"] += 1
                 stats["in_bytes"] += len(payload)
@@ -112,8 +123,32 @@ class FastParser(Parser):
                 except Exception as err:  # never out of the read loop: it would stop reading
                     log.error("raw_sink_failed", sid=sid, error=repr(err))
         finally:
-            if pos:
+            if pos and self.buf is buf:
                 del buf[:pos]
+
+    async def _control(self, buf: bytearray) -> bool:
+        """Read one operation other than a message from the start of ``buf``, as nats-py's
+        parser does; False if it is not all there yet."""
+        nc: Any = self.nc
+        if m := OK_RE.match(buf):
+            del buf[: m.end()]
+        elif m := ERR_RE.match(buf):
+            await nc._process_err((m.group(1) or b"").decode().lower())
+            del buf[: m.end()]
+        elif m := PING_RE.match(buf):
+            del buf[: m.end()]
+            await nc._process_ping()
+        elif m := PONG_RE.match(buf):
+            del buf[: m.end()]
+            await nc._process_pong()
+        elif m := INFO_RE.match(buf):
+            await nc._process_info(json.loads(m.group(1).decode()))
+            del buf[: m.end()]
+        elif len(buf) < MAX_CONTROL_LINE_SIZE and _CRLF in buf:
+            raise ProtocolError("nats: unknown protocol")
+        else:
+            return False
+        return True
 
 
 def headers_of(raw: bytes | dict[str, str] | None) -> dict[str, str]:
