@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from eventlog import events as ev
@@ -155,6 +155,7 @@ class Actuator:
         workers: Mapping[str, Worker],
         *,
         listeners: tuple[DecisionListener, ...] = (),
+        observers: tuple[Callable[[Sequence[ev.LogEntry]], None], ...] = (),
         poll_interval_s: float = 0.02,
         gc_interval_s: float = 30.0,
         gc_grace_s: float = 60.0,
@@ -166,6 +167,9 @@ class Actuator:
         self.reader = reader
         self.workers = dict(workers)
         self.listeners = listeners
+        # Others that follow the whole log in order (the forecasts' duration learner): handed each
+        # batch this reads, so the log is read and decoded once for all of them.
+        self.observers = observers
         self.poll_interval_s = poll_interval_s
         self.gc_interval_s = gc_interval_s
         self.gc_grace_ms = int(gc_grace_s * 1000)
@@ -279,6 +283,11 @@ class Actuator:
     async def _read_available(self, *, apply: bool) -> bool:
         got = False
         async for batch in self.reader.read(from_seq=self.next_seq, batch=self.read_batch):
+            for observe in self.observers:
+                try:
+                    observe(batch)
+                except Exception as err:  # an observer's trouble must not stop the actuator
+                    log.error("log_observer_failed", error=repr(err), first_seq=batch[0].seq if batch else None)
             for entry in batch:
                 got = True
                 self.specs.saw(entry)
