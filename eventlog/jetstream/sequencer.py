@@ -30,7 +30,7 @@ from eventlog.framing import decision_entries, input_entries
 from eventlog.jetstream.fetch import StreamFetcher, transient
 from eventlog.jetstream.publish import Outgoing, PubAck, Publisher
 from eventlog.store import Fenced, InboxItem, LogError, NotLeader, PublishTimeout
-from eventlog.wire import inbox_item
+from eventlog.wire import inbox_items
 
 if TYPE_CHECKING:
     from eventlog.jetstream import JetStreamLog
@@ -143,7 +143,7 @@ class JetStreamSequencer:
                     hint="the sequencer was down longer than the inbox's max age; these facts are lost",
                 )
             self._pulled_to = got[-1][0]
-        return [inbox_item(seq=seq, subject=subject, data=data) for seq, subject, data in got]
+        return inbox_items(got)
 
     # ---- appending to the log ----------------------------------------------------------------
 
