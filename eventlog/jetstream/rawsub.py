@@ -90,13 +90,16 @@ class FastParser(Parser):
                     if end < 0:
                         break
                     parts = buf[pos:end].split()
-                    subject, sid = bytes(parts[1]), int(parts[2])
-                    if headers:
-                        reply = bytes(parts[3]) if len(parts) == 6 else b""
-                        hsize, needed = int(parts[-2]), int(parts[-1])
-                    else:
-                        reply = bytes(parts[3]) if len(parts) == 5 else b""
-                        hsize, needed = 0, int(parts[-1])
+                    try:
+                        subject, sid = bytes(parts[1]), int(parts[2])
+                        if headers:
+                            reply = bytes(parts[3]) if len(parts) == 6 else b""
+                            hsize, needed = int(parts[-2]), int(parts[-1])
+                        else:
+                            reply = bytes(parts[3]) if len(parts) == 5 else b""
+                            hsize, needed = 0, int(parts[-1])
+                    except (IndexError, ValueError):
+                        raise ProtocolError("nats: malformed MSG") from None  # as nats-py says it
                     pos = end + 2
                     if size - pos < needed + 2:
                         self.msg_arg = {"subject": subject, "sid": sid, "reply": reply}

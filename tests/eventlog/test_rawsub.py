@@ -4,6 +4,8 @@ order, whatever way the bytes are cut into reads."""
 from __future__ import annotations
 
 import nats
+import pytest
+from nats.errors import ProtocolError
 
 from eventlog.jetstream import connect
 from eventlog.jetstream.connection import KdClient
@@ -46,6 +48,12 @@ async def test_parser_gives_the_same_messages_however_the_bytes_are_cut() -> Non
         assert other == [(9, b"a.d", b"xyz")], size  # not raw: nats-py's path
         assert not parser.buf
         assert nc.stats["in_msgs"] == 4
+
+
+async def test_a_malformed_message_line_is_a_protocol_error() -> None:
+    parser = KdClient()._ps
+    with pytest.raises(ProtocolError):  # nats-py reconnects on it; anything else stops its read loop
+        await parser.parse(b"MSG a.b seven 5\r\nhello\r\n")
 
 
 def test_status_headers_read_as_nats_py_reports_them() -> None:
