@@ -45,8 +45,9 @@ def transient(ack: PubAck | None) -> bool:
 _POLL_S = 0.25  # how often a wait for acks looks at the connection
 _AFTER_RECONNECT_S = 0.5  # acks still awaited after a reconnect
 
-# One outgoing message: (subject, payload, headers).
-Outgoing = tuple[str, bytes, dict[str, str] | None]
+# One outgoing message: (subject, payload, headers), the headers as names and values or as the
+# header block itself (``NATS/1.0\r\n``, ``Name: value\r\n`` lines, a blank line).
+Outgoing = tuple[str, bytes, dict[str, str] | bytes | None]
 
 
 def _decode_ack(data: bytes, raw_headers: bytes | dict[str, str] | None) -> PubAck:
@@ -72,7 +73,10 @@ def _commands(batch: list[Outgoing], *, reply_prefix: str, base: int, max_payloa
         size = len(payload)
         if size > max_payload:  # the server would close the connection on it
             raise nats.errors.MaxPayloadError(f"{subject}: {size} bytes, the server takes {max_payload}")
-        if headers:
+        if isinstance(headers, bytes):
+            add(f"HPUB {subject} {reply_prefix}{i} {len(headers)} {len(headers) + size}\r\n".encode())
+            add(headers)
+        elif headers:
             raw = ("NATS/1.0\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers.items()]) + "\r\n").encode()
             lines = len(headers) + 2
             if raw.count(b"\r") != lines or raw.count(b"\n") != lines:  # a CR or LF inside a value
