@@ -1,7 +1,11 @@
 """The leader loop (inbox -> log -> fold -> decide -> log -> fold) on a real nats-server, with
 tenancy on (100 ClusterQueues in 10 cohorts), side by side with nats-py's pipelined publish of
 the same number of log-entry payloads to a plain stream in the same run; then the latency of one
-input to its decision at a steady offered rate; then replay of the log, plain and ``--verify``.
+input to its decision at a steady offered rate; then a cold backlog (published while no term
+runs, drained by the next term: no head start while publishing, and the process's CPU time per
+input, which unlike inputs/s does not depend on what else runs on the machine); then the
+sequencer alone (the NATS side of the loop without the core: pull an input, append it, append one
+decision for it); then replay of the log, plain and ``--verify``.
 
     .venv/bin/python bench/leader_loop.py [--jobs N] [--clusters C] [--rate R] [--profile]
 
@@ -149,6 +153,57 @@ def core_only(world: list[ev.InputEvent], backlog: list[ev.JobSubmitted], *, bat
     return len(backlog) / (time.process_time() - t0)
 
 
+async def cold_backlog(
+    url: str, settings: LoopSettings, world: list[ev.InputEvent], backlog: list[ev.JobSubmitted]
+) -> tuple[float, float]:
+    """The backlog on a log of its own, all in the inbox before a term starts (no head start while
+    publishing), the state before it the same as ``core_only``'s: (seconds, CPU seconds) to drain."""
+    jlog = await connect(url, root="benchcold")
+    try:
+        loop = LeaderLoop(jlog, settings)
+        stop = asyncio.Event()
+        term = asyncio.create_task(loop.run_term(stop=stop))
+        await wait_ready(loop, timeout_s=120)
+        await publish_all(jlog, world, tag="w")
+        await until_inputs(loop, len(world))
+        stop.set()
+        await term
+        await publish_all(jlog, backlog, tag="j")
+        stop = asyncio.Event()
+        term = asyncio.create_task(loop.run_term(stop=stop))
+        await wait_ready(loop, timeout_s=120)
+        base = inputs_seen(loop)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await until_inputs(loop, base + len(backlog))
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        stop.set()
+        await term
+        return elapsed, cpu
+    finally:
+        await jlog.close()
+
+
+async def sequencer_only(url: str, backlog: list[ev.JobSubmitted]) -> float:
+    """CPU seconds per input to pull it from the inbox, append it and append one decision for it,
+    in batches of the loop's pull size: what the loop costs besides the core (no fold, no decide)."""
+    jlog = await connect(url, root="benchseq")
+    try:
+        await publish_all(jlog, backlog, tag="s")
+        seqr = jlog.sequencer("bench")
+        await seqr.resume()
+        done = 0
+        cpu0 = time.process_time()
+        while done < len(backlog):
+            items = await seqr.pull(max_items=500, timeout_s=5.0)
+            entries = await seqr.append_inputs(items, at_ms=1)
+            decisions = [ev.Nominated(job=e.event.job, clusters=["c0000"], attempt=1) for e in entries]  # type: ignore[attr-defined]
+            await seqr.append_decisions(decisions, at_ms=1)
+            done += len(items)
+        return (time.process_time() - cpu0) / len(backlog)
+    finally:
+        await jlog.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
@@ -210,6 +265,8 @@ async def main() -> None:
             latencies = [(loop.decided_at[k] - t) * 1000 for k, t in sent.items() if k in loop.decided_at]
             stop.set()
             await term
+            cold_s, cold_cpu = await cold_backlog(server.url, settings, world, backlog)
+            seq_cpu = await sequencer_only(server.url, backlog)
             last_seq = loop.last_seq
             t0 = time.perf_counter()
             await replay(jlog.reader)
@@ -236,7 +293,13 @@ async def main() -> None:
         f"leader loop (inbox -> log -> decide -> log): {rate:10,.0f} inputs/s  ({decide_s / loop_s:.0%} of it in decide)"
     )
     print(f"  ratio leader loop / plain publish: {ratio:.2f}")
+    print(
+        f"cold backlog drained by a new term:          {n / cold_s:10,.0f} inputs/s  "
+        f"({cold_cpu / n * 1e6:.0f} us of CPU per input; the core alone {1e6 / ceiling:.0f} us: "
+        f"{(cold_cpu / n - 1 / ceiling) * 1e6:.0f} us for NATS and the loop)"
+    )
     print(f"the core alone on the same inputs (no NATS): {ceiling:10,.0f} inputs/s of CPU time")
+    print(f"the sequencer alone (pull, append the input and one decision): {seq_cpu * 1e6:.1f} us of CPU per input")
     p50, p99 = percentile(latencies, 50) or 0.0, percentile(latencies, 99) or 0.0
     print(
         f"input -> decision appended at {args.rate:,.0f} inputs/s offered: p50 {p50:.1f} ms  p99 {p99:.1f} ms"

@@ -25,12 +25,13 @@ LOG_PREFIX = "kd.log"
 # Characters allowed unescaped in a token: printable ASCII except '.', '*', '>', '~' and space.
 _SAFE = frozenset(chr(c) for c in range(0x21, 0x7F)) - {".", "*", ">", "~"}
 _ESC = re.compile(r"~([0-9A-F]{2})")
+_UNSAFE = re.compile(r"[^\x21-\x7e]|[.*>~]")  # the complement of _SAFE: one search, not a loop per character
 
 
 def escape(token: str) -> str:
     if token == "":
         return "~"
-    if all(ch in _SAFE for ch in token):
+    if _UNSAFE.search(token) is None:
         return token
     out: list[str] = []
     for ch in token:

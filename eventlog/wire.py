@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import cast
 
 from eventlog import codec, subjects
-from eventlog.events import DECISION_TYPES, InputEvent, Rejected
+from eventlog.events import DECISION_TYPES, AnyEvent, InputEvent, Rejected
 from eventlog.store import InboxItem
 
 RAW_KEPT = 256
@@ -26,6 +26,22 @@ def inbox_item(*, seq: int, subject: str, data: bytes) -> InboxItem:
         event = codec.decode_event(data)
     except codec.DecodeError as err:
         return rejected_item(seq=seq, subject=subject, data=data, reason=f"{err.message} (at {err.path})")
+    return _checked(seq=seq, subject=subject, data=data, event=event)
+
+
+def inbox_items(deliveries: list[tuple[int, str, bytes]]) -> list[InboxItem]:
+    """``inbox_item`` of each ``(seq, subject, data)``, the payloads decoded in one call unless one
+    of them does not decode (then each on its own, so only that one is ``Rejected``)."""
+    events = codec.decode_events([data for _, _, data in deliveries])
+    if events is None:
+        return [inbox_item(seq=seq, subject=subject, data=data) for seq, subject, data in deliveries]
+    return [
+        _checked(seq=seq, subject=subject, data=data, event=event)
+        for (seq, subject, data), event in zip(deliveries, events, strict=True)
+    ]
+
+
+def _checked(*, seq: int, subject: str, data: bytes, event: AnyEvent) -> InboxItem:
     if isinstance(event, (*DECISION_TYPES, Rejected)):
         reason = f"{type(event).__name__} is written by the leader only, not published to the inbox"
         return rejected_item(seq=seq, subject=subject, data=data, reason=reason)

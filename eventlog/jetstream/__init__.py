@@ -163,6 +163,7 @@ class JetStreamLog:
     async def close(self) -> None:
         for seq in list(self._sequencers):
             await seq.close()
+        await self.reader.close()
         try:
             if not self.nc.is_closed:
                 # flush + close, not drain: drain waits for every subscription queue to be

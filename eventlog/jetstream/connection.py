@@ -11,6 +11,8 @@ import structlog
 from msgspec import Struct
 from nats.aio.client import Client
 
+from eventlog.jetstream.rawsub import FastParser, Sink
+
 log = structlog.get_logger("eventlog.connection")
 
 
@@ -40,14 +42,21 @@ _DENIED_KEPT = 256
 
 
 class KdClient(Client):
-    """nats-py's client with a faster header parser (see ``_parse_header_lines``), and a memory
-    of the subjects the server refused (``permission_denied``)."""
+    """nats-py's client with a faster header parser (see ``_parse_header_lines``), a faster
+    protocol parser with raw subscriptions (``eventlog.jetstream.rawsub``), and a memory of the
+    subjects the server refused (``permission_denied``)."""
 
     _parse_header_lines = staticmethod(_parse_header_lines)
 
     def __init__(self) -> None:
         super().__init__()
         self.denied: dict[str, str] = {}  # subject (lower case, as the server says it) -> error
+        self.raw_sinks: dict[int, Sink] = {}  # sid -> where its messages go (RawSubscription)
+        self._ps = FastParser(self)
+
+    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        self.raw_sinks.pop(sid, None)
+        super()._remove_sub(sid, max_msgs)
 
     def note_error(self, err: Exception) -> None:
         found = _DENIED.search(str(err))

@@ -1,8 +1,9 @@
 """Reading a stream in order, fast: an ephemeral pull consumer (no acks) drained in bulk.
 
 Why not nats-py's ``fetch``: it awaits each message with a timeout of its own, which costs more
-than decoding it. Here one subscription receives every delivery of the consumer, in stream
-order, and ``take`` empties its queue without awaiting per message. Deliveries that arrive after
+than decoding it. Here one raw subscription (``eventlog.jetstream.rawsub``: no ``Msg`` built, no
+header parsed) receives every delivery of the consumer, in stream order, and ``take`` empties
+its queue without awaiting per message. Deliveries that arrive after
 a caller stopped waiting stay queued for the next call: with no acks, a delivery dropped would be
 a message lost.
 
@@ -31,12 +32,13 @@ from typing import Any
 
 import structlog
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
+
+from eventlog.jetstream.rawsub import Raw, RawSubscription, headers_of
 
 log = structlog.get_logger("eventlog.fetch")
 
@@ -69,11 +71,11 @@ class FetchUnavailable(Exception):
     """The stream could not be read for ``_GIVE_UP_S``: the consumer cannot be (re)created."""
 
 
-def _delivery_meta(reply: str) -> tuple[str, int, int]:
+def _delivery_meta(reply: bytes) -> tuple[bytes, int, int]:
     """(consumer, stream sequence, consumer sequence) from a delivery's ack subject:
     ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>…`` (v1) or the same after
     ``<domain>.<account hash>`` (v2)."""
-    tokens = reply.split(".")
+    tokens = reply.split(b".")
     if len(tokens) == 9:
         return tokens[3], int(tokens[5]), int(tokens[6])
     return tokens[5], int(tokens[7]), int(tokens[8])
@@ -99,10 +101,9 @@ class StreamFetcher:
         self.filter_subject = filter_subject
         self.next_seq = next_seq
         self._consumer: str | None = None
+        self._consumer_b = b""  # the same, as delivery subjects spell it
         self._inbox = nc.new_inbox()
-        self._sub: Any = None
-        self._queue: asyncio.Queue[Msg] | None = None
-        self._head: Msg | None = None  # received by ``wait``, first in line for ``take``
+        self._sub: RawSubscription | None = None
         self._outstanding = 0  # messages requested and not yet delivered or cancelled by a status
         self._deadline = 0.0  # by then every outstanding request should have been answered
         self._stale = False  # the consumer may be gone: check before the next request
@@ -118,9 +119,8 @@ class StreamFetcher:
         return count
 
     async def open(self) -> StreamFetcher:
-        # pending_msgs_limit=0: unbounded; what we request bounds what can arrive.
-        self._sub = await self._nc.subscribe(self._inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-        self._queue = self._sub._pending_queue  # drained in bulk: see the module docstring
+        # Unbounded: what we request bounds what can arrive.
+        self._sub = await RawSubscription(self._nc, self._inbox).open()
         self._stale = True  # no consumer yet
         while not await self._recovered() and not self.patient:
             await asyncio.sleep(self._retry_delay)  # a reader waits; the sequencer asks again on its next pull
@@ -141,6 +141,7 @@ class StreamFetcher:
         )
         info = await self._js.add_consumer(self.stream, config, timeout=_API_TIMEOUT_S)
         self._consumer = info.name
+        self._consumer_b = info.name.encode()
         self._outstanding = 0
         self._stale = self._lost = False
         self._dseq = 0
@@ -160,7 +161,7 @@ class StreamFetcher:
     async def close(self) -> None:
         if self._sub is not None:
             with contextlib.suppress(Exception):  # the connection is closing: the sub goes with it
-                await self._sub.unsubscribe()
+                await self._sub.close()
             self._sub = None
         await self._delete_consumer()
 
@@ -251,8 +252,8 @@ class StreamFetcher:
             log.warning("consumer_recreated", stream=self.stream, next_seq=self.next_seq)
         await self._create_consumer()
 
-    def _handle_status(self, msg: Msg) -> None:
-        headers = msg.headers or {}
+    def _handle_status(self, raw_headers: bytes | dict[str, str] | None) -> None:
+        headers = headers_of(raw_headers)
         status = headers.get("Status", "")
         if status in ("404", "408"):  # no messages / request expired: that request is over
             pending = headers.get("Nats-Pending-Messages")
@@ -272,22 +273,19 @@ class StreamFetcher:
 
     def take(self, limit: int) -> list[Delivery]:
         """Up to ``limit`` deliveries already received, in order, without waiting."""
-        assert self._queue is not None
-        queue = self._queue
+        assert self._sub is not None
+        items = self._sub.items
         out: list[Delivery] = []
         next_seq = self.next_seq
-        while len(out) < limit:
-            if self._head is not None:
-                msg, self._head = self._head, None
-            elif queue.empty():
-                break
-            else:
-                msg = queue.get_nowait()
-            if not msg.reply:
-                self._handle_status(msg)
+        msg: Raw
+        while len(out) < limit and items:
+            msg = items.popleft()
+            subject, reply, data, raw_headers = msg
+            if not reply:
+                self._handle_status(raw_headers)
                 continue
-            consumer, seq, dseq = _delivery_meta(msg.reply)
-            if consumer != self._consumer or self._lost:  # a replaced consumer's, or after a loss
+            consumer, seq, dseq = _delivery_meta(reply)
+            if consumer != self._consumer_b or self._lost:  # a replaced consumer's, or after a loss
                 continue
             self._outstanding = max(0, self._outstanding - 1)
             if dseq != self._dseq + 1:  # deliveries in between never arrived
@@ -297,21 +295,15 @@ class StreamFetcher:
             self._dseq = dseq
             if seq < next_seq:
                 continue
-            out.append((seq, msg.subject, msg.data))
+            out.append((seq, subject.decode(), data))
             next_seq = seq + 1
         self.next_seq = next_seq
         return out
 
     async def wait(self, timeout_s: float) -> bool:
         """Until something (a delivery or a status) is received; False on timeout."""
-        assert self._queue is not None
-        if self._head is not None or not self._queue.empty():
-            return True
-        try:
-            self._head = await asyncio.wait_for(self._queue.get(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+        assert self._sub is not None
+        return await self._sub.wait(timeout_s)
 
     def restart(self) -> None:
         """Recreate the consumer at ``next_seq`` before the next request: one that answers but

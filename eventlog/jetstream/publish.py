@@ -2,8 +2,8 @@
 
 nats-py's ``publish_async`` turns an error ack into an exception raised inside its reply
 callback (lost to the error callback) and never resolves the future, so a refused append would
-look like a timeout. Here acks are read from one reply subscription in bulk, decoded with
-msgspec, and returned in publish order: a ``PubAck`` per message (with ``error`` set if the
+look like a timeout. Here acks are read from one raw reply subscription
+(``eventlog.jetstream.rawsub``) in bulk, decoded with msgspec, and returned in publish order: a ``PubAck`` per message (with ``error`` set if the
 server refused it) or ``None`` if no ack came in time.
 """
 
@@ -15,7 +15,8 @@ import itertools
 import msgspec
 import nats.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
+
+from eventlog.jetstream.rawsub import Raw, RawSubscription, headers_of
 
 
 class ApiError(msgspec.Struct, frozen=True):
@@ -44,17 +45,18 @@ def transient(ack: PubAck | None) -> bool:
 _POLL_S = 0.25  # how often a wait for acks looks at the connection
 _AFTER_RECONNECT_S = 0.5  # acks still awaited after a reconnect
 
-# One outgoing message: (subject, payload, headers).
-Outgoing = tuple[str, bytes, dict[str, str] | None]
+# One outgoing message: (subject, payload, headers), the headers as names and values or as the
+# header block itself (``NATS/1.0\r\n``, ``Name: value\r\n`` lines, a blank line).
+Outgoing = tuple[str, bytes, dict[str, str] | bytes | None]
 
 
-def _decode_ack(msg: Msg) -> PubAck:
-    if msg.headers and msg.headers.get("Status") == "503":
+def _decode_ack(data: bytes, raw_headers: bytes | dict[str, str] | None) -> PubAck:
+    if raw_headers and headers_of(raw_headers).get("Status") == "503":
         return _NO_STREAM
     try:
-        return _ack_decoder.decode(msg.data)
+        return _ack_decoder.decode(data)
     except msgspec.DecodeError:
-        return PubAck(error=ApiError(description=f"unreadable ack: {msg.data[:200]!r}"))
+        return PubAck(error=ApiError(description=f"unreadable ack: {data[:200]!r}"))
 
 
 _NEWLINES = str.maketrans({"\r": " ", "\n": " "})
@@ -65,21 +67,32 @@ def _commands(batch: list[Outgoing], *, reply_prefix: str, base: int, max_payloa
 
     Subjects are ours (``eventlog.subjects`` escapes every character a subject may not hold);
     header values lose CR/LF as nats-py's own encoder does."""
-    out = bytearray()
-    for i, (subject, payload, headers) in enumerate(batch):
-        if len(payload) > max_payload:  # the server would close the connection on it
-            raise nats.errors.MaxPayloadError(f"{subject}: {len(payload)} bytes, the server takes {max_payload}")
-        reply = f"{reply_prefix}{base + i}"
-        if headers:
-            hdr = "NATS/1.0\r\n" + "".join(f"{k}: {str(v).translate(_NEWLINES)}\r\n" for k, v in headers.items()) + "\r\n"
-            raw = hdr.encode()
-            out += f"HPUB {subject} {reply} {len(raw)} {len(raw) + len(payload)}\r\n".encode()
-            out += raw
+    parts: list[bytes] = []
+    add = parts.append
+    for i, (subject, payload, headers) in enumerate(batch, base):
+        size = len(payload)
+        if size > max_payload:  # the server would close the connection on it
+            raise nats.errors.MaxPayloadError(f"{subject}: {size} bytes, the server takes {max_payload}")
+        if isinstance(headers, bytes):
+            add(f"HPUB {subject} {reply_prefix}{i} {len(headers)} {len(headers) + size}\r\n".encode())
+            add(headers)
+        elif headers:
+            raw = ("NATS/1.0\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers.items()]) + "\r\n").encode()
+            lines = len(headers) + 2
+            if raw.count(b"\r") != lines or raw.count(b"\n") != lines:  # a CR or LF inside a value
+                raw = _header_block(headers)
+            add(f"HPUB {subject} {reply_prefix}{i} {len(raw)} {len(raw) + size}\r\n".encode())
+            add(raw)
         else:
-            out += f"PUB {subject} {reply} {len(payload)}\r\n".encode()
-        out += payload
-        out += b"\r\n"
-    return bytes(out)
+            add(f"PUB {subject} {reply_prefix}{i} {size}\r\n".encode())
+        add(payload)
+        add(b"\r\n")
+    return b"".join(parts)
+
+
+def _header_block(headers: dict[str, str]) -> bytes:
+    lines = "".join(f"{k}: {str(v).translate(_NEWLINES)}\r\n" for k, v in headers.items())
+    return f"NATS/1.0\r\n{lines}\r\n".encode()
 
 
 class Publisher:
@@ -89,21 +102,20 @@ class Publisher:
         self._nc = nc
         self._prefix = nc.new_inbox()
         self._ids = itertools.count()
-        self._queue: asyncio.Queue[Msg] | None = None
+        self._sub: RawSubscription | None = None
         self._lock = asyncio.Lock()
 
-    async def _ensure(self) -> asyncio.Queue[Msg]:
-        if self._queue is None:
-            sub = await self._nc.subscribe(f"{self._prefix}.*", pending_msgs_limit=0, pending_bytes_limit=0)
-            self._queue = sub._pending_queue  # drained in bulk, as in eventlog.jetstream.fetch
-        return self._queue
+    async def _ensure(self) -> RawSubscription:
+        if self._sub is None:
+            self._sub = await RawSubscription(self._nc, f"{self._prefix}.*").open()
+        return self._sub
 
     async def publish(self, batch: list[Outgoing], *, timeout_s: float) -> list[PubAck | None]:
         """Publish all, then wait up to ``timeout_s`` for their acks; ``None`` where none came."""
         if not batch:
             return []
         async with self._lock:  # acks of one batch are matched by id; batches do not interleave
-            queue = await self._ensure()
+            sub = await self._ensure()
             base = next(self._ids) * 1_000_000  # ids of late acks from earlier batches fall outside
             nc = self._nc
             if nc.is_closed:
@@ -112,18 +124,20 @@ class Publisher:
             # header regexes, an await) than the server takes to store it.
             await nc._send_command(_commands(batch, reply_prefix=f"{self._prefix}.", base=base, max_payload=nc.max_payload))
             await nc._flush_pending()
-            return await self._collect(queue, base=base, count=len(batch), timeout_s=timeout_s)
+            return await self._collect(sub, base=base, count=len(batch), timeout_s=timeout_s)
 
     async def _collect(
-        self, queue: asyncio.Queue[Msg], *, base: int, count: int, timeout_s: float
+        self, sub: RawSubscription, *, base: int, count: int, timeout_s: float
     ) -> list[PubAck | None]:
         results: list[PubAck | None] = [None] * count
         remaining = count
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         reconnects = self._nc.stats["reconnects"]
+        items = sub.items
+        msg: Raw
         while remaining:
-            if queue.empty():
+            if not items:
                 if self._nc.stats["reconnects"] != reconnects:
                     # The connection the batch went out on is gone: acks routed through it never
                     # come. Give the others a moment, then let the caller publish again.
@@ -132,14 +146,11 @@ class Publisher:
                 left = deadline - loop.time()
                 if left <= 0:
                     break
-                try:
-                    msg = await asyncio.wait_for(queue.get(), min(left, _POLL_S))
-                except TimeoutError:
-                    continue
-            else:
-                msg = queue.get_nowait()
-            idx = int(msg.subject.rsplit(".", 1)[1]) - base
+                await sub.wait(min(left, _POLL_S))
+                continue
+            msg = items.popleft()
+            idx = int(msg[0].rpartition(b".")[2]) - base
             if 0 <= idx < count and results[idx] is None:
-                results[idx] = _decode_ack(msg)
+                results[idx] = _decode_ack(msg[2], msg[3])
                 remaining -= 1
         return results

@@ -1,12 +1,25 @@
-"""Reading the Log stream: in order, in decoded batches, between bounds; or one entry by its sequence."""
+"""Reading the Log stream: in order, in decoded batches, between bounds; or one entry by its sequence.
+
+Followers (the actuator every 20 ms, the forecasts, the status reporter) read again and again
+from where their last read ended. Each read used to create an ephemeral consumer, ask the
+stream's full info for its last sequence and delete the consumer: more than the entries cost at
+a few hundred per read. A read that reaches its end now parks its fetcher (consumer and all),
+and the next read starting where it stopped takes it up again; the last sequence is read from
+the stream info's ``state`` alone (``stream_last_seq``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from nats.js.errors import NotFoundError
+import msgspec
+from nats.errors import NoRespondersError
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from eventlog import codec
 from eventlog.events import LogEntry
@@ -24,6 +37,39 @@ _READ_AHEAD = 8192
 # Generous: on a starved machine (the 60-minute soak's replay --verify beside a CI run) a read
 # went 37 s without a delivery and then failed at the first bound tried (15 s, failing at 30 s).
 _STALL_S = 30.0
+# Parked fetchers: at most this many (one per follower), reused within this long (well inside the
+# consumer's inactivity threshold, after which the server deletes it).
+_PARKED_MAX = 4
+_PARKED_S = 60.0
+
+
+class _StreamState(msgspec.Struct):
+    last_seq: int = 0
+
+
+class _StreamInfo(msgspec.Struct):
+    state: _StreamState | None = None
+    error: dict[str, object] | None = None
+
+
+_info_decoder = msgspec.json.Decoder(_StreamInfo)
+
+
+async def stream_last_seq(js: JetStreamContext, stream: str) -> int:
+    """``js.stream_info(stream).state.last_seq``, same errors, decoding only the state: nats-py
+    builds the whole info (config, cluster, sources) into objects on every call."""
+    nc, prefix, timeout = js._nc, js._prefix, js._timeout
+    try:
+        msg = await nc.request(f"{prefix}.STREAM.INFO.{stream}", b"", timeout=timeout)
+    except NoRespondersError:
+        raise ServiceUnavailableError from None
+    try:
+        info = _info_decoder.decode(msg.data)
+    except msgspec.DecodeError:
+        info = _StreamInfo(error=json.loads(msg.data).get("error"))
+    if info.error is not None:
+        raise APIError.from_error(info.error)
+    return info.state.last_seq if info.state is not None else 0
 
 
 class JetStreamReader:
@@ -32,11 +78,45 @@ class JetStreamReader:
     def __init__(self, jlog: JetStreamLog, *, stall_s: float = _STALL_S) -> None:
         self._jlog = jlog
         self.stall_s = stall_s
+        self._parked: dict[int, tuple[StreamFetcher, float]] = {}  # next_seq -> (fetcher, parked at)
 
     async def last_seq(self) -> int:
-        info = await self._jlog.js.stream_info(self._jlog.names.log_stream)
-        seq: int = info.state.last_seq
-        return seq
+        return await stream_last_seq(self._jlog.js, self._jlog.names.log_stream)
+
+    async def _fetcher_at(self, from_seq: int) -> StreamFetcher:
+        now = asyncio.get_running_loop().time()
+        for seq, (fetcher, at) in list(self._parked.items()):
+            if now - at > _PARKED_S:
+                del self._parked[seq]
+                await fetcher.close()
+        parked = self._parked.pop(from_seq, None)
+        if parked is not None:
+            return parked[0]
+        names = self._jlog.names
+        return await StreamFetcher(
+            nc=self._jlog.nc,
+            js=self._jlog.js,
+            stream=names.log_stream,
+            filter_subject=f"{names.log_prefix}.>",
+            next_seq=from_seq,
+        ).open()
+
+    async def _park(self, fetcher: StreamFetcher) -> None:
+        loop = asyncio.get_running_loop()
+        if fetcher.next_seq in self._parked or self._jlog.nc.is_closed:
+            await fetcher.close()
+            return
+        self._parked[fetcher.next_seq] = (fetcher, loop.time())
+        while len(self._parked) > _PARKED_MAX:
+            oldest = min(self._parked, key=lambda seq: self._parked[seq][1])
+            await self._parked.pop(oldest)[0].close()
+
+    async def close(self) -> None:
+        """Close the parked fetchers (their consumers are deleted)."""
+        parked, self._parked = self._parked, {}
+        for fetcher, _ in parked.values():
+            with contextlib.suppress(Exception):
+                await fetcher.close()
 
     async def get(self, seq: int) -> LogEntry | None:
         """One entry by a direct get, which any replica may answer; one that has not stored it
@@ -70,15 +150,10 @@ class JetStreamReader:
         if from_seq > end:
             return
         names = self._jlog.names
-        fetcher = await StreamFetcher(
-            nc=self._jlog.nc,
-            js=self._jlog.js,
-            stream=names.log_stream,
-            filter_subject=f"{names.log_prefix}.>",
-            next_seq=max(1, from_seq),
-        ).open()
+        fetcher = await self._fetcher_at(max(1, from_seq))
         loop = asyncio.get_running_loop()
         progress_at, restarted = loop.time(), False
+        finished = False
         try:
             while fetcher.next_seq <= end:
                 unrequested = end - (fetcher.next_seq - 1) - fetcher.outstanding
@@ -106,5 +181,9 @@ class JetStreamReader:
                         yield kept
                     return
                 yield entries
+            finished = True
         finally:
-            await fetcher.close()
+            if finished:  # at a known place, nothing requested beyond it: the next read may go on
+                await self._park(fetcher)
+            else:
+                await fetcher.close()

@@ -2,7 +2,8 @@
 bounded schedule for the API, the page and the status annotation.
 
 The durations are learned by following the log (every replica could; only the leader's state is
-forecast). A forecast is made when the leader's state has moved on by ``interval_ms`` of log time
+forecast): from what the actuator reads (``observe``), which follows the whole log anyway, and
+from the log itself only for what the actuator has not read yet when a forecast is due. A forecast is made when the leader's state has moved on by ``interval_ms`` of log time
 since the last one (30 s by default: at most two a minute however busy the log is, none while it
 is idle) and covers the first ``limit`` waiting jobs in dispatch order (100 by default) plus the
 nominated ones. The state is copied between two awaits (one consistent state); the forward run
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from eventlog.events import LogEntry
 from eventlog.store import LogReader
 from reconciler import core
 from reconciler.edge.logging import get_logger
@@ -94,6 +96,14 @@ class Forecasts:
                 log.warning("forecast_failed", error=repr(err), seq=self.seq)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.poll_interval_s)
+
+    def observe(self, entries: Sequence[LogEntry]) -> None:
+        """Entries someone else read from the log, in order; those already learned are skipped."""
+        learner = self.learner
+        for entry in entries:
+            if entry.seq > self.seq:
+                learner.observe(entry)
+                self.seq = entry.seq
 
     async def _learn(self, *, until_seq: int) -> None:
         if until_seq <= self.seq:

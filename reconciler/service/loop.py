@@ -274,15 +274,11 @@ class LeaderLoop:
 
     def _fold_all(self, entries: Sequence[ev.LogEntry], *, decisions: bool) -> None:
         assert self.state is not None
-        counters = self._counters
+        counted: dict[type, int] = {}  # counters moved once per event type and batch, not per entry
         for entry in entries:
             self.state = core.fold(self.state, entry)
             kind = type(entry.event)
-            counter = counters.get(kind)
-            if counter is None:  # one label lookup per event type, not per entry
-                family = self.metrics.decisions if decisions else self.metrics.inputs
-                counter = counters[kind] = family.labels(type=kind.__name__)
-            counter.inc()
+            counted[kind] = counted.get(kind, 0) + 1
             if decisions and kind in OBSERVED:  # placements (wait time), evictions, requeues
                 self.metrics.decided(entry, self.state)
             if kind is ev.PolicyLoaded:
@@ -291,6 +287,13 @@ class LeaderLoop:
                 self._queues = entry.event  # type: ignore[assignment]
             elif decisions and kind in _NOTEWORTHY:
                 _log_decision(entry)
+        counters = self._counters
+        for kind, n in counted.items():
+            counter = counters.get(kind)
+            if counter is None:  # one label lookup per event type, not per batch
+                family = self.metrics.decisions if decisions else self.metrics.inputs
+                counter = counters[kind] = family.labels(type=kind.__name__)
+            counter.inc(n)
         if entries:
             self.last_seq = entries[-1].seq
             self.last_at_ms = max(self.last_at_ms, entries[-1].at_ms)

@@ -328,8 +328,10 @@ async def build(
             interval_ms=settings.forecast_interval_ms,
             limit=settings.forecast_limit,
         )
-        if clusters is not None and clusters.status is not None:
-            clusters.status.forecast = forecasts.current
+        if clusters is not None:
+            clusters.actuator.observers = (forecasts.observe,)  # one read of the log for both
+            if clusters.status is not None:
+                clusters.status.forecast = forecasts.current
     access = None
     if config.web.authorization == "kubernetes":
         reviews: Reviews = _NoManagerApi()  # --no-actuator: fail closed (503), never open

@@ -123,6 +123,19 @@ class LogContract:
         assert isinstance(wrong_schema, ev.Rejected) and "$.job.namespace" in wrong_schema.reason
         assert isinstance(decision, ev.Rejected) and "leader only" in decision.reason
 
+    async def test_a_decision_among_valid_inputs_is_rejected_alone(self, log: Any) -> None:
+        # Every payload decodes (the JetStream sequencer decodes such a batch in one call): the
+        # checks after decoding still apply to each message on its own.
+        prefix = log.inbox.prefix
+        await log.inbox.publish(ev.ClusterRemoved(cluster="a"))
+        await log.inbox.publish_raw(f"{prefix}.decision.placed", codec.encode(samples.DECISIONS[1]))
+        await log.inbox.publish(ev.ClusterRemoved(cluster="b"))
+        events = [e.event for e in await copy_all(log.sequencer("a"))]
+        assert events[0] == ev.ClusterRemoved(cluster="a")
+        assert isinstance(events[1], ev.Rejected) and "leader only" in events[1].reason
+        assert events[1].inbox_seq == 2
+        assert events[2] == ev.ClusterRemoved(cluster="b")
+
     async def test_publishing_outside_the_inbox_is_refused(self, log: Any) -> None:
         with pytest.raises(LogError, match=r"no stream answers on elsewhere\.x"):
             await log.inbox.publish_raw("elsewhere.x", b"{}")

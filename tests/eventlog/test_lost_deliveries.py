@@ -13,13 +13,10 @@ N = 20
 
 async def drop_one_delivery(fetcher: StreamFetcher, *, index: int) -> None:
     """Remove the ``index``-th queued delivery, as a dropped connection would have."""
-    queue = fetcher._queue
-    assert queue is not None
-    await eventually(lambda: queue.qsize() > index or Unmet(queue.qsize()), what=f"{index + 1} deliveries queued")
-    held = [queue.get_nowait() for _ in range(queue.qsize())]
-    del held[index]
-    for msg in held:
-        queue.put_nowait(msg)
+    assert fetcher._sub is not None
+    queue = fetcher._sub.items
+    await eventually(lambda: len(queue) > index or Unmet(len(queue)), what=f"{index + 1} deliveries queued")
+    del queue[index]
 
 
 async def test_sequencer_recovers_an_inbox_delivery_lost_in_transit(jslog: JetStreamLog) -> None:

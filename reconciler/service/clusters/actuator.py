@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
-from typing import Protocol
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from eventlog import events as ev
 from eventlog.store import SeekableReader
@@ -65,6 +66,9 @@ class _Executor:
         self.again: set[CopyKey] = set()
         self.done: dict[CopyKey, Intent] = {}
         self.applied = 0
+        # Looked up once: a logger bound per copy applied cost more than creating a simulated copy.
+        self._debug = bool(getattr(log.bind(), "is_enabled_for", lambda _level: True)(logging.DEBUG))
+        self._applied: dict[str, Any] = {}  # intent -> this cluster's counter
 
     def submit(self, key: CopyKey) -> None:
         if key in self.inflight:
@@ -102,19 +106,20 @@ class _Executor:
             if intent is None or intent is self.done.get(key) or intent is Intent.FINISHED:
                 return
             job = self.desired.refs.get(uid)
-            bound = log.bind(
-                job=job.key if job else uid, cluster=cluster, attempt=attempt, intent=str(intent)
-            )
+
+            def bound(job: ev.JobRef | None = job, intent: Intent = intent) -> Any:
+                return log.bind(job=job.key if job else uid, cluster=cluster, attempt=attempt, intent=str(intent))
+
             try:
                 if intent is Intent.RUN:
                     try:
                         spec = await self.specs.spec(key)
                     except SpecUnreadable as err:
-                        bound.error("create_skipped_spec_unreadable", error=str(err))
+                        bound().error("create_skipped_spec_unreadable", error=str(err))
                         self.done[key] = intent
                         return
                     if spec is None:
-                        bound.error(
+                        bound().error(
                             "create_skipped_job_unknown", hint="the log has no JobSubmitted for this uid"
                         )
                         self.done[key] = intent
@@ -131,19 +136,23 @@ class _Executor:
                 else:
                     self.done[key] = intent
                 self.applied += 1
-                self.metrics.applied.labels(cluster=cluster, intent=str(intent)).inc()
-                bound.debug("applied")
+                counter = self._applied.get(intent)
+                if counter is None:
+                    counter = self._applied[intent] = self.metrics.applied.labels(cluster=cluster, intent=str(intent))
+                counter.inc()
+                if self._debug:
+                    bound().debug("applied")
                 return
             except asyncio.CancelledError:
                 raise
             except Unreachable as err:
                 delay = backoff.next_delay()
                 self.metrics.retries.labels(cluster=cluster, why="unreachable").inc()
-                bound.info("cluster_unreachable_retrying", error=str(err), retry_in_s=round(delay, 3))
+                bound().info("cluster_unreachable_retrying", error=str(err), retry_in_s=round(delay, 3))
             except Exception as err:  # an API error must not kill the executor: log and retry
                 delay = backoff.next_delay()
                 self.metrics.retries.labels(cluster=cluster, why="error").inc()
-                bound.error("apply_failed_retrying", error=str(err), retry_in_s=round(delay, 3))
+                bound().error("apply_failed_retrying", error=str(err), retry_in_s=round(delay, 3))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), delay)
 
@@ -155,6 +164,7 @@ class Actuator:
         workers: Mapping[str, Worker],
         *,
         listeners: tuple[DecisionListener, ...] = (),
+        observers: tuple[Callable[[Sequence[ev.LogEntry]], None], ...] = (),
         poll_interval_s: float = 0.02,
         gc_interval_s: float = 30.0,
         gc_grace_s: float = 60.0,
@@ -166,6 +176,9 @@ class Actuator:
         self.reader = reader
         self.workers = dict(workers)
         self.listeners = listeners
+        # Others that follow the whole log in order (the forecasts' duration learner): handed each
+        # batch this reads, so the log is read and decoded once for all of them.
+        self.observers = observers
         self.poll_interval_s = poll_interval_s
         self.gc_interval_s = gc_interval_s
         self.gc_grace_ms = int(gc_grace_s * 1000)
@@ -279,6 +292,11 @@ class Actuator:
     async def _read_available(self, *, apply: bool) -> bool:
         got = False
         async for batch in self.reader.read(from_seq=self.next_seq, batch=self.read_batch):
+            for observe in self.observers:
+                try:
+                    observe(batch)
+                except Exception as err:  # an observer's trouble must not stop the actuator
+                    log.error("log_observer_failed", error=repr(err), first_seq=batch[0].seq if batch else None)
             for entry in batch:
                 got = True
                 self.specs.saw(entry)
