@@ -58,7 +58,10 @@ def quiet(state: State) -> bool:
     table = state.clusters
     if len(table) == 0:
         return True
-    if (table.ready & (state.now_ms >= table.lost_deadlines(state.worker_lost_timeout_ms))).any():
+    # The deadlines first: they bring the table's arrays up to date (``build``), which a state
+    # only folded (a term's rebuild from the log, no snapshot) has not had done yet.
+    due = state.now_ms >= table.lost_deadlines(state.worker_lost_timeout_ms)
+    if (table.ready & due).any():
         return False
     return not any(
         table.records[i].health == LOST and table.records[i].heard_while_lost
