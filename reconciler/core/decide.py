@@ -145,7 +145,7 @@ def _by_lane(s: Scratch, drafts: dict[str, Draft], candidates: list[Draft], slep
     jobs = state.jobs
     index = state.index
     tree = s.usage.tree if s.usage is not None else None
-    lanes = Lanes() if tree is not None else None
+    lanes = Lanes(again=slept.again) if tree is not None else None
     fits: FitMemo = {}
     # Lanes that differ only in their members' last verdict or clusters tried are worth a look alike.
     worths: dict[tuple[bytes, int, str | None], bool] = {}

@@ -34,7 +34,7 @@ from reconciler.core.framework.cycle import feasible
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import JobRecord
 from reconciler.core.pending import BEHIND, QUOTA, Lane, LaneKey, PendingIndex, SleepClass
-from reconciler.core.queues.admit import Wait, assign, queue_of
+from reconciler.core.queues.admit import Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.lines import Fallback
 from reconciler.core.scratch import Scratch
 
@@ -57,6 +57,39 @@ class Asleep:
     # id() of each sleep class the pass leaves unvisited -> the shapes in it it visits after all
     classes: dict[int, set[bytes]] = field(default_factory=dict)
     verify: list[JobRecord] = field(default_factory=list)  # must fit some cluster at the end
+    # id() of each class with shapes woken by quota news -> its queue (``again``)
+    woken: dict[int, int] = field(default_factory=dict)
+    shapes: dict[tuple[bytes, int], _Shape | None] = field(default_factory=dict)
+    verified: set[tuple[bytes, int]] = field(default_factory=set)  # shapes whose jobs are in ``verify``
+    # (queue, demand) found waiting mid-pass: usage only grows while the pass dispatches, so it stays so
+    waits: set[tuple[int, tuple[tuple[str, int], ...]]] = field(default_factory=set)
+
+    def again(self, s: Scratch, lane: Lane, job: JobRecord) -> bool:
+        """At its turn (``job``, its next member), whether a lane woken by quota news sleeps
+        again for the rest of the pass. The pass started with its queue able to admit it, but
+        admissions took quota since: if its queue now gives the reason it waits with, its look
+        (and each member's after it: usage only grows while the pass dispatches) ends as its
+        last one did, provided a cluster still takes it, which is checked at the end as for any
+        slept shape. Such a look is a full attempt (filters, quota) for nothing; in the cohort
+        whose quota came free they are most of a deep pass."""
+        cls = lane.sleep
+        q = self.woken.get(id(cls)) if cls is not None else None
+        if q is None or s.usage is None:
+            return False
+        key = (lane.shape, lane.priority)
+        info = self.shapes.get(key)
+        summary = lane.key[5]
+        if info is None or summary is None or hold_reason(s.usage.tree, job, q) is not None:
+            return False
+        if (q, info.demand) not in self.waits:
+            fit = assign(s.usage, q, job.demand)
+            if not isinstance(fit, Wait) or fit.key != summary[0][0]:
+                return False
+            self.waits.add((q, info.demand))  # (the key names q alone: every lane of its classes has it)
+        if key not in self.verified:
+            self.verified.add(key)
+            _verify(s, key, info, self.verify)
+        return True
 
     def awake(self, index: PendingIndex) -> Iterator[Lane]:
         """The lanes the pass visits."""
@@ -157,6 +190,8 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
                         woken.add(shape)
                     else:
                         verify.add(key)  # worth a look for the quota news
+                if woken:
+                    out.woken[id(cls)] = q
             else:
                 capacity_only = True
             out.classes[id(cls)] = woken
@@ -172,11 +207,18 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
     for key in sorted(verify):
         info = shapes[key]
         assert info is not None
-        if info.kind == SHAPE:
-            out.verify.append(info.rep)
-        else:  # per LocalQueue: every lane (such profiles are rare)
-            out.verify.extend(m for m in (_member(s, lane) for lane in index.shapes[key].values()) if m is not None)
+        _verify(s, key, info, out.verify)
+    out.shapes, out.verified = shapes, verify
     return out
+
+
+def _verify(s: Scratch, key: tuple[bytes, int], info: _Shape, verify: list[JobRecord]) -> None:
+    """The jobs of the shape that must fit some cluster at the end of the pass."""
+    if info.kind == SHAPE:
+        verify.append(info.rep)
+    else:  # per LocalQueue: every lane (such profiles are rare)
+        lanes = s.state.index.shapes[key].values()
+        verify.extend(m for m in (_member(s, lane) for lane in lanes) if m is not None)
 
 
 def _never(spec: ClusterQueueSpec) -> bool:
