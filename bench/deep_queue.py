@@ -186,10 +186,20 @@ def main() -> int:
     for start in range(0, args.jobs, args.batch):
         w.step([make_job(i, args.queues, rng, templates) for i in range(start, min(args.jobs, start + args.batch))])
     state = w.state
+    # What one full collection costs with this state: the pause some decide pays whenever CPython
+    # runs one (it walks every tracked object that is not frozen).
+    t0 = cpu()
     if args.gc == "leader":
-        gcpolicy.settle()  # the state as a term holds it after its rebuild
+        gcpolicy.settle()  # the state as a term holds it after its rebuild (a collection, then the freeze)
+    else:
+        gc.collect()
+    full_ms = (cpu() - t0) * 1000
+    t0 = cpu()
+    gc.collect()
+    after_ms = (cpu() - t0) * 1000
     running = sorted(k for k, j in state.jobs.items() if j.phase == phases.PLACED)
-    print(f"gc: {gcpolicy.NAME if args.gc == 'leader' else 'Python default (thresholds ' + str(gc.get_threshold()) + ', nothing frozen)'}")
+    policy = gcpolicy.NAME if args.gc == "leader" else f"Python default (thresholds {gc.get_threshold()}, nothing frozen)"
+    print(f"gc: {policy}; a full collection took {full_ms:,.0f} ms, then {after_ms:,.1f} ms")
     print(
         f"built: {args.jobs:,} jobs ({len(state.waiting):,} waiting, {len(running):,} running), "
         f"{args.clusters:,} clusters, {args.queues} queues in {args.cohorts} cohorts, "
