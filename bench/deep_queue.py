@@ -14,6 +14,10 @@ shared). Each job's shape is one of ``--shapes`` templates per queue (the index 
 equal spec, priority and verdict; ``--shapes 0``: a shape drawn per job, 216 combinations, as
 bench/fleet.py draws them, so that at 100 jobs per queue most lanes hold one job).
 
+The collector runs as ``kdispatch serve`` runs it (``reconciler.edge.gcpolicy``: tuned at start-up,
+the state frozen once built, as a term freezes it after its rebuild; ``--gc default``: Python's),
+and the bench prints what one full collection of the built state costs.
+
 The last line is the headline: p50/p99 of one decide with the index vs the full scan.
 """
 
