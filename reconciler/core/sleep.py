@@ -27,16 +27,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from eventlog.events import ClusterQueueSpec
-from reconciler.core.dispatch import could_fit, profile_for
+from reconciler.core.dispatch import profile_for
 from reconciler.core.draft import Draft
-from reconciler.core.framework.cycle import feasible
+from reconciler.core.framework.cycle import feasible, static_survivors
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import JobRecord
 from reconciler.core.pending import BEHIND, QUOTA, Lane, LaneKey, PendingIndex, SleepClass
 from reconciler.core.queues.admit import Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.lines import Fallback
-from reconciler.core.scratch import Scratch
+from reconciler.core.scratch import Scratch, job_view
 
 # Dynamic filters whose verdict is a function of the job's shape (placement and pod sets),
 # priority and the clusters: jobs of one shape in different queues are checked once. One that
@@ -197,18 +200,54 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
             out.classes[id(cls)] = woken
     if capacity_only:  # the full scan looks at those that fit where capacity came free or may preempt newcomers
         low = s.victims_below()
-        for key, info in shapes.items():
-            if info is None or key in verify:
-                continue
+        todo = [(key, info) for key, info in shapes.items() if info is not None and key not in verify]
+        fits = _could_fit_all(s, [info for _, info in todo])
+        for (key, info), fit in zip(todo, fits, strict=True):
             job = info.rep
             preempts = low is not None and low < job.priority and job.placement.preemption_policy == "PreemptLowerPriority"
-            if preempts or could_fit(s, job, info.profile):
+            if preempts or fit:
                 verify.add(key)
     for key in sorted(verify):
         info = shapes[key]
         assert info is not None
         _verify(s, key, info, out.verify)
     out.shapes, out.verified = shapes, verify
+    return out
+
+
+def _could_fit_all(s: Scratch, infos: list[_Shape]) -> list[bool]:
+    """``could_fit`` of each shape's representative, the capacity compared in one matrix: the
+    freed clusters are a handful and the shapes hundreds, each a few small numpy calls alone.
+    Only without claims (``asleep`` stops before otherwise), so every job sees ``free_base``."""
+    if not s.freed or not infos:
+        return [False] * len(infos)
+    assert not s.claims
+    state = s.state
+    table = state.clusters
+    slots = np.fromiter(s.freed, dtype=np.intp, count=len(s.freed))
+    ready = s.ready[slots]
+    rows: list[int] = []
+    masks: list[npt.NDArray[np.bool_]] = []
+    demands: list[npt.NDArray[np.int64]] = []
+    for i, info in enumerate(infos):
+        view = job_view(state, info.rep)
+        if view.missing:
+            continue
+        profile = info.profile
+        static_ok = profile.static_ok.get(view.static_key) if profile.cache_version == table.version else None
+        if static_ok is None:
+            static_ok = static_survivors(profile, s.cycle_input(info.rep))
+        rows.append(i)
+        masks.append(static_ok[slots])
+        demands.append(view.demand_vec)
+    out = [False] * len(infos)
+    if not rows:
+        return out
+    free = s.free_base[slots]  # (freed clusters, resources)
+    fit = (free[None, :, :] >= np.stack(demands)[:, None, :]).all(axis=2)  # (shapes, freed clusters)
+    ok = (fit & np.stack(masks) & ready).any(axis=1)
+    for i, yes in zip(rows, ok.tolist(), strict=True):
+        out[i] = yes
     return out
 
 

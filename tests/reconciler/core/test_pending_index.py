@@ -290,3 +290,38 @@ def test_a_lane_woken_by_quota_news_sleeps_again_once_the_quota_is_taken_and_is_
     assert {"Nominated", "Unschedulable"} <= {type(d).__name__ for d in out}
     j2 = h.state.jobs["team-a/j2"]
     assert j2.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in j2.unschedulable)
+
+
+def test_a_lane_asleep_through_capacity_news_is_checked_where_the_capacity_came_free() -> None:
+    """team-a's a1 waits for team-a's quota, its lane asleep, while c0 would take it. team-b's b0
+    ends on c0 (capacity news there, quota news in team-b only): the full scan looks at a1 (it
+    fits where capacity came free), and team-b's two new jobs take c0 in the same pass, so a1 is
+    reported waiting for capacity. The indexed pass leaves a1 asleep and checks its shape at the
+    end (it fit where capacity came free): it fits nowhere, so the pass is redone."""
+    h = BothWays()
+    config = ev.QueuesConfigured(
+        cluster_queues=[
+            cq("team-a", gpu=1, cohort=None, preemption=NEVER),
+            cq("team-b", gpu=4, cohort=None, preemption=NEVER),
+        ],
+        local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in ("team-a", "team-b")],
+        source="test",
+    )
+    h.feed(config, gpu_cluster("c0", 3))
+    running: dict[str, ev.Nominated] = {}
+    for team, name in (("team-a", "a0"), ("team-b", "b0")):
+        (nominated,) = h.feed(team_job(team, name))
+        assert isinstance(nominated, ev.Nominated)
+        h.feed(ev.RemoteCreated(job=nominated.job, cluster="c0", attempt=nominated.attempt))
+        h.feed(ev.RemoteAdmitted(job=nominated.job, cluster="c0", attempt=nominated.attempt))
+        running[name] = nominated
+    h.feed(team_job("team-a", "a1"))
+    assert h.state.index.classes, "a1 waits for team-a's quota, asleep"
+    b0 = running["b0"]
+    h.feed(
+        ev.RemoteFinished(job=b0.job, cluster="c0", attempt=b0.attempt, succeeded=True),
+        team_job("team-b", "b1"),
+        team_job("team-b", "b2"),
+    )
+    a1 = h.state.jobs["team-a/a1"]
+    assert a1.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in a1.unschedulable)
