@@ -245,8 +245,8 @@ def _could_fit_all(s: Scratch, infos: list[_Shape]) -> list[bool]:
         return out
     free = s.free_base[slots]  # (freed clusters, resources)
     fit = (free[None, :, :] >= np.stack(demands)[:, None, :]).all(axis=2)  # (shapes, freed clusters)
-    ok: npt.NDArray[np.bool_] = (fit & np.stack(masks) & ready).any(axis=1)
-    for i, yes in zip(rows, ok, strict=True):
+    ok = np.asarray((fit & np.stack(masks) & ready).any(axis=1))
+    for i, yes in zip(rows, ok.tolist(), strict=True):
         out[i] = bool(yes)
     return out
 
