@@ -293,11 +293,12 @@ def test_a_lane_woken_by_quota_news_sleeps_again_once_the_quota_is_taken_and_is_
 
 
 def test_a_lane_asleep_through_capacity_news_is_checked_where_the_capacity_came_free() -> None:
-    """team-a's a1 waits for team-a's quota, its lane asleep, while c0 would take it. team-b's b0
-    ends on c0 (capacity news there, quota news in team-b only): the full scan looks at a1 (it
-    fits where capacity came free), and team-b's two new jobs take c0 in the same pass, so a1 is
-    reported waiting for capacity. The indexed pass leaves a1 asleep and checks its shape at the
-    end (it fit where capacity came free): it fits nowhere, so the pass is redone."""
+    """team-a's a1 waits for team-a's quota, its lane asleep, while c0 would take it. A job of
+    team-b ends on c0 (capacity news there, quota news in team-b only): a1's lane sleeps on, its
+    shape checked at the end, where it still fits (on c0, remembered). Another ends, and team-b's
+    three new jobs take c0 in the same pass: the full scan, which looks at a1 (it fits where
+    capacity came free), reports it waiting for capacity. The indexed pass finds at its end that
+    a1's shape fits neither on c0 nor anywhere else, and is redone without the index."""
     h = BothWays()
     config = ev.QueuesConfigured(
         cluster_queues=[
@@ -307,9 +308,9 @@ def test_a_lane_asleep_through_capacity_news_is_checked_where_the_capacity_came_
         local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in ("team-a", "team-b")],
         source="test",
     )
-    h.feed(config, gpu_cluster("c0", 3))
+    h.feed(config, gpu_cluster("c0", 4))
     running: dict[str, ev.Nominated] = {}
-    for team, name in (("team-a", "a0"), ("team-b", "b0")):
+    for team, name in (("team-a", "a0"), ("team-b", "b0"), ("team-b", "b00")):
         (nominated,) = h.feed(team_job(team, name))
         assert isinstance(nominated, ev.Nominated)
         h.feed(ev.RemoteCreated(job=nominated.job, cluster="c0", attempt=nominated.attempt))
@@ -317,11 +318,10 @@ def test_a_lane_asleep_through_capacity_news_is_checked_where_the_capacity_came_
         running[name] = nominated
     h.feed(team_job("team-a", "a1"))
     assert h.state.index.classes, "a1 waits for team-a's quota, asleep"
-    b0 = running["b0"]
-    h.feed(
-        ev.RemoteFinished(job=b0.job, cluster="c0", attempt=b0.attempt, succeeded=True),
-        team_job("team-b", "b1"),
-        team_job("team-b", "b2"),
-    )
+    for name, more in (("b00", []), ("b0", [team_job("team-b", f"b{i}") for i in (1, 2, 3)])):
+        done = running[name]
+        h.feed(ev.RemoteFinished(job=done.job, cluster="c0", attempt=done.attempt, succeeded=True), *more)
+        if not more:
+            assert h.state.index.fits, "a1's shape was checked, and fit on c0"
     a1 = h.state.jobs["team-a/a1"]
     assert a1.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in a1.unschedulable)
