@@ -14,12 +14,17 @@ shared). Each job's shape is one of ``--shapes`` templates per queue (the index 
 equal spec, priority and verdict; ``--shapes 0``: a shape drawn per job, 216 combinations, as
 bench/fleet.py draws them, so that at 100 jobs per queue most lanes hold one job).
 
+The collector runs as ``kdispatch serve`` runs it (``reconciler.edge.gcpolicy``: tuned at start-up,
+the state frozen once built, as a term freezes it after its rebuild; ``--gc default``: Python's),
+and the bench prints what one full collection of the built state costs.
+
 The last line is the headline: p50/p99 of one decide with the index vs the full scan.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import sys
 import time
@@ -29,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eventlog import events as ev
 from reconciler.core import State, decide, fold, new_state, phases
+from reconciler.edge import gcpolicy
 from reconciler.edge.percentile import percentile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -155,6 +161,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--no-plain", action="store_true", help="skip the full-scan baseline (and the check)")
+    parser.add_argument(
+        "--gc",
+        choices=["leader", "default"],
+        default="leader",
+        help="the collector as `kdispatch serve` runs it (reconciler.edge.gcpolicy: frozen at start-up and once "
+        "the state is built, as a term freezes it after its rebuild), or Python's default",
+    )
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give at least 1 job")
@@ -166,6 +179,8 @@ def main() -> int:
     for flag, value in (("--clusters", args.clusters), ("--queues", args.queues), ("--cohorts", args.cohorts), ("--batch", args.batch)):
         if value < 1:
             parser.error(f"{flag} {value}: give at least 1")
+    if args.gc == "leader":
+        gcpolicy.at_start()
     started = time.perf_counter()
     rng = random.Random(16)
     templates = [[shape(rng) for _ in range(args.shapes)] for _ in range(args.queues)] if args.shapes else []
@@ -175,7 +190,20 @@ def main() -> int:
     for start in range(0, args.jobs, args.batch):
         w.step([make_job(i, args.queues, rng, templates) for i in range(start, min(args.jobs, start + args.batch))])
     state = w.state
+    # What one full collection costs with this state: the pause some decide pays whenever CPython
+    # runs one (it walks every tracked object that is not frozen).
+    t0 = cpu()
+    if args.gc == "leader":
+        gcpolicy.settle()  # the state as a term holds it after its rebuild (a collection, then the freeze)
+    else:
+        gc.collect()
+    full_ms = (cpu() - t0) * 1000
+    t0 = cpu()
+    gc.collect()
+    after_ms = (cpu() - t0) * 1000
     running = sorted(k for k, j in state.jobs.items() if j.phase == phases.PLACED)
+    policy = gcpolicy.NAME if args.gc == "leader" else f"Python default (thresholds {gc.get_threshold()}, nothing frozen)"
+    print(f"gc: {policy}; a full collection took {full_ms:,.0f} ms, then {after_ms:,.1f} ms")
     print(
         f"built: {args.jobs:,} jobs ({len(state.waiting):,} waiting, {len(running):,} running), "
         f"{args.clusters:,} clusters, {args.queues} queues in {args.cohorts} cohorts, "

@@ -52,6 +52,7 @@ from eventlog.jetstream import JetStreamLog, connect
 from eventlog.store import InboxItem
 from reconciler import core
 from reconciler.core import phases
+from reconciler.edge import gcpolicy
 from reconciler.edge.logging import configure
 from reconciler.edge.percentile import percentile
 from reconciler.edge.plugins import installed
@@ -175,6 +176,7 @@ class Builder:
         self.decisions: dict[str, int] = {}
         self.policy: ev.PolicyLoaded | None = None
         self.queues: ev.QueuesConfigured | None = None
+        self.since_settle = 0  # entries since the state was last frozen (``gcpolicy``)
 
     async def step(self, inputs: list[ev.InputEvent]) -> list[ev.DecisionEvent]:
         at_ms = self.last_at_ms = max(wall_ms(), self.last_at_ms)
@@ -193,6 +195,12 @@ class Builder:
                 self.state = core.fold(self.state, entry)
             for d in decisions:
                 self.decisions[type(d).__name__] = self.decisions.get(type(d).__name__, 0) + 1
+        # The leader settles at each snapshot, one every max(--snapshot-every, live jobs) entries;
+        # the Builder stores only one, but its collector runs on the same rhythm.
+        self.since_settle += len(inputs) + len(decisions)
+        if gcpolicy.due(self.since_settle, len(self.state.jobs)):
+            gcpolicy.settle()
+            self.since_settle = 0
         return decisions
 
     async def step_and_admit(self, inputs: list[ev.InputEvent]) -> None:
@@ -220,6 +228,8 @@ class Builder:
                 queues=self.queues,
             )
         )
+        gcpolicy.settle()  # as the leader loop does after each snapshot: what joined the state is frozen
+        self.since_settle = 0
         await self.jlog.snapshots.save(self.seqr.last_seq, data)
         return len(data)
 
@@ -455,6 +465,7 @@ class Webhook:
 
 async def drive(args: argparse.Namespace) -> int:
     configure(level="warning")
+    gcpolicy.at_start()  # the Builder is the leader: the collector as `kdispatch serve` runs it
     tmp = tempfile.mkdtemp(prefix="kd-bench-fleet-", dir=args.tmp)
     workdir = Path(tmp)
     server = EmbeddedNats(data_dir=workdir / "nats")
@@ -485,7 +496,7 @@ async def drive(args: argparse.Namespace) -> int:
             f"built in {built['seconds']:,.0f} s: log {b.seqr.last_seq:,} entries, {pending:,} jobs pending, "
             f"decisions {b.decisions}; builder RSS {rss_mb()[0]:,.0f} MB"
         )
-        show("== decide while the queue is deep")
+        show(f"== decide while the queue is deep (gc: {gcpolicy.NAME})")
         times = await decide_rounds(b, args)
         p50, p99 = percentile(times, 50) or 0.0, percentile(times, 99) or 0.0
         show(f"{len(times)} rounds (10 submissions + 1 deletion each, each round's first decide): p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import os
 import signal
 import socket
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.commands.argtypes import int_at_least, port, port_or_any, positive_float, positive_int
+from reconciler.edge import gcpolicy
 
 HELP = "run the reconciler: leader election, sequencing, actuator, metrics (and the webhook)"
 
@@ -175,7 +175,10 @@ async def run_async(args: argparse.Namespace) -> int:
             print(f"kdispatch serve: invalid cluster configuration: {err}", file=sys.stderr)
             return 2
         await system.start()
-        tune_gc()
+        # The loop allocates thousands of short-lived objects per batch and the state is millions
+        # of long-lived ones: a full collection walking them all stopped the loop for 70-180 ms
+        # every second or so under load (bench/e2e.py). The policy: reconciler.edge.gcpolicy.
+        gcpolicy.at_start()
         log.info("serving", nats=jlog.url, root=args.root, webhook=args.webhook, actuator=not args.no_actuator)
         return await system.wait()
     finally:
@@ -186,18 +189,6 @@ async def run_async(args: argparse.Namespace) -> int:
             url_file.unlink(missing_ok=True)
         await jlog.close()
         log.info("stopped")
-
-
-def tune_gc() -> None:
-    """Fewer, cheaper collections. The loop allocates thousands of short-lived objects per batch
-    (NATS messages, decoded entries, drafts), almost none in cycles, so the default thresholds
-    ran a full collection every second or so under load, each walking every object the imports
-    and the state made: 70-180 ms with the loop stopped, 20-40% of the process's CPU at a few
-    hundred jobs/s (bench/e2e.py, gc callbacks). Freezing what start-up built and collecting the
-    young generation less often, as the webhook does, keeps cycles collected, only later."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
 
 
 def _install_signal_handlers(stop: asyncio.Event, log: Any) -> None:

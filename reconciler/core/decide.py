@@ -58,7 +58,10 @@ def quiet(state: State) -> bool:
     table = state.clusters
     if len(table) == 0:
         return True
-    if (table.ready & (state.now_ms >= table.lost_deadlines(state.worker_lost_timeout_ms))).any():
+    # The deadlines first: they bring the table's arrays up to date (``build``), which a state
+    # only folded (a term's rebuild from the log, no snapshot) has not had done yet.
+    due = state.now_ms >= table.lost_deadlines(state.worker_lost_timeout_ms)
+    if (table.ready & due).any():
         return False
     return not any(
         table.records[i].health == LOST and table.records[i].heard_while_lost
@@ -142,7 +145,7 @@ def _by_lane(s: Scratch, drafts: dict[str, Draft], candidates: list[Draft], slep
     jobs = state.jobs
     index = state.index
     tree = s.usage.tree if s.usage is not None else None
-    lanes = Lanes() if tree is not None else None
+    lanes = Lanes(again=slept.again) if tree is not None else None
     fits: FitMemo = {}
     # Lanes that differ only in their members' last verdict or clusters tried are worth a look alike.
     worths: dict[tuple[bytes, int, str | None], bool] = {}

@@ -116,6 +116,10 @@ class PendingIndex:
     classes: dict[SleepKey, SleepClass] = field(default_factory=dict)
     shapes: dict[tuple[bytes, int], dict[LaneKey, Lane]] = field(default_factory=dict)  # (shape, priority) -> lanes in classes
     per_queue: dict[str | None, int] = field(default_factory=dict)  # lanes by ClusterQueue named
+    # (spec key, priority, profile) -> a cluster the end-of-pass check last found it fits on
+    # (``sleep.check``): asked first, as a hint only (a miss runs the full check), so what it
+    # holds never changes a decision, and it is not part of what a snapshot restores.
+    fits: dict[tuple[bytes, int, str], int] = field(default_factory=dict)
 
     def live(self, lane: Lane, i: int, jobs: dict[str, JobRecord]) -> bool:
         key = lane.keys[i]
@@ -167,6 +171,7 @@ class PendingIndex:
         self.classes.clear()
         self.shapes.clear()
         self.per_queue.clear()
+        self.fits.clear()
         for key in waiting:
             self.refresh(jobs.get(key), key, waiting)
 

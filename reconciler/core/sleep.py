@@ -27,16 +27,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from eventlog.events import ClusterQueueSpec
-from reconciler.core.dispatch import could_fit, profile_for
+from reconciler.core.dispatch import profile_for
 from reconciler.core.draft import Draft
-from reconciler.core.framework.cycle import feasible
+from reconciler.core.framework.cycle import active_filters, feasible, run_filter, static_survivors
+from reconciler.core.framework.interface import CycleInput
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import JobRecord
 from reconciler.core.pending import BEHIND, QUOTA, Lane, LaneKey, PendingIndex, SleepClass
-from reconciler.core.queues.admit import Wait, assign, queue_of
+from reconciler.core.queues.admit import Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.lines import Fallback
-from reconciler.core.scratch import Scratch
+from reconciler.core.scratch import Scratch, job_view
 
 # Dynamic filters whose verdict is a function of the job's shape (placement and pod sets),
 # priority and the clusters: jobs of one shape in different queues are checked once. One that
@@ -57,6 +61,39 @@ class Asleep:
     # id() of each sleep class the pass leaves unvisited -> the shapes in it it visits after all
     classes: dict[int, set[bytes]] = field(default_factory=dict)
     verify: list[JobRecord] = field(default_factory=list)  # must fit some cluster at the end
+    # id() of each class with shapes woken by quota news -> its queue (``again``)
+    woken: dict[int, int] = field(default_factory=dict)
+    shapes: dict[tuple[bytes, int], _Shape | None] = field(default_factory=dict)
+    verified: set[tuple[bytes, int]] = field(default_factory=set)  # shapes whose jobs are in ``verify``
+    # (queue, demand) found waiting mid-pass: usage only grows while the pass dispatches, so it stays so
+    waits: set[tuple[int, tuple[tuple[str, int], ...]]] = field(default_factory=set)
+
+    def again(self, s: Scratch, lane: Lane, job: JobRecord) -> bool:
+        """At its turn (``job``, its next member), whether a lane woken by quota news sleeps
+        again for the rest of the pass. The pass started with its queue able to admit it, but
+        admissions took quota since: if its queue now gives the reason it waits with, its look
+        (and each member's after it: usage only grows while the pass dispatches) ends as its
+        last one did, provided a cluster still takes it, which is checked at the end as for any
+        slept shape. Such a look is a full attempt (filters, quota) for nothing; in the cohort
+        whose quota came free they are most of a deep pass."""
+        cls = lane.sleep
+        q = self.woken.get(id(cls)) if cls is not None else None
+        if q is None or s.usage is None:
+            return False
+        key = (lane.shape, lane.priority)
+        info = self.shapes.get(key)
+        summary = lane.key[5]
+        if info is None or summary is None or hold_reason(s.usage.tree, job, q) is not None:
+            return False
+        if (q, info.demand) not in self.waits:
+            fit = assign(s.usage, q, job.demand)
+            if not isinstance(fit, Wait) or fit.key != summary[0][0]:
+                return False
+            self.waits.add((q, info.demand))  # (the key names q alone: every lane of its classes has it)
+        if key not in self.verified:
+            self.verified.add(key)
+            _verify(s, key, info, self.verify)
+        return True
 
     def awake(self, index: PendingIndex) -> Iterator[Lane]:
         """The lanes the pass visits."""
@@ -157,26 +194,71 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
                         woken.add(shape)
                     else:
                         verify.add(key)  # worth a look for the quota news
+                if woken:
+                    out.woken[id(cls)] = q
             else:
                 capacity_only = True
             out.classes[id(cls)] = woken
     if capacity_only:  # the full scan looks at those that fit where capacity came free or may preempt newcomers
         low = s.victims_below()
-        for key, info in shapes.items():
-            if info is None or key in verify:
-                continue
+        todo = [(key, info) for key, info in shapes.items() if info is not None and key not in verify]
+        fits = _could_fit_all(s, [info for _, info in todo])
+        for (key, info), fit in zip(todo, fits, strict=True):
             job = info.rep
             preempts = low is not None and low < job.priority and job.placement.preemption_policy == "PreemptLowerPriority"
-            if preempts or could_fit(s, job, info.profile):
+            if preempts or fit:
                 verify.add(key)
     for key in sorted(verify):
         info = shapes[key]
         assert info is not None
-        if info.kind == SHAPE:
-            out.verify.append(info.rep)
-        else:  # per LocalQueue: every lane (such profiles are rare)
-            out.verify.extend(m for m in (_member(s, lane) for lane in index.shapes[key].values()) if m is not None)
+        _verify(s, key, info, out.verify)
+    out.shapes, out.verified = shapes, verify
     return out
+
+
+def _could_fit_all(s: Scratch, infos: list[_Shape]) -> list[bool]:
+    """``could_fit`` of each shape's representative, the capacity compared in one matrix: the
+    freed clusters are a handful and the shapes hundreds, each a few small numpy calls alone.
+    Only without claims (``asleep`` stops before otherwise), so every job sees ``free_base``."""
+    if not s.freed or not infos:
+        return [False] * len(infos)
+    assert not s.claims
+    state = s.state
+    table = state.clusters
+    slots = np.fromiter(s.freed, dtype=np.intp, count=len(s.freed))
+    ready = s.ready[slots]
+    rows: list[int] = []
+    masks: list[npt.NDArray[np.bool_]] = []
+    demands: list[npt.NDArray[np.int64]] = []
+    for i, info in enumerate(infos):
+        view = job_view(state, info.rep)
+        if view.missing:
+            continue
+        profile = info.profile
+        static_ok = profile.static_ok.get(view.static_key) if profile.cache_version == table.version else None
+        if static_ok is None:
+            static_ok = static_survivors(profile, s.cycle_input(info.rep))
+        rows.append(i)
+        masks.append(static_ok[slots])
+        demands.append(view.demand_vec)
+    out = [False] * len(infos)
+    if not rows:
+        return out
+    free = s.free_base[slots]  # (freed clusters, resources)
+    fit = (free[None, :, :] >= np.stack(demands)[:, None, :]).all(axis=2)  # (shapes, freed clusters)
+    ok = np.asarray((fit & np.stack(masks) & ready).any(axis=1))
+    for i, yes in zip(rows, ok.tolist(), strict=True):
+        out[i] = bool(yes)
+    return out
+
+
+def _verify(s: Scratch, key: tuple[bytes, int], info: _Shape, verify: list[JobRecord]) -> None:
+    """The jobs of the shape that must fit some cluster at the end of the pass."""
+    if info.kind == SHAPE:
+        verify.append(info.rep)
+    else:  # per LocalQueue: every lane (such profiles are rare)
+        lanes = s.state.index.shapes[key].values()
+        verify.extend(m for m in (_member(s, lane) for lane in lanes) if m is not None)
 
 
 def _never(spec: ClusterQueueSpec) -> bool:
@@ -197,11 +279,42 @@ def _shape(s: Scratch, lanes: dict[LaneKey, Lane], kinds: dict[str, str | None])
 
 def check(s: Scratch, slept: Asleep) -> None:
     """At the end of the pass: every slept job the full scan would have looked at still fits
-    some cluster, so its look would have ended as its last one did. Else the pass is redone."""
+    some cluster, so its look would have ended as its last one did. Else the pass is redone.
+    The cluster where the job's spec fit last time is asked first: when its filters decide per
+    cluster, passing them there is enough, one cluster instead of all."""
+    fits = s.state.index.fits
+    if len(fits) > 4 * len(s.state.index.lanes) + 1024:
+        fits.clear()  # specs no longer waiting
     for job in slept.verify:
         profile = profile_for(s, job)
-        if profile is None or not len(feasible(profile, s.cycle_input(job), spec_key=job.spec_key)):
+        if profile is None:
             raise Fallback
+        inp = s.cycle_input(job)
+        key = (job.spec_key, job.priority, profile.name)
+        slot = fits.get(key)
+        if slot is not None and _fits_on(profile, inp, slot):
+            continue
+        slots = feasible(profile, inp, spec_key=job.spec_key)
+        if not len(slots):
+            raise Fallback
+        fits[key] = int(slots[0])
+
+
+def _fits_on(profile: CompiledProfile, inp: CycleInput, slot: int) -> bool:
+    """Whether the job passes every filter on this one cluster, as ``feasible`` would find it
+    there; False (not known) unless every active filter's verdict on a cluster depends on that
+    cluster alone (``FilterPlugin.per_cluster``; static ones are cached per cluster)."""
+    if slot >= len(inp.clusters) or not static_survivors(profile, inp)[slot]:
+        return False
+    active = active_filters(profile, inp)
+    if not all(plugin.per_cluster for _, plugin in active):
+        return False
+    one = np.array([slot], dtype=np.intp)
+    for name, plugin in active:
+        result = run_filter(name, plugin, inp, one)
+        if (not result.skipped or result.verdict.any()) and not result.passed()[0]:
+            return False
+    return True
 
 
 def _kind(profile: CompiledProfile) -> str | None:

@@ -18,6 +18,7 @@ from eventlog import codec
 from eventlog import events as ev
 from eventlog.store import LogReader, Sequencer, SnapshotStore
 from reconciler import core
+from reconciler.edge import gcpolicy
 from reconciler.edge.logging import get_logger
 from reconciler.edge.plugins import PluginSet, installed
 from reconciler.edge.progress import Progress
@@ -237,6 +238,7 @@ async def _load_snapshot(
             if seq is not None:
                 try:
                     snap, state = await asyncio.to_thread(reader.close)
+                    gcpolicy.restored()  # out of later collections' walks, without one now
                     return state, snap.seq, snap.at_ms, snap.policy, snap.queues
                 except Exception as err:  # a snapshot from another version is a cache miss, not a failure
                     log.warning("snapshot_unusable", seq=seq, error=str(err))

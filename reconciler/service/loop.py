@@ -31,6 +31,7 @@ from typing import Any
 from eventlog import events as ev
 from eventlog.store import Fenced, InboxItem, NotLeader, Sequencer
 from reconciler import core
+from reconciler.edge import gcpolicy
 from reconciler.edge.logging import event_context, get_logger
 from reconciler.edge.plugins import PluginSet, check, installed
 from reconciler.history.rebuild import Folded, LogHandle, encode_state_snapshot, rebuild_for_leader
@@ -149,6 +150,7 @@ class LeaderLoop:
         self._since_snapshot = 0
         self.metrics.log_seq.set(self.last_seq)
         self.snapshot_seq = rebuilt.snapshot_seq
+        gcpolicy.settle()  # the state lives as long as the term: kept out of the collector's walks
         bound.info(
             "term_started",
             last_seq=last_seq,
@@ -312,6 +314,7 @@ class LeaderLoop:
             self.state, seq=seq, at_ms=self.last_at_ms, policy=self._policy, queues=self._queues
         )
         self._since_snapshot = 0
+        gcpolicy.settle()  # what joined the state since the last one (the same rhythm: a bounded walk)
         self._saving = asyncio.create_task(self._save(seq, data, bound), name="snapshot-save")
 
     async def snapshot_stored(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from reconciler.edge import gcpolicy
 from reconciler.edge.logging import get_logger
 from reconciler.edge.plugins import PluginSet
 from reconciler.history.rebuild import Folded, LogHandle, rebuild_state
@@ -40,6 +41,7 @@ class Standby:
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._since_settle = 0  # entries folded since the state was last frozen (``gcpolicy``)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._follow(), name="standby-follow")
@@ -65,6 +67,8 @@ class Standby:
             try:
                 if self.folded is None:
                     self.folded = await rebuild_state(reader, self.log.snapshots, label="standby", plugins=self.plugins)
+                    gcpolicy.settle()
+                    self._since_settle = 0
                     log.info("standby_warm", last_seq=self.folded.last_seq, snapshot_seq=self.folded.snapshot_seq)
                     self.ready.set()
                 else:
@@ -96,3 +100,7 @@ class Standby:
             snapshot_seq=folded.snapshot_seq,
             queues=result.last_queues or folded.queues,
         )
+        self._since_settle += self.folded.last_seq - folded.last_seq
+        if gcpolicy.due(self._since_settle, len(self.folded.state.jobs)):
+            gcpolicy.settle()  # so that the term's first settle walks little (it holds the lease)
+            self._since_settle = 0

@@ -78,7 +78,8 @@ def dispatch_queues(
     for q in walk:
         lines.setdefault(q, [])
     _strict_lines(s, lines, claimants, drafts, lanes, walk)
-    queue_lines = {q: Line(s, lines[q], walk.get(q, []), groups) for q in sorted(lines)}
+    again = lanes.again if lanes else None
+    queue_lines = {q: Line(s, lines[q], walk.get(q, []), groups, again) for q in sorted(lines)}
     turns = _Turns()
     news = _news(s)
     blockers: dict[int, Draft] = {}
@@ -98,7 +99,10 @@ def dispatch_queues(
         q = picked
         line = queue_lines[q]
         head = line.next()
-        assert head is not None, "a line the tournament still holds has a job to try"
+        if head is None:  # its lanes slept again (``Lanes.again``): turns that would change nothing
+            tour.retire(q)
+            picked = None
+            continue
         before = version(s)
         outcome = turns.admit(s, head, q, failed, left)
         line.settle(head, outcome, before, left)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 
 from reconciler.core.dispatch import LEFT, order_key
 from reconciler.core.draft import Draft
+from reconciler.core.jobs import JobRecord
 from reconciler.core.pending import Lane
 from reconciler.core.queues.tree import QueueTree
 from reconciler.core.scratch import Scratch
@@ -83,6 +84,9 @@ class Lanes:
     by_queue: dict[int, list[Lane]] = field(default_factory=dict)
     walk: dict[int, list[Lane]] = field(default_factory=dict)
     walkable: set[int] = field(default_factory=set)  # id() of lanes
+    # Whether a lane at its turn (given its next member) sleeps again for the rest of the pass
+    # (``reconciler.core.sleep.Asleep.again``): it is dropped from its line untried.
+    again: Callable[[Scratch, Lane, JobRecord], bool] | None = None
 
 
 @dataclass(eq=False)
@@ -112,8 +116,16 @@ _DRAFTS = -1
 
 
 class Line:
-    def __init__(self, s: Scratch, drafts: list[Draft], lanes: list[Lane], groups: Groups) -> None:
+    def __init__(
+        self,
+        s: Scratch,
+        drafts: list[Draft],
+        lanes: list[Lane],
+        groups: Groups,
+        again: Callable[[Scratch, Lane, JobRecord], bool] | None = None,
+    ) -> None:
         self.s = s
+        self.again = again
         self.drafts = drafts  # in dispatch order
         self.keys = [order_key(s, d.job) for d in drafts]  # as sorted (claims made later do not move them)
         self.i = 0
@@ -132,6 +144,7 @@ class Line:
 
     def next(self) -> Draft | None:
         self._wake()
+        self._drop_asleep()
         if not self.heap:
             return None
         okey, _, src = heapq.heappop(self.heap)
@@ -165,6 +178,7 @@ class Line:
     def done(self) -> bool:
         """Nothing left to try: what remains of the dormant lanes repeats their representatives."""
         self._wake()
+        self._drop_asleep()
         if self.heap:
             return False
         for run in self.dormant:
@@ -207,6 +221,17 @@ class Line:
             run.rep = None
             self._push_run(run)
         self.dormant = []
+
+    def _drop_asleep(self) -> None:
+        """Lanes at the head of the line that sleep again (``again``) leave it untried."""
+        again = self.again
+        if again is None:
+            return
+        jobs = self.s.state.jobs
+        while self.heap and isinstance(run := self.heap[0][2], _Run):
+            if not again(self.s, run.lane, jobs[run.lane.keys[run.pos]]):
+                return
+            heapq.heappop(self.heap)
 
     def _upto(self, run: _Run) -> int:
         """Index of the lane's first member after the last job tried in this line."""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from eventlog import events as ev
 from reconciler.core import State, decide, dump_state, load_state
+from reconciler.core import sleep as sleep_module
 from reconciler.core.decide import decide_pass, quiet
 from reconciler.core.draft import Draft
 from reconciler.core.pending import PendingIndex, lane_key
@@ -193,7 +194,11 @@ def test_a_pass_the_index_cannot_finish_alike_is_decided_again_without_it() -> N
     each have looked again: the pass is redone with the full scan (here forced at the first
     second look of an indexed pass), and decides as the full scan does."""
     h = Harness()
-    h.inputs(three_teams(team_a={"gpu": 2}, team_b={"gpu": 0}, team_c={"gpu": 0}), gpu_cluster("c0", 64))
+    # A preemption rule keeps team-a's lanes out of sleep classes (``reconciler.core.sleep``),
+    # whose lanes would sleep again once the freed quota is taken, behind no representative.
+    within = ev.QueuePreemption(within_cluster_queue="LowerPriority")
+    teams = three_teams(team_a={"gpu": 2, "preemption": within}, team_b={"gpu": 0}, team_c={"gpu": 0})
+    h.inputs(teams, gpu_cluster("c0", 64))
     h.step()
     for i in range(8):
         h.inputs(team_job("team-a", f"j{i}"))
@@ -244,3 +249,79 @@ def test_a_lane_asleep_for_quota_is_looked_at_when_it_may_preempt_a_newcomer() -
         h = worlds.run_world(config, ops)
     big = h.state.jobs["team-a/j36"]
     assert big.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in big.unschedulable)
+
+
+def test_a_lane_woken_by_quota_news_sleeps_again_once_the_quota_is_taken_and_is_checked_at_the_end() -> None:
+    """team-a's j1 and j2 (one lane) wait for team-a's quota while c0 would take them. j0 ends:
+    the pass wakes their lane, admits j1, and j2, whose queue has no quota left, sleeps again
+    untried (``Asleep.again``). team-b's new job takes c0's last GPU in the same pass, so at the
+    end no cluster takes j2: the full scan reports it waiting for capacity, and the indexed pass,
+    which checks the shape it put back to sleep, is redone without the index."""
+    h = BothWays()
+    config = ev.QueuesConfigured(
+        cluster_queues=[
+            cq("team-a", gpu=1, cohort=None, preemption=NEVER),
+            cq("team-b", gpu=4, cohort=None, preemption=NEVER),
+        ],
+        local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in ("team-a", "team-b")],
+        source="test",
+    )
+    h.feed(config, gpu_cluster("c0", 2))
+    (nominated,) = h.feed(team_job("team-a", "j0"))
+    assert isinstance(nominated, ev.Nominated)
+    h.feed(ev.RemoteCreated(job=nominated.job, cluster="c0", attempt=nominated.attempt))
+    h.feed(ev.RemoteAdmitted(job=nominated.job, cluster="c0", attempt=nominated.attempt))
+    h.feed(team_job("team-a", "j1"), team_job("team-a", "j2"))
+    assert h.state.index.classes, "j1 and j2 wait for team-a's quota, asleep"
+    woken: list[bool] = []
+    real = sleep_module.Asleep.again
+
+    def spy(self: sleep_module.Asleep, *args: Any) -> bool:
+        woken.append(real(self, *args))
+        return woken[-1]
+
+    h.inputs(
+        ev.RemoteFinished(job=nominated.job, cluster="c0", attempt=nominated.attempt, succeeded=True),
+        team_job("team-b", "b1"),
+    )
+    with mock.patch.object(sleep_module.Asleep, "again", spy):
+        out = h.step()
+    assert True in woken
+    assert {"Nominated", "Unschedulable"} <= {type(d).__name__ for d in out}
+    j2 = h.state.jobs["team-a/j2"]
+    assert j2.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in j2.unschedulable)
+
+
+def test_a_lane_asleep_through_capacity_news_is_checked_where_the_capacity_came_free() -> None:
+    """team-a's a1 waits for team-a's quota, its lane asleep, while c0 would take it. A job of
+    team-b ends on c0 (capacity news there, quota news in team-b only): a1's lane sleeps on, its
+    shape checked at the end, where it still fits (on c0, remembered). Another ends, and team-b's
+    three new jobs take c0 in the same pass: the full scan, which looks at a1 (it fits where
+    capacity came free), reports it waiting for capacity. The indexed pass finds at its end that
+    a1's shape fits neither on c0 nor anywhere else, and is redone without the index."""
+    h = BothWays()
+    config = ev.QueuesConfigured(
+        cluster_queues=[
+            cq("team-a", gpu=1, cohort=None, preemption=NEVER),
+            cq("team-b", gpu=4, cohort=None, preemption=NEVER),
+        ],
+        local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in ("team-a", "team-b")],
+        source="test",
+    )
+    h.feed(config, gpu_cluster("c0", 4))
+    running: dict[str, ev.Nominated] = {}
+    for team, name in (("team-a", "a0"), ("team-b", "b0"), ("team-b", "b00")):
+        (nominated,) = h.feed(team_job(team, name))
+        assert isinstance(nominated, ev.Nominated)
+        h.feed(ev.RemoteCreated(job=nominated.job, cluster="c0", attempt=nominated.attempt))
+        h.feed(ev.RemoteAdmitted(job=nominated.job, cluster="c0", attempt=nominated.attempt))
+        running[name] = nominated
+    h.feed(team_job("team-a", "a1"))
+    assert h.state.index.classes, "a1 waits for team-a's quota, asleep"
+    for name, more in (("b00", []), ("b0", [team_job("team-b", f"b{i}") for i in (1, 2, 3)])):
+        done = running[name]
+        h.feed(ev.RemoteFinished(job=done.job, cluster="c0", attempt=done.attempt, succeeded=True), *more)
+        if not more:
+            assert h.state.index.fits, "a1's shape was checked, and fit on c0"
+    a1 = h.state.jobs["team-a/a1"]
+    assert a1.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in a1.unschedulable)
