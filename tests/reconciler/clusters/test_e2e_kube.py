@@ -220,7 +220,9 @@ async def world(jslog: JetStreamLog, api_servers: Any, tmp_path: Path) -> AsyncI
                     "kubeconfig": {"path": kubeconfig(tmp_path / f"{name}.yaml", srv, name)},
                     "kueue": True,
                     "heartbeatInterval": "200ms",
-                    "heartbeatTimeout": "300ms",
+                    # A killed worker refuses at once; only a healthy one, answering from this
+                    # starved process, could be slower, and then it is not unreachable.
+                    "heartbeatTimeout": "2s",
                     **({"workerLostTimeout": "1500ms"} if name == "w1" else {}),
                 }
                 for name, srv in workers.items()
