@@ -141,6 +141,9 @@ class MemorySequencer:
             for i, (subject, data) in enumerate(chunk)
         ]
 
+    async def drained(self) -> bool:
+        return len(self._mlog.inbox.messages) <= self._pulled
+
     async def append_inputs(self, items: Sequence[InboxItem], *, at_ms: int) -> list[LogEntry]:
         seq = await self._ensure_resumed()
         entries, last_inbox = input_entries(

@@ -85,6 +85,12 @@ class Sequencer(Protocol):
         """The next inbox items after the last one copied (or pulled), in inbox order."""
         ...
 
+    async def drained(self) -> bool:
+        """Whether every inbox message stored so far has been pulled. The leader appends a Tick
+        only then: a pull that came back empty is no proof, since a delivery can be on its way
+        (or received and not yet taken) when the pull's wait ends. False when it cannot tell now."""
+        ...
+
     async def append_inputs(self, items: Sequence[InboxItem], *, at_ms: int) -> list[LogEntry]: ...
 
     async def append_decisions(

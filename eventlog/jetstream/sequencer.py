@@ -41,6 +41,7 @@ log = structlog.get_logger("eventlog.sequencer")
 INBOX_LAST_HEADER = "Kd-Inbox-Last"
 _INBOX_LAST = INBOX_LAST_HEADER.encode()
 WRONG_LAST_SEQUENCE = 10071
+DRAINED_TIMEOUT_S = 2.0  # the stream's state takes milliseconds to answer; longer is an outage
 
 
 class JetStreamSequencer:
@@ -145,6 +146,20 @@ class JetStreamSequencer:
                 )
             self._pulled_to = got[-1][0]
         return inbox_items(got)
+
+    async def drained(self) -> bool:
+        # Asked of the server: its last inbox sequence against the last one pulled. An empty pull
+        # says nothing after a stalled event loop, whose wait times out in the same turn as the
+        # socket that holds the deliveries becomes readable.
+        try:
+            info = await asyncio.wait_for(
+                self._jlog.js.stream_info(self._jlog.names.inbox_stream), DRAINED_TIMEOUT_S
+            )
+        except Exception as err:
+            if not transient(err):
+                raise
+            return False  # the server does not answer now: no Tick until it does
+        return int(info.state.last_seq) <= self._pulled_to
 
     # ---- appending to the log ----------------------------------------------------------------
 

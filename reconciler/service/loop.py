@@ -10,7 +10,8 @@ One leader term (``LeaderLoop.run_term``), as Armada documents its cycle:
    and queue configuration (``QueuesConfigured``, from ``--queues``) if they differ from the last
    ones in the log, and decide once (inputs the previous leader
    appended but did not decide on);
-5. loop: pull inbox items (or a ``Tick`` when idle and a timer is due), append them stamped with
+5. loop: pull inbox items (or a ``Tick`` when idle, a timer is due and the inbox is read to its
+   end: an empty pull is no proof of that), append them stamped with
    the wall clock (never earlier than the last entry), fold, decide, append the decisions as one
    batch, fold them; snapshot every N entries at a batch boundary.
 
@@ -72,6 +73,7 @@ class LeaderLoop:
         self.last_at_ms = 0
         self._since_snapshot = 0
         self._last_tick_deadline: int | None = None
+        self._undrained = False  # a Tick waits for inbox messages the last pull did not bring
         self._warned_deadline: int | None = None
         self._policy: ev.PolicyLoaded | None = None  # the policy in force (for snapshots)
         self._queues: ev.QueuesConfigured | None = None  # the queue configuration in force (idem)
@@ -201,17 +203,25 @@ class LeaderLoop:
         now = max(self.settings.clock(), self.last_at_ms)
         deadline = core.next_deadline(self.state)
         wait_s = self.settings.idle_wait_s
-        if deadline is not None:
+        if deadline is not None and not self._undrained:
             wait_s = min(wait_s, max(deadline - now, 0) / 1000)
         started = time.perf_counter()
         items = await seqr.pull(max_items=self.settings.pull_max, timeout_s=max(wait_s, 0.001))
+        tick_at: int | None = None
         if not items:
             now = max(self.settings.clock(), self.last_at_ms)
             if not self._tick_due(deadline, now, bound=bound):
                 return
+            # Time passes in the log only once the inbox is read to its end: what it holds may be
+            # the heartbeat that keeps a cluster from being declared Lost by this very Tick.
+            self._undrained = not await seqr.drained()
+            if self._undrained:
+                return
             items = [InboxItem(inbox_seq=None, event=ev.Tick())]
+            tick_at = now  # not later: what arrived after the inbox was found drained comes after
             self._last_tick_deadline = deadline
-        at_ms = await self._append_inputs(seqr, items)
+        self._undrained = False
+        at_ms = await self._append_inputs(seqr, items, at_ms=tick_at)
         await self._decide_and_append(seqr, at_ms=at_ms)
         elapsed = time.perf_counter() - started
         self.metrics.batches.inc()
@@ -258,8 +268,10 @@ class LeaderLoop:
 
     # -- appends ------------------------------------------------------------------------------
 
-    async def _append_inputs(self, seqr: Sequencer, items: Sequence[InboxItem]) -> int:
-        at_ms = max(self.settings.clock(), self.last_at_ms)
+    async def _append_inputs(
+        self, seqr: Sequencer, items: Sequence[InboxItem], *, at_ms: int | None = None
+    ) -> int:
+        at_ms = max(self.settings.clock() if at_ms is None else at_ms, self.last_at_ms)
         entries = await seqr.append_inputs(items, at_ms=at_ms)
         self._fold_all(entries, decisions=False)
         return at_ms

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from eventlog.embedded import find_binary, free_port
+from eventlog.embedded import find_binary
 from eventlog.jetstream import TlsFiles
 from eventlog.natsauth import COMPONENTS, Credentials, inbox_prefix, public_key
 from tests.deploy.conftest import find, one, rendered
@@ -75,10 +76,24 @@ def local_conf(
     return conf
 
 
-def wait_http(url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+class ServerExited(AssertionError):
+    """A nats-server ended while it was waited for; ``log`` is the end of what it wrote."""
+
+    def __init__(self, url: str, code: int, log: str) -> None:
+        super().__init__(f"nats-server exited with {code} before {url} answered; the end of its log:\n{log}")
+        self.log = log
+
+    @property
+    def port_taken(self) -> bool:
+        return "address already in use" in self.log
+
+
+def wait_http(
+    url: str, *, timeout_s: float, proc: subprocess.Popen[bytes] | None = None, log: Path | None = None
+) -> None:
     def ok() -> bool:
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"process exited with {proc.returncode} before {url} answered")
+            raise ServerExited(url, proc.returncode, _tail(log) if log is not None else "(not kept)")
         with urllib.request.urlopen(url, timeout=2) as response:
             return bool(response.status == 200)
 
@@ -127,60 +142,106 @@ class NatsCluster:
         return yaml.safe_dump(config, sort_keys=False)
 
 
+START_ATTEMPTS = 3
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports that were free a moment ago (all held open while picked, so the OS
+    cannot hand out one twice)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 @contextlib.contextmanager
 def shipped_nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
-    """Three nats-servers from the shipped conf, for as long as the context lasts."""
-    replicas = statefulset()["spec"]["replicas"]
-    clients = [free_port() for _ in range(replicas)]
-    monitors = [free_port() for _ in range(replicas)]
-    clusters = [free_port() for _ in range(replicas)]
-    procs: list[subprocess.Popen[bytes]] = []
+    """Three nats-servers from the shipped conf, for as long as the context lasts.
+
+    Their ports are picked free, then bound by the servers a moment later: in between, another
+    process (a parallel test's server, or an outgoing connection given that port) can take one,
+    and that server exits. The cluster is then started again on fresh ports; any other exit is
+    reported with the end of the server's log."""
     (tmp_path / "pki").mkdir(parents=True)
     pki = make_pki(tmp_path / "pki")
     users = Credentials(tmp_path / "users").ensure()
+    for attempt in range(1, START_ATTEMPTS + 1):
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            cluster = _start(tmp_path / f"start-{attempt}", procs, pki=pki, users=users)
+        except ServerExited as err:
+            _stop(procs)
+            if not err.port_taken or attempt == START_ATTEMPTS:
+                raise
+            continue
+        except BaseException:
+            _stop(procs)
+            raise
+        try:
+            yield cluster
+        finally:
+            _stop(procs)
+        return
+
+
+def _start(root: Path, procs: list[subprocess.Popen[bytes]], *, pki: Path, users: Credentials) -> NatsCluster:
+    """Start the servers (appended to ``procs`` as they start) and wait until each is healthy."""
+    replicas = statefulset()["spec"]["replicas"]
+    ports = free_ports(3 * replicas)
+    clients, monitors, clusters = ports[:replicas], ports[replicas : 2 * replicas], ports[2 * replicas :]
     # What the StatefulSet's env gives the servers from the Secret kdispatch-nats-users.
     keys = {f"KD_NKEY_{c.upper()}": public_key(users.seed_file(c).read_text()) for c in COMPONENTS}
-    try:
-        for node in range(replicas):
-            root = tmp_path / f"nats-{node}"
-            root.mkdir(parents=True)
-            conf = root / "nats.conf"
-            conf.write_text(
-                local_conf(
-                    nats_conf(),
-                    node=node,
-                    client=clients[node],
-                    monitor=monitors[node],
-                    clusters=clusters,
-                    root=root,
-                    pki=pki,
-                )
+    logs: list[Path] = []
+    for node in range(replicas):
+        node_root = root / f"nats-{node}"
+        node_root.mkdir(parents=True)
+        conf = node_root / "nats.conf"
+        conf.write_text(
+            local_conf(
+                nats_conf(),
+                node=node,
+                client=clients[node],
+                monitor=monitors[node],
+                clusters=clusters,
+                root=node_root,
+                pki=pki,
             )
-            (root / "auth.conf").write_text(nats_conf("auth.conf"))  # the ConfigMap's other file
-            env = {**os.environ, "SERVER_NAME": f"nats-{node}", **keys}
-            log = (root / "server.log").open("wb")
+        )
+        (node_root / "auth.conf").write_text(nats_conf("auth.conf"))  # the ConfigMap's other file
+        env = {**os.environ, "SERVER_NAME": f"nats-{node}", **keys}
+        logs.append(node_root / "server.log")
+        with logs[-1].open("wb") as log:
             procs.append(
                 subprocess.Popen([str(find_binary()), "--config", str(conf)], env=env, stdout=log, stderr=log)
             )
-        probes = {
-            name: container()[name]["httpGet"]["path"]
-            for name in ("startupProbe", "readinessProbe", "livenessProbe")
-        }
-        for node, proc in enumerate(procs):
-            for path in probes.values():
-                wait_http(f"http://127.0.0.1:{monitors[node]}{path}", timeout_s=60, proc=proc)
-        # The probes pass before the JetStream cluster has a meta leader; the plain /healthz
-        # waits for that too (in Kubernetes, a client that comes too early restarts and retries).
-        for node, proc in enumerate(procs):
-            wait_http(f"http://127.0.0.1:{monitors[node]}/healthz", timeout_s=60, proc=proc)
-        yield NatsCluster(
-            urls=[f"tls://127.0.0.1:{port}" for port in clients],
-            monitors=[f"http://127.0.0.1:{port}" for port in monitors],
-            procs=procs,
-            pki=pki,
-            users=users,
-        )
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait(timeout=30)
+    probes = {
+        name: container()[name]["httpGet"]["path"] for name in ("startupProbe", "readinessProbe", "livenessProbe")
+    }
+    for node, proc in enumerate(procs):
+        for path in probes.values():
+            wait_http(f"http://127.0.0.1:{monitors[node]}{path}", timeout_s=60, proc=proc, log=logs[node])
+    # The probes pass before the JetStream cluster has a meta leader; the plain /healthz
+    # waits for that too (in Kubernetes, a client that comes too early restarts and retries).
+    for node, proc in enumerate(procs):
+        wait_http(f"http://127.0.0.1:{monitors[node]}/healthz", timeout_s=60, proc=proc, log=logs[node])
+    return NatsCluster(
+        urls=[f"tls://127.0.0.1:{port}" for port in clients],
+        monitors=[f"http://127.0.0.1:{port}" for port in monitors],
+        procs=procs,
+        pki=pki,
+        users=users,
+    )
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -22,12 +22,11 @@ import pytest
 import yaml
 
 from eventlog import events as ev
-from eventlog.embedded import free_port
 from eventlog.jetstream import connect
 from tests.deploy import kustomize
 from tests.deploy.admission import entry_calls_webhook
 from tests.deploy.conftest import find, one, rendered
-from tests.deploy.natscluster import NatsCluster
+from tests.deploy.natscluster import NatsCluster, free_ports
 from tests.deploy.processes import (
     OVERLAY,
     SERVICE_HOST,
@@ -201,7 +200,7 @@ def test_a_job_goes_from_the_webhook_to_a_decision(tmp_path: Path, shipped_nats:
     config.write_text(shipped_nats.config_for(shipped, "reconciler"))
     webhook_config = tmp_path / "webhook-config.yaml"  # as the webhook pod sees it
     webhook_config.write_text(shipped_nats.config_for(shipped, "webhook"))
-    metrics_port, webhook_port = free_port(), free_port()
+    metrics_port, webhook_port = free_ports(2)  # two picks one after the other can be the same port
     serve = Running(
         serve_argv(config=config, nats_url=urls[0], metrics_port=metrics_port, root=log_root),
         tmp_path / "serve.log",

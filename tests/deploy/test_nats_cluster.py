@@ -4,12 +4,16 @@ and the image version. ``kdispatch serve`` and the webhook on that cluster: test
 
 from __future__ import annotations
 
+import socket
 import subprocess
+from pathlib import Path
 
+import pytest
 import yaml
 
 from eventlog.embedded import find_binary
 from eventlog.natsauth import COMPONENTS, permissions
+from tests.deploy import natscluster
 from tests.deploy.conftest import DEPLOY, one, rendered
 from tests.deploy.natscluster import (
     OVERLAY,
@@ -17,7 +21,9 @@ from tests.deploy.natscluster import (
     container_mounts,
     container_ports,
     nats_conf,
+    shipped_nats_cluster,
     statefulset,
+    wait_http,
 )
 
 
@@ -110,3 +116,29 @@ def test_helm_users_are_the_users_of_auth_conf() -> None:
         assert user["nkey"] == f"<< ${variable} >>" and f"nkey: ${variable}" in auth
         assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": "kdispatch-nats-users", "key": component}
         assert user["permissions"] == permissions(component, root="kd")
+
+
+def test_a_port_taken_before_its_server_binds_it_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ports are picked free and bound a moment later; a parallel test's process can take one in
+    between (a CI run saw a server exit before /healthz answered). The cluster starts again."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picked: list[list[int]] = []
+        real = natscluster.free_ports
+
+        def first_client_port_taken(n: int) -> list[int]:
+            ports = real(n)
+            if not picked:
+                ports[0] = taken.getsockname()[1]
+            picked.append(ports)
+            return ports
+
+        monkeypatch.setattr(natscluster, "free_ports", first_client_port_taken)
+        with shipped_nats_cluster(tmp_path) as cluster:
+            assert len(picked) == 2
+            assert "address already in use" in (tmp_path / "start-1" / "nats-0" / "server.log").read_text()
+            for monitor in cluster.monitors:
+                wait_http(f"{monitor}/healthz", timeout_s=30)

@@ -97,6 +97,19 @@ class LogContract:
         entries = await copy_all(log.sequencer("a"))
         assert [e.event for e in entries] == [event, ev.Tick()]
 
+    async def test_the_inbox_is_drained_once_everything_stored_was_pulled(self, log: Any) -> None:
+        seq = log.sequencer("a")
+        await seq.resume()
+        for i in range(3):
+            await log.inbox.publish(ev.ClusterHeartbeat(cluster=f"c{i}"), msg_id=f"hb-{i}")
+        assert not await seq.drained()
+        await pull_until(seq, 2)
+        assert not await seq.drained()  # one is still stored and not pulled
+        await pull_until(seq, 1)
+        assert await seq.drained()
+        await log.inbox.publish(ev.ClusterHeartbeat(cluster="c9"), msg_id="hb-9")
+        assert not await seq.drained()
+
     async def test_undecodable_inbox_messages_become_rejected_entries_and_sequencing_goes_on(
         self, log: Any
     ) -> None:

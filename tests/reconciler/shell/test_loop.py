@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import msgspec
+import pytest
 
 from eventlog import codec
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog
+from eventlog.jetstream.sequencer import JetStreamSequencer
 from eventlog.store import InboxItem
 from reconciler import core
 from reconciler.history.rebuild import decode_snapshot, rebuild_state
 from reconciler.history.replay import replay
 from reconciler.service.loop import LeaderLoop, LoopSettings, wait_ready
+from tests.waiting import eventually
 
 from .scenario import (
     POLICY,
@@ -221,3 +225,54 @@ async def test_a_short_batch_that_decide_disagrees_with_is_left_short(jslog: Jet
     assert [e.event for e in decisions_of(entries, ev.Nominated)] == [alien]
     result = await replay(jslog.reader, verify=True)
     assert result.mismatch is not None and result.mismatch.seq == short[0].seq
+
+
+async def test_no_tick_passes_over_a_heartbeat_stored_before_it(
+    jslog: JetStreamLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A starved event loop ends a pull's wait in the same turn as the deliveries it waited for
+    become readable, so the pull comes back empty while the inbox holds a heartbeat. A Tick then
+    would declare its cluster Lost (what made the lost-worker e2e test flaky under load). The
+    leader ticks only once the inbox is read to its end."""
+    real_pull = JetStreamSequencer.pull
+    late = asyncio.Event()  # a heartbeat is stored while deliveries are held back
+    released = asyncio.Event()
+    lost_at: list[int] = []  # when the cluster is due to be Lost without the late heartbeat
+    held_past_deadline: list[int] = []
+
+    async def pull(
+        self: JetStreamSequencer, *, max_items: int = 500, timeout_s: float = 0.05
+    ) -> list[InboxItem]:
+        if late.is_set() and not released.is_set():
+            await asyncio.sleep(timeout_s)  # what the leader sees: nothing came in time
+            if not lost_at:  # the batch with the first heartbeat is folded by now
+                assert loop.state is not None
+                lost_at.append(core.next_deadline(loop.state) or 0)
+            if time.time_ns() // 1_000_000 >= lost_at[0]:
+                held_past_deadline.append(lost_at[0])
+            return []
+        items = await real_pull(self, max_items=max_items, timeout_s=timeout_s)
+        if any(isinstance(i.event, ev.ClusterHeartbeat) for i in items) and not late.is_set():
+            await jslog.inbox.publish(ev.ClusterHeartbeat(cluster="east"), msg_id="hb/east/late")
+            late.set()
+        return items
+
+    monkeypatch.setattr(JetStreamSequencer, "pull", pull)
+    # Stored before the term starts: nothing between registration and first heartbeat can pass
+    # the deadline (a Tick waits for the heartbeat, a batch with it folds it before deciding).
+    await jslog.inbox.publish(ev.ClusterRegistered(cluster="east", capacity={"cpu": 1000}), msg_id="reg/east")
+    await jslog.inbox.publish(ev.ClusterHeartbeat(cluster="east"), msg_id="hb/east/0")
+    policy = msgspec.structs.replace(POLICY, worker_lost_timeout_ms=300)
+    loop = LeaderLoop(jslog, LoopSettings(leader_id="A", policy=policy, idle_wait_s=0.02))
+    stop = asyncio.Event()
+    term = asyncio.create_task(loop.run_term(stop=stop))
+    await eventually(
+        lambda: len(held_past_deadline) >= 3, what="empty pulls after the cluster's lost deadline"
+    )
+    released.set()
+    entries = await wait_for(jslog, lambda es: len(decisions_of(es, ev.ClusterHeartbeat)) >= 2)
+    stop.set()
+    await term
+    late_heartbeat = decisions_of(entries, ev.ClusterHeartbeat)[1]
+    before = entries[: entries.index(late_heartbeat)]
+    assert not decisions_of(before, ev.ClusterLost), [type(e.event).__name__ for e in entries]
