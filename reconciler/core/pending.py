@@ -25,12 +25,15 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
 from reconciler.core.jobs import JobRecord
 from reconciler.core.phases import UNSCHEDULABLE
+
+if TYPE_CHECKING:
+    from reconciler.core.sleep import ShapeFacts
 
 # (spec key, priority, ClusterQueue, tried, phase, Unschedulable summary)
 LaneKey = tuple[bytes, int, str | None, tuple[str, ...], str, tuple[tuple[str, int], ...] | None]
@@ -120,6 +123,9 @@ class PendingIndex:
     # (``sleep.check``): asked first, as a hint only (a miss runs the full check), so what it
     # holds never changes a decision, and it is not part of what a snapshot restores.
     fits: dict[tuple[bytes, int, str], int] = field(default_factory=dict)
+    # (shape, priority) -> what ``sleep.asleep`` needs of it, kept across passes while it holds
+    # (``sleep.ShapeFacts``: checked before each use); derived from the state alone, not restored.
+    facts: dict[tuple[bytes, int], ShapeFacts] = field(default_factory=dict)
 
     def live(self, lane: Lane, i: int, jobs: dict[str, JobRecord]) -> bool:
         key = lane.keys[i]
@@ -172,6 +178,7 @@ class PendingIndex:
         self.shapes.clear()
         self.per_queue.clear()
         self.fits.clear()
+        self.facts.clear()
         for key in waiting:
             self.refresh(jobs.get(key), key, waiting)
 

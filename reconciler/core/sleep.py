@@ -38,7 +38,7 @@ from reconciler.core.framework.interface import CycleInput
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import JobRecord
 from reconciler.core.pending import BEHIND, QUOTA, Lane, LaneKey, PendingIndex, SleepClass
-from reconciler.core.queues.admit import Wait, assign, hold_reason, queue_of
+from reconciler.core.queues.admit import Wait, admits, assign, hold_reason, queue_of
 from reconciler.core.queues.lines import Fallback
 from reconciler.core.scratch import Scratch, job_view
 
@@ -63,7 +63,7 @@ class Asleep:
     verify: list[JobRecord] = field(default_factory=list)  # must fit some cluster at the end
     # id() of each class with shapes woken by quota news -> its queue (``again``)
     woken: dict[int, int] = field(default_factory=dict)
-    shapes: dict[tuple[bytes, int], _Shape | None] = field(default_factory=dict)
+    shapes: dict[tuple[bytes, int], ShapeFacts | None] = field(default_factory=dict)
     verified: set[tuple[bytes, int]] = field(default_factory=set)  # shapes whose jobs are in ``verify``
     # (queue, demand) found waiting mid-pass: usage only grows while the pass dispatches, so it stays so
     waits: set[tuple[int, tuple[tuple[str, int], ...]]] = field(default_factory=set)
@@ -107,14 +107,22 @@ class Asleep:
                     yield from cls.shapes[shape].values()
 
 
-@dataclass
-class _Shape:
-    """What the pass needs of one shape at one priority (every job of it answers alike)."""
+@dataclass(eq=False)
+class ShapeFacts:
+    """What a pass needs of one shape at one priority (every job of it answers alike). Kept
+    across passes in the index (``PendingIndex.facts``) while its representative still waits
+    in a lane of the shape and its profile is the one compiled now (``_still``): everything
+    here is a function of those two, and of the cluster table's version for the last two."""
 
     rep: JobRecord
     profile: CompiledProfile
     kind: str | None  # how its filters are checked (None: not at all: its queue stays awake)
     demand: tuple[tuple[str, int], ...]
+    # For ``_could_fit_all``: the table version they were read at, the clusters its static
+    # filters pass (None: its view is missing a resource), its demand per column.
+    table_version: int = -1
+    static_ok: npt.NDArray[np.bool_] | None = None
+    demand_vec: npt.NDArray[np.int64] | None = None
 
 
 def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
@@ -123,7 +131,7 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
     In a cohort with quota news, a lane sleeps on if its queue still cannot admit its jobs with
     the quota as the pass starts (admissions only take more while it dispatches; no claims and
     no job whose round timed out, whose requeue would give quota back mid-pass). What the pass
-    relies on is checked per shape and priority across queues (``_Shape``), so a quiet class
+    relies on is checked per shape and priority across queues (``ShapeFacts``), so a quiet class
     costs a pass a few lookups, not a walk of its lanes."""
     out = Asleep()
     state = s.state
@@ -133,10 +141,17 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
     if any(d.timed_out for d in candidates):
         return out
     tree = s.usage.tree
-    shapes: dict[tuple[bytes, int], _Shape | None] = {}
+    shapes: dict[tuple[bytes, int], ShapeFacts | None] = {}
     kinds: dict[str, str | None] = {}
+    facts = index.facts
+    if len(facts) > 2 * len(index.shapes) + 1024:
+        facts.clear()  # shapes no longer waiting
     for key, lanes in index.shapes.items():
-        info = _shape(s, lanes, kinds)
+        info = facts.get(key)
+        if info is None or not _still(s, key, info):
+            info = _shape(s, lanes, kinds)
+            if info is not None:
+                facts[key] = info
         if info is not None and info.kind is None:
             return out  # a filter this cannot reason about: every queue stays awake
         shapes[key] = info
@@ -149,15 +164,17 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
     by_queue: dict[str, list[SleepClass]] = {}
     for cls in index.classes.values():
         by_queue.setdefault(cls.key[0], []).append(cls)
-    admits: dict[tuple[int, tuple[tuple[str, int], ...]], bool] = {}
+    answers: dict[tuple[int, tuple[tuple[str, int], ...]], bool] = {}
+    available: dict[int, dict[int, int]] = {}  # queue -> column -> what it may take (usage is fixed here)
     verify: set[tuple[bytes, int]] = set()  # shapes some slept job of which the full scan would try
 
-    def admits_now(q: int, info: _Shape) -> bool:
+    def admits_now(q: int, info: ShapeFacts) -> bool:
         assert s.usage is not None
         key = (q, info.demand)
-        if key not in admits:
-            admits[key] = not isinstance(assign(s.usage, q, info.rep.demand), Wait)
-        return admits[key]
+        answer = answers.get(key)
+        if answer is None:
+            answer = answers[key] = admits(s.usage, q, info.rep.demand, available.setdefault(q, {}))
+        return answer
 
     capacity_only = False  # some BestEffortFIFO class sleeps through capacity news alone
     for name, classes in by_queue.items():
@@ -216,7 +233,7 @@ def asleep(s: Scratch, candidates: list[Draft]) -> Asleep:
     return out
 
 
-def _could_fit_all(s: Scratch, infos: list[_Shape]) -> list[bool]:
+def _could_fit_all(s: Scratch, infos: list[ShapeFacts]) -> list[bool]:
     """``could_fit`` of each shape's representative, the capacity compared in one matrix: the
     freed clusters are a handful and the shapes hundreds, each a few small numpy calls alone.
     Only without claims (``asleep`` stops before otherwise), so every job sees ``free_base``."""
@@ -231,16 +248,13 @@ def _could_fit_all(s: Scratch, infos: list[_Shape]) -> list[bool]:
     masks: list[npt.NDArray[np.bool_]] = []
     demands: list[npt.NDArray[np.int64]] = []
     for i, info in enumerate(infos):
-        view = job_view(state, info.rep)
-        if view.missing:
-            continue
-        profile = info.profile
-        static_ok = profile.static_ok.get(view.static_key) if profile.cache_version == table.version else None
-        if static_ok is None:
-            static_ok = static_survivors(profile, s.cycle_input(info.rep))
+        if info.table_version != table.version:
+            _read_table(s, info)
+        if info.static_ok is None or info.demand_vec is None:
+            continue  # its view is missing a resource
         rows.append(i)
-        masks.append(static_ok[slots])
-        demands.append(view.demand_vec)
+        masks.append(info.static_ok[slots])
+        demands.append(info.demand_vec)
     out = [False] * len(infos)
     if not rows:
         return out
@@ -252,7 +266,24 @@ def _could_fit_all(s: Scratch, infos: list[_Shape]) -> list[bool]:
     return out
 
 
-def _verify(s: Scratch, key: tuple[bytes, int], info: _Shape, verify: list[JobRecord]) -> None:
+def _read_table(s: Scratch, info: ShapeFacts) -> None:
+    """The shape's static verdicts and demand per column against the current cluster table."""
+    state = s.state
+    table = state.clusters
+    view = job_view(state, info.rep)
+    info.table_version = table.version
+    if view.missing:
+        info.static_ok = info.demand_vec = None
+        return
+    profile = info.profile
+    static_ok = profile.static_ok.get(view.static_key) if profile.cache_version == table.version else None
+    if static_ok is None:
+        static_ok = static_survivors(profile, s.cycle_input(info.rep))
+    info.static_ok = static_ok
+    info.demand_vec = view.demand_vec
+
+
+def _verify(s: Scratch, key: tuple[bytes, int], info: ShapeFacts, verify: list[JobRecord]) -> None:
     """The jobs of the shape that must fit some cluster at the end of the pass."""
     if info.kind == SHAPE:
         verify.append(info.rep)
@@ -267,14 +298,31 @@ def _never(spec: ClusterQueueSpec) -> bool:
     return p.within_cluster_queue == "Never" and p.reclaim_within_cohort == "Never" and p.borrow_within_cohort == "Never"
 
 
-def _shape(s: Scratch, lanes: dict[LaneKey, Lane], kinds: dict[str, str | None]) -> _Shape | None:
+def _still(s: Scratch, key: tuple[bytes, int], info: ShapeFacts) -> bool:
+    """Whether facts kept from an earlier pass hold now: the representative still waits in a
+    lane of the shape at that priority (same record: a resubmission is another), and its
+    profile was not compiled again since (a policy or plugin change)."""
+    state = s.state
+    rep = info.rep
+    lane = state.index.of.get(rep.key)
+    return (
+        lane is not None
+        and lane.sleep is not None
+        and lane.key[1] == key[1]
+        and lane.shape == key[0]
+        and state.jobs.get(rep.key) is rep
+        and state.profiles.get(rep.placement.profile) is info.profile
+    )
+
+
+def _shape(s: Scratch, lanes: dict[LaneKey, Lane], kinds: dict[str, str | None]) -> ShapeFacts | None:
     rep = _member(s, next(iter(lanes.values())))
     profile = profile_for(s, rep) if rep is not None else None
     if rep is None or profile is None:
         return None
     if profile.name not in kinds:
         kinds[profile.name] = _kind(profile)
-    return _Shape(rep, profile, kinds[profile.name], tuple(sorted(rep.demand.items())))
+    return ShapeFacts(rep, profile, kinds[profile.name], tuple(sorted(rep.demand.items())))
 
 
 def check(s: Scratch, slept: Asleep) -> None:

@@ -114,6 +114,30 @@ def assign(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:
     return Assignment(flavors=flavors, amounts=sorted(amounts))
 
 
+def admits(usage: Usage, node: int, demand: Resources, available: dict[int, int]) -> bool:
+    """Whether ``assign`` admits the demand (not a ``Wait``), without working out its answer:
+    no reason, no message, and the node's ``Usage.available`` per column asked once for all the
+    demands checked against one usage (``available``: the caller's memo for this node, valid
+    only while the usage does not change). A pass asks it for every demand of a cohort with
+    quota news before it dispatches."""
+    plan = _plan(usage.tree, node, demand)
+    if plan is None:
+        return not isinstance(_assign(usage, node, demand), Wait)
+    for _, options in plan:
+        for _, pairs in options:
+            for col, amount in pairs:
+                room = available.get(col)
+                if room is None:
+                    room = available[col] = usage.available(node, col)
+                if amount > room:
+                    break
+            else:
+                break  # this flavor covers the group
+        else:
+            return False
+    return True
+
+
 # Per resource group the job needs: the resources it wants there, and each flavor that covers
 # them all with its (column, amount) pairs, in the order they are tried.
 _Plan = list[tuple[list[str], list[tuple[str, list[tuple[int, int]]]]]]

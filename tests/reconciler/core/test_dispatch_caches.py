@@ -8,7 +8,9 @@
 - ``FilterPlugin.survivors`` (ClusterHealth, ClusterHeadroom) vs their verdicts;
 - CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job;
 - the flavors and columns ``assign`` tries, per queue and demand (``admit._plan``), vs worked out per job;
-- ``lifecycle.untouched`` (a job with no report, copy or round skips ``handle_job``'s checks) vs checked.
+- ``lifecycle.untouched`` (a job with no report, copy or round skips ``handle_job``'s checks) vs checked;
+- a sleeping shape's facts kept across passes (``sleep.ShapeFacts``) vs read again every pass, and
+  the yes/no quota question before dispatch (``admit.admits``) vs ``assign``'s answer.
 
 Two leaders fold the same random inputs (clusters with labels and taints, ClusterQueues in a
 cohort, jobs with selectors, affinities, tolerations, preferences; heartbeats that change usage
@@ -27,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventlog import events as ev
-from reconciler.core import decide, fold, lifecycle, new_state
+from reconciler.core import decide, fold, lifecycle, new_state, sleep
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.plugins import capacity
@@ -41,6 +43,10 @@ TIERS = ["gold", "silver", "bronze"]
 
 def _every_dynamic(profile: CompiledProfile, inp: Any) -> list[Any]:
     return [(name, plugin) for name, plugin in profile.filters if not plugin.static]
+
+
+def _assigns(usage: Any, node: int, demand: Any, available: Any) -> bool:
+    return not isinstance(admit.assign(usage, node, demand), admit.Wait)
 
 
 @contextmanager
@@ -57,6 +63,8 @@ def plain() -> Iterator[None]:
         mock.patch.object(capacity, "_demanded", lambda table, demand_vec: None),
         mock.patch.object(admit, "_plan", lambda tree, node, demand: None),
         mock.patch.object(lifecycle, "untouched", lambda job: False),
+        mock.patch.object(sleep, "_still", lambda s, key, info: False),
+        mock.patch.object(sleep, "admits", _assigns),
     ):
         yield
 

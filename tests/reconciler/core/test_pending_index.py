@@ -325,3 +325,42 @@ def test_a_lane_asleep_through_capacity_news_is_checked_where_the_capacity_came_
             assert h.state.index.fits, "a1's shape was checked, and fit on c0"
     a1 = h.state.jobs["team-a/a1"]
     assert a1.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in a1.unschedulable)
+
+
+def test_shape_facts_are_kept_across_passes_only_while_what_they_were_read_from_holds() -> None:
+    """``PendingIndex.facts`` (``sleep.ShapeFacts``): what a pass needs of a sleeping shape is
+    kept for the next ones, but re-read once the cluster table changes (a taint on c1 turns
+    the shape away from it: capacity freed there is no news for it any more), and read from
+    another member once its representative stops waiting."""
+    h = BothWays()
+    config = ev.QueuesConfigured(
+        cluster_queues=[cq("team-a", gpu=1, cohort=None, preemption=NEVER)],
+        local_queues=[ev.LocalQueueSpec(namespace="team-a", name="default", cluster_queue="team-a")],
+        source="test",
+    )
+    h.feed(config, gpu_cluster("c0", 4), gpu_cluster("c1", 4))
+    (nominated,) = h.feed(team_job("team-a", "a0"))
+    assert isinstance(nominated, ev.Nominated)
+    h.feed(ev.RemoteCreated(job=nominated.job, cluster=nominated.clusters[0], attempt=nominated.attempt))
+    h.feed(ev.RemoteAdmitted(job=nominated.job, cluster=nominated.clusters[0], attempt=nominated.attempt))
+    h.feed(team_job("team-a", "a1"), team_job("team-a", "a2"))
+    state = h.state
+    (key,) = state.index.shapes  # a1 and a2 wait for team-a's quota, one lane asleep
+
+    def freed_on_c1() -> sleep_module.Asleep:
+        """What a pass would leave asleep if capacity came free on c1 alone."""
+        s = Scratch.start(state)
+        s.help, s.freed, s.quota_freed = False, {state.clusters.index["c1"]}, set()  # that news alone
+        return sleep_module.asleep(s, [])
+
+    first = freed_on_c1()
+    facts = state.index.facts[key]
+    assert first.verify == [facts.rep], "it fits on c1: the full scan would look at it"
+    assert freed_on_c1().shapes[key] is facts  # kept
+    taint = ev.Taint(key="maintenance", effect="NoSchedule")
+    h.feed(ev.ClusterUpdated(cluster="c1", capacity=dict(gpu_cluster("c1", 4).capacity), taints=[taint]))
+    assert state.index.shapes and not freed_on_c1().verify, "c1 takes it no more: capacity there is no news"
+    rep = state.index.facts[key].rep
+    h.feed(ev.JobDeleted(job=rep.ref))
+    freed_on_c1()
+    assert state.index.facts[key].rep.key in state.waiting
