@@ -588,6 +588,8 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--snapshot-every", type=int, default=10**9, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.role == "bench" and args.jobs < 2:
+        parser.error(f"--jobs must be at least 2 (half may follow the snapshot), got {args.jobs}")
     if args.role == "candidate":
         asyncio.run(candidate(args))
         return 0

@@ -418,7 +418,11 @@ def main() -> None:
         help="core for the nats-server (default 1, beside the load generator: NATS is another service, "
         "the webhook process gets core 0 to itself like the baseline; 0 puts it beside the webhook)",
     )
-    drive(parser.parse_args())
+    args = parser.parse_args()
+    for name in ("duration", "rate", "rounds"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name} must be positive, got {getattr(args, name)}")
+    drive(args)
 
 
 if __name__ == "__main__":

@@ -251,14 +251,9 @@ def test_a_lane_asleep_for_quota_is_looked_at_when_it_may_preempt_a_newcomer() -
     assert big.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in big.unschedulable)
 
 
-def test_a_lane_woken_by_quota_news_sleeps_again_once_the_quota_is_taken_and_is_checked_at_the_end() -> None:
-    """team-a's j1 and j2 (one lane) wait for team-a's quota while c0 would take them. j0 ends:
-    the pass wakes their lane, admits j1, and j2, whose queue has no quota left, sleeps again
-    untried (``Asleep.again``). team-b's new job takes c0's last GPU in the same pass, so at the
-    end no cluster takes j2: the full scan reports it waiting for capacity, and the indexed pass,
-    which checks the shape it put back to sleep, is redone without the index."""
-    h = BothWays()
-    config = ev.QueuesConfigured(
+def two_teams_without_cohort() -> ev.QueuesConfigured:
+    """team-a with 1 GPU of quota, team-b with 4, neither borrowing nor preempting."""
+    return ev.QueuesConfigured(
         cluster_queues=[
             cq("team-a", gpu=1, cohort=None, preemption=NEVER),
             cq("team-b", gpu=4, cohort=None, preemption=NEVER),
@@ -266,6 +261,16 @@ def test_a_lane_woken_by_quota_news_sleeps_again_once_the_quota_is_taken_and_is_
         local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in ("team-a", "team-b")],
         source="test",
     )
+
+
+def test_a_lane_woken_by_quota_news_sleeps_again_once_the_quota_is_taken_and_is_checked_at_the_end() -> None:
+    """team-a's j1 and j2 (one lane) wait for team-a's quota while c0 would take them. j0 ends:
+    the pass wakes their lane, admits j1, and j2, whose queue has no quota left, sleeps again
+    untried (``Asleep.again``). team-b's new job takes c0's last GPU in the same pass, so at the
+    end no cluster takes j2: the full scan reports it waiting for capacity, and the indexed pass,
+    which checks the shape it put back to sleep, is redone without the index."""
+    h = BothWays()
+    config = two_teams_without_cohort()
     h.feed(config, gpu_cluster("c0", 2))
     (nominated,) = h.feed(team_job("team-a", "j0"))
     assert isinstance(nominated, ev.Nominated)
@@ -286,7 +291,7 @@ def test_a_lane_woken_by_quota_news_sleeps_again_once_the_quota_is_taken_and_is_
     )
     with mock.patch.object(sleep_module.Asleep, "again", spy):
         out = h.step()
-    assert True in woken
+    assert any(woken), "no lane was put back to sleep in the pass"
     assert {"Nominated", "Unschedulable"} <= {type(d).__name__ for d in out}
     j2 = h.state.jobs["team-a/j2"]
     assert j2.unschedulable is not None and not any(k.startswith("QuotaExceeded") for k in j2.unschedulable)
@@ -300,14 +305,7 @@ def test_a_lane_asleep_through_capacity_news_is_checked_where_the_capacity_came_
     capacity came free), reports it waiting for capacity. The indexed pass finds at its end that
     a1's shape fits neither on c0 nor anywhere else, and is redone without the index."""
     h = BothWays()
-    config = ev.QueuesConfigured(
-        cluster_queues=[
-            cq("team-a", gpu=1, cohort=None, preemption=NEVER),
-            cq("team-b", gpu=4, cohort=None, preemption=NEVER),
-        ],
-        local_queues=[ev.LocalQueueSpec(namespace=t, name="default", cluster_queue=t) for t in ("team-a", "team-b")],
-        source="test",
-    )
+    config = two_teams_without_cohort()
     h.feed(config, gpu_cluster("c0", 4))
     running: dict[str, ev.Nominated] = {}
     for team, name in (("team-a", "a0"), ("team-b", "b0"), ("team-b", "b00")):
