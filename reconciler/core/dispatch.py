@@ -18,9 +18,7 @@ from reconciler.core import phases
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import (
     Evaluation,
-    active_filters,
     evaluate,
-    feasible,
     rank,
     rejection_summary,
     static_survivors,
@@ -33,6 +31,7 @@ from reconciler.core.lifecycle import evict_event
 from reconciler.core.preemption import Choice, select_victims
 from reconciler.core.queues.admit import queue_of
 from reconciler.core.scratch import Scratch, job_view
+from reconciler.core.spec_classes import feasible_for
 from reconciler.core.strategies import round_deadline, width
 
 if TYPE_CHECKING:
@@ -101,8 +100,7 @@ def attempt(
     if memo in failed_specs and not d.tried and job.key not in s.claims and not d.timed_out:
         left.append(d)
         return LEFT
-    inp = s.cycle_input(job)
-    candidates = feasible(profile, inp, spec_key=job.spec_key)
+    candidates, own, per_cluster = feasible_for(s, profile, job)
     table = s.state.clusters
     claim = s.claims.get(job.key)
     claim_cluster = claim.cluster if claim else None
@@ -112,9 +110,10 @@ def attempt(
     if quota is not None and _any_choice(s, d, candidates, claim_cluster=claim_cluster):
         flavors = quota()
         if flavors is None:
-            if not s.claims and all(plugin.per_cluster for _, plugin in active_filters(profile, inp)):
+            if not s.claims and per_cluster:
                 d.seen_feasible = (candidates, s.ticks, s.claim_changes)
             return QUOTA
+    inp = own or s.cycle_input(job)
     evaluation = rank(profile, inp, candidates=candidates)
     chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim_cluster)
     if chosen:

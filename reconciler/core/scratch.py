@@ -6,6 +6,7 @@ stays pure; the same bookkeeping happens for real when the leader folds the deci
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +23,9 @@ from reconciler.core.queues.admit import queue_of
 from reconciler.core.queues.usage import Usage
 from reconciler.core.state import State, charge_for
 from reconciler.core.workerqueues import worker_queues
+
+if TYPE_CHECKING:
+    from reconciler.core.spec_classes import ClassKey, Seen
 
 
 @dataclass
@@ -53,8 +57,10 @@ class Scratch:
     # untouched since, as long as no claim changed what it may use (``still_fits``).
     ticks: int = 0
     touched_at: npt.NDArray[np.int64] | None = None
+    touches: list[int] = field(default_factory=list)  # the slot of each tick (tick t: touches[t - 1])
     claim_changes: int = 0
     _no_kueue: bool = False  # no worker reported queues (the table does not change in a pass)
+    classes: dict[ClassKey, Seen] = field(default_factory=dict)  # ``spec_classes``: per spec class
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -129,6 +135,7 @@ class Scratch:
             self.touched_at = np.zeros(len(self.state.clusters), dtype=np.int64)
         self.ticks += 1
         self.touched_at[slot] = self.ticks
+        self.touches.append(slot)
 
     def still_fits(self, seen: tuple[npt.NDArray[np.intp], int, int] | None) -> bool:
         """Whether some cluster a job passed every filter on earlier in this pass (``seen``:

@@ -213,7 +213,14 @@ def _idle_scores(profile: CompiledProfile, inp: CycleInput) -> frozenset[int]:
 def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> Slots:
     """Clusters passing every filter, by cascading: each filter sees the previous survivors.
     Idle filters pass everyone and are not asked; a filter that skipped changes nothing."""
-    slots: Slots = static_survivors(profile, inp).nonzero()[0]
+    slots, _ = dynamic_survivors(profile, inp, static_survivors(profile, inp).nonzero()[0])
+    return slots
+
+
+def dynamic_survivors(profile: CompiledProfile, inp: CycleInput, slots: Slots) -> tuple[Slots, bool]:
+    """Which of ``slots`` pass the active dynamic filters (cascading), and whether a filter
+    failed (raised) on the way: its verdicts are then not the clusters' own."""
+    failed = False
     for name, plugin in active_filters(profile, inp):
         if len(slots):
             kept = _survivors(plugin, inp, slots)
@@ -221,9 +228,10 @@ def feasible(profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes) -> S
                 slots = kept
                 continue
             result = run_filter(name, plugin, inp, slots)
+            failed = failed or result.failed
             if not result.skipped or result.verdict.any():
                 slots = slots[result.passed()]
-    return slots
+    return slots, failed
 
 
 def _survivors(plugin: FilterPlugin, inp: CycleInput, slots: Slots) -> Slots | None:

@@ -5,6 +5,8 @@
 - idle dynamic filters and score plugins skipped (``FilterPlugin.idle``, ``ScorePlugin.idle``)
   vs asked;
 - ``Scratch.still_fits`` (a quota wait kept without filtering again) vs filtering again;
+- a spec class's feasible clusters carried from one of its jobs to the next in a pass
+  (``spec_classes``), only the clusters touched since filtered again, vs filtering each job;
 - ``FilterPlugin.survivors`` (ClusterHealth, ClusterHeadroom) vs their verdicts;
 - CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job;
 - the flavors and columns ``assign`` tries, per queue and demand (``admit._plan``), vs worked out per job;
@@ -29,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventlog import events as ev
-from reconciler.core import decide, fold, lifecycle, new_state, sleep
+from reconciler.core import decide, fold, lifecycle, new_state, sleep, spec_classes
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.plugins import capacity
@@ -57,7 +59,8 @@ def plain() -> Iterator[None]:
         mock.patch.object(cycle, "_raw_scores", lambda plugin, inp, candidates, memo: None),
         mock.patch.object(cycle, "active_filters", _every_dynamic),
         mock.patch.object(cycle, "_idle_scores", lambda profile, inp: frozenset()),
-        mock.patch("reconciler.core.dispatch.active_filters", _every_dynamic),
+        mock.patch.object(spec_classes, "active_filters", _every_dynamic),
+        mock.patch.object(spec_classes, "lookup", lambda s, profile, job: None),
         mock.patch.object(Scratch, "still_fits", lambda self, seen: False),
         mock.patch.object(cycle, "_survivors", lambda plugin, inp, slots: None),
         mock.patch.object(capacity, "_demanded", lambda table, demand_vec: None),
@@ -167,6 +170,7 @@ def test_caches_decide_as_the_plain_path(
     fleet: list[ev.ClusterRegistered], first: list[ev.JobSubmitted], later: list[ev.JobSubmitted], gpu: int, silent: bool
 ) -> None:
     queues = ev.QueuesConfigured(cluster_queues=[cq(t, gpu=gpu, borrowing_limit=1) for t in TEAMS], source="test")
+    # The later batch also brings each first job's spec again: classes of several jobs in a pass.
     later = [
         ev.JobSubmitted(
             job=ev.JobRef(namespace="ns", name=f"k{i}", uid=f"v{i}"),
@@ -175,7 +179,7 @@ def test_caches_decide_as_the_plain_path(
             priority=j.priority,
             cluster_queue=j.cluster_queue,
         )
-        for i, j in enumerate(later)
+        for i, j in enumerate([*later, *first])
     ]
     cached, uncached = Leader(), Leader()
     beats = [ev.ClusterHeartbeat(cluster=c.cluster, usage={"cpu": 1000}) for c in fleet[1:] if silent] or [
