@@ -24,14 +24,14 @@ from reconciler.core.framework.cycle import (
     static_survivors,
     summary_message,
 )
-from reconciler.core.framework.interface import JobView, Slots
+from reconciler.core.framework.interface import JobView
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
 from reconciler.core.preemption import Choice, select_victims
 from reconciler.core.queues.admit import queue_of
 from reconciler.core.scratch import Scratch, job_view
-from reconciler.core.spec_classes import feasible_for
+from reconciler.core.spec_classes import Feasible
 from reconciler.core.strategies import round_deadline, width
 
 if TYPE_CHECKING:
@@ -100,21 +100,21 @@ def attempt(
     if memo in failed_specs and not d.tried and job.key not in s.claims and not d.timed_out:
         left.append(d)
         return LEFT
-    candidates, own, per_cluster = feasible_for(s, profile, job)
+    found = Feasible(s, profile, job)
     table = s.state.clusters
     claim = s.claims.get(job.key)
     claim_cluster = claim.cluster if claim else None
     # Quota before scores: a job its queue cannot admit now (most of them, when queues are
     # full) needs no ranking. Which clusters it would get does not change what quota says.
     flavors: dict[str, str] | None = {}
-    if quota is not None and _any_choice(s, d, candidates, claim_cluster=claim_cluster):
+    if quota is not None and _any_choice(s, d, found, claim_cluster=claim_cluster):
         flavors = quota()
         if flavors is None:
-            if not s.claims and per_cluster:
-                d.seen_feasible = (candidates, s.ticks, s.claim_changes)
+            if not s.claims and found.per_cluster:
+                d.seen_feasible = found.seen()
             return QUOTA
-    inp = own or s.cycle_input(job)
-    evaluation = rank(profile, inp, candidates=candidates)
+    inp = found.inp or s.cycle_input(job)
+    evaluation = rank(profile, inp, candidates=found.now())
     chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim_cluster)
     if chosen:
         assert flavors is not None
@@ -213,8 +213,11 @@ def _fits_freed(s: Scratch, job: JobRecord, profile: CompiledProfile, view: JobV
     return bool((free >= view.demand_vec).all(axis=1).any())
 
 
-def _any_choice(s: Scratch, d: Draft, candidates: Slots, *, claim_cluster: str | None) -> bool:
-    """Whether ``_choose`` will choose any cluster among these (ranked or not: the same set)."""
+def _any_choice(s: Scratch, d: Draft, found: Feasible, *, claim_cluster: str | None) -> bool:
+    """Whether ``_choose`` will choose any of the feasible clusters (ranked or not: the same set)."""
+    if claim_cluster is None and not d.tried:
+        return found.any()
+    candidates = found.now()
     table = s.state.clusters
     if claim_cluster is not None:
         slot = table.index.get(claim_cluster)

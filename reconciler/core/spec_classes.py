@@ -19,12 +19,12 @@ outlives it (the table, ``now`` and the profiles do not change within a pass). A
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reconciler.core.clusters import Mask
-from reconciler.core.framework.cycle import active_filters, dynamic_survivors, static_survivors
+from reconciler.core.framework.cycle import active_filters, dynamic_survivors, feasible, static_survivors
 from reconciler.core.framework.interface import CycleInput, Slots
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import JobRecord
@@ -51,56 +51,93 @@ class Seen:
     per_cluster: bool  # every active filter judges a cluster by its own row alone
 
 
-class Found(NamedTuple):
-    candidates: Slots
-    inp: CycleInput | None  # the job's own input, when it was built to filter
-    per_cluster: bool  # (only known without claims) every active filter is ``per_cluster``
+class Feasible:
+    """A job's feasible clusters, brought up to date from its class only when asked for them
+    (``now``): a job its queue turns away needs only to know that some cluster would take it."""
 
+    __slots__ = ("_candidates", "_profile", "_s", "_seen", "inp", "per_cluster")
 
-def feasible_for(s: Scratch, profile: CompiledProfile, job: JobRecord) -> Found:
-    """The clusters passing every filter for ``job`` now, as ``framework.cycle.feasible``."""
-    seen = lookup(s, profile, job)
-    if seen is not None:
-        return Found(seen.candidates, None, seen.per_cluster)
-    inp = s.cycle_input(job)
-    static_ok = static_survivors(profile, inp)
-    candidates, failed = dynamic_survivors(profile, inp, static_ok.nonzero()[0])
-    if s.claims:
-        return Found(candidates, inp, False)
-    per_cluster = all(plugin.per_cluster for _, plugin in active_filters(profile, inp))
-    key = (profile.name, job.spec_key, job.priority)
-    if failed:  # (an error's verdicts belong to no cluster: nothing to carry to the next job)
-        s.classes.pop(key, None)
-    else:
+    def __init__(self, s: Scratch, profile: CompiledProfile, job: JobRecord) -> None:
+        self._s = s
+        self._profile = profile
+        self._seen = lookup(s, profile, job)
+        self._candidates: Slots | None = None
+        self.inp: CycleInput | None = None  # the job's own input, when it was built to filter
+        self.per_cluster = False  # (only known without claims) every active filter is ``per_cluster``
+        if self._seen is not None:
+            self.per_cluster = self._seen.per_cluster
+            return
+        inp = self.inp = s.cycle_input(job)
+        static_ok = static_survivors(profile, inp)
+        self._candidates, failed = dynamic_survivors(profile, inp, static_ok.nonzero()[0])
+        if s.claims:
+            return
+        self.per_cluster = all(plugin.per_cluster for _, plugin in active_filters(profile, inp))
+        key = (profile.name, job.spec_key, job.priority)
+        if failed:  # (an error's verdicts belong to no cluster: nothing to carry to the next job)
+            s.classes.pop(key, None)
+            return
         passed = np.zeros(len(static_ok), dtype=np.bool_)
-        passed[candidates] = True
-        s.classes[key] = Seen(s.ticks, s.claim_changes, inp, static_ok, passed, candidates, per_cluster)
-    return Found(candidates, inp, per_cluster)
+        passed[self._candidates] = True
+        s.classes[key] = Seen(s.ticks, s.claim_changes, inp, static_ok, passed, self._candidates, self.per_cluster)
+
+    def now(self) -> Slots:
+        """The clusters passing every filter now, as ``framework.cycle.feasible`` finds them."""
+        if self._candidates is None:
+            assert self._seen is not None
+            self._candidates = refresh(self._s, self._profile, self._seen)
+        return self._candidates
+
+    def any(self) -> bool:
+        """Whether any cluster passes now: without filtering again while a cluster that passed
+        for the class is untouched since (its verdicts stand, ``per_cluster``)."""
+        if self._candidates is None and self._untouched() is not None:
+            return True
+        return len(self.now()) > 0
+
+    def seen(self) -> tuple[Slots, int, int]:
+        """For ``Scratch.still_fits``: clusters that passed every filter, the tick and claim
+        changes then. A class's clusters as of when it was last filtered do as well as today's:
+        the ones untouched since pass now too."""
+        if self._candidates is None and (seen := self._untouched()) is not None:
+            return seen.candidates, seen.tick, seen.claim_changes
+        return self.now(), self._s.ticks, self._s.claim_changes
+
+    def _untouched(self) -> Seen | None:
+        """The class, when some cluster that passed for it is untouched since."""
+        seen = self._seen
+        assert seen is not None
+        return seen if len(seen.candidates) > len(set(self._s.touches[seen.tick :])) else None
 
 
 def lookup(s: Scratch, profile: CompiledProfile, job: JobRecord) -> Seen | None:
-    """The job's class, its feasible clusters brought up to date; None: filter the job itself."""
+    """The job's class, if its verdicts can be brought up to date (``refresh``); None: filter
+    the job itself."""
     if s.claims:
         return None
-    key = (profile.name, job.spec_key, job.priority)
-    seen = s.classes.get(key)
+    seen = s.classes.get((profile.name, job.spec_key, job.priority))
     if seen is None or seen.claim_changes != s.claim_changes:
         return None
-    if seen.tick == s.ticks:
-        return seen
-    if not seen.per_cluster or s.ticks - seen.tick > FEW:
+    if seen.tick != s.ticks and (not seen.per_cluster or s.ticks - seen.tick > FEW):
         return None
+    return seen
+
+
+def refresh(s: Scratch, profile: CompiledProfile, seen: Seen) -> Slots:
+    """The class's feasible clusters now: those touched since it was last filtered, again."""
+    if seen.tick == s.ticks:
+        return seen.candidates
     touched = sorted({slot for slot in s.touches[seen.tick :] if seen.static_ok[slot]})
     if touched:
         slots = np.array(touched, dtype=np.intp)
         kept, failed = dynamic_survivors(profile, seen.inp, slots)
-        if failed:
-            del s.classes[key]
-            return None
+        if failed:  # (the class is filtered job by job from here: the answer stands for this one)
+            seen.claim_changes = -1
+            return feasible(profile, seen.inp, spec_key=seen.inp.job.spec_key)
         now = np.zeros(len(slots), dtype=np.bool_)
         now[np.searchsorted(slots, kept)] = True  # (survivors are a subsequence of ``slots``)
         if (seen.passed[slots] != now).any():
             seen.passed[slots] = now
             seen.candidates = np.flatnonzero(seen.passed)  # (a new array: the old one was handed out)
     seen.tick = s.ticks
-    return seen
+    return seen.candidates
