@@ -88,6 +88,28 @@ def draining(tree: QueueTree, job: JobRecord) -> str:
 def assign(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:
     """In each resource group the first flavor (in order) where the job fits, within nominal
     quota or by borrowing; a resource no group covers makes the job inadmissible (as Kueue)."""
+    stamp = usage.stamp(node)
+    waited = _waited(usage, node, demand, stamp)
+    if waited is not None:
+        return waited
+    got = _assign_planned(usage, node, demand)
+    if isinstance(got, Wait):
+        usage.waits[(node, id(demand))] = (demand, stamp, got)  # (the demand held: its id stays its own)
+    return got
+
+
+def _waited(usage: Usage, node: int, demand: Resources, stamp: tuple[int, ...]) -> Wait | None:
+    """The answer ``assign`` gave a demand of the node's when neither the node's usage nor any
+    of its cohorts' has changed since (a queue that is full turns every job of a spec away with
+    the same reason until usage moves). Only waits are kept: an ``Assignment``'s dict is the
+    caller's to keep."""
+    got = usage.waits.get((node, id(demand)))
+    if got is not None and got[0] is demand and got[1] == stamp:
+        return got[2]
+    return None
+
+
+def _assign_planned(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:
     plan = _plan(usage.tree, node, demand)
     if plan is None:
         return _assign(usage, node, demand)

@@ -7,6 +7,8 @@ into it). ``total[n]`` is the plain sum over the queues below a node, for fair s
 
 from __future__ import annotations
 
+from typing import Any
+
 from eventlog.events import Resources
 from reconciler.core.jobs import Charge
 from reconciler.core.queues.tree import QueueTree
@@ -22,6 +24,8 @@ class Usage:
         # Rows this object may write to; a copy shares the others' rows with its original until
         # it first writes them (every decide pass copies the usage and most change a few nodes).
         self._owned: set[int] | None = None  # None: every row
+        # ``admit.assign``'s waits, per (node, demand id): (demand, ``stamp``, wait). Per object.
+        self.waits: dict[tuple[int, int], Any] = {}
 
     def copy(self) -> Usage:
         """Copy-on-write, per node: writes to either object afterwards are not seen by the other."""
@@ -31,8 +35,22 @@ class Usage:
         other.total = list(self.total)
         other.version = list(self.version)
         other._owned = set()
+        other.waits = {}
         self._owned = set()  # the rows are shared both ways now
         return other
+
+    def stamp(self, node: int) -> tuple[int, ...]:
+        """The versions of the node and its cohorts up to the root: what the node may take
+        (``available``) is the same while they are. Versions only grow, but a copy counts on from
+        its original's, so stamps compare only within one object."""
+        version = self.version
+        nodes = self.tree.nodes
+        out = [version[node]]
+        parent = nodes[node].parent
+        while parent is not None:
+            out.append(version[parent])
+            parent = nodes[parent].parent
+        return tuple(out)
 
     def _own(self, node: int) -> None:
         owned = self._owned

@@ -10,6 +10,8 @@
 - ``FilterPlugin.survivors`` (ClusterHealth, ClusterHeadroom) vs their verdicts;
 - CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job;
 - the flavors and columns ``assign`` tries, per queue and demand (``admit._plan``), vs worked out per job;
+- the wait ``assign`` gave a queue and demand while the usage up its cohort tree stays the same
+  (``admit._waited``, ``Usage.stamp``) vs worked out per job;
 - ``lifecycle.untouched`` (a job with no report, copy or round skips ``handle_job``'s checks) vs checked;
 - a sleeping shape's facts kept across passes (``sleep.ShapeFacts``) vs read again every pass, and
   the yes/no quota question before dispatch (``admit.admits``) vs ``assign``'s answer.
@@ -65,6 +67,7 @@ def plain() -> Iterator[None]:
         mock.patch.object(cycle, "_survivors", lambda plugin, inp, slots: None),
         mock.patch.object(capacity, "_demanded", lambda table, demand_vec: None),
         mock.patch.object(admit, "_plan", lambda tree, node, demand: None),
+        mock.patch.object(admit, "_waited", lambda usage, node, demand, stamp: None),
         mock.patch.object(lifecycle, "untouched", lambda job: False),
         mock.patch.object(sleep, "_still", lambda s, key, info: False),
         mock.patch.object(sleep, "admits", _assigns),
