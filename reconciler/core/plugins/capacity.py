@@ -101,7 +101,9 @@ class ClusterHeadroom(FilterPlugin):
         columns = _demanded(inp.clusters, job.demand_vec)
         if columns is None:
             return slots  # demands nothing: fits everywhere
-        cols, demand, _ = columns
+        cols, demand, _, needs = columns
+        if len(slots) <= FEW:
+            return _fitting(inp.free, slots, needs)
         rows = inp.free.take(slots, axis=0)
         if cols is not None:
             rows = rows[:, cols]
@@ -119,7 +121,11 @@ def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
     columns = _demanded(inp.clusters, job.demand_vec)
     if columns is None:  # no demand: every resource a candidate has counts
         return _headroom_plain(inp, candidates)
-    cols, demand, denominators = columns
+    cols, demand, denominators, needs = columns
+    if len(candidates) <= FEW:
+        scores = _headroom_few(inp.free, denominators, candidates, needs)
+        if scores is not None:
+            return scores
     # All demanded columns at once (rows gathered once): the same integer arithmetic per column,
     # in place (each ufunc on these small arrays costs its call, not its arithmetic).
     frac = inp.free.take(candidates, axis=0)
@@ -138,7 +144,43 @@ def headroom_after(inp: CycleInput, candidates: Slots) -> Scores:
     return out
 
 
-_Columns = tuple[Slots | None, npt.NDArray[np.int64], npt.NDArray[np.int64]]
+# (demanded columns or None: every one, the demand there, max(capacity, 1) there, ``_needs``)
+_Columns = tuple[Slots | None, npt.NDArray[np.int64], npt.NDArray[np.int64], list[tuple[int, int, int]]]
+
+# Up to this many clusters (one a nomination touched, for the next job of its spec class:
+# ``reconciler.core.spec_classes``), plain integers: numpy's cost per call outweighs its speed.
+FEW = 4
+# Beyond this, (free - demand) * MAX_SCORE might overflow int64 as numpy computes it.
+_SAFE = 1 << 55
+
+
+def _needs(cols: Slots | None, demand: npt.NDArray[np.int64]) -> list[tuple[int, int, int]]:
+    """(column in the table, demand, column in the denominators) per demanded column."""
+    table_cols: list[int] = list(range(len(demand))) if cols is None else cols.tolist()
+    return [(c, d, j) for j, (c, d) in enumerate(zip(table_cols, demand.tolist(), strict=True))]
+
+
+def _fitting(free: npt.NDArray[np.int64], slots: Slots, needs: list[tuple[int, int, int]]) -> Slots:
+    """``ClusterHeadroom.survivors`` for a few clusters."""
+    kept = [slot for slot in slots.tolist() if all(free.item(slot, c) >= d for c, d, _ in needs)]
+    return np.array(kept, dtype=np.intp)
+
+
+def _headroom_few(
+    free: npt.NDArray[np.int64], denominators: npt.NDArray[np.int64], candidates: Slots, needs: list[tuple[int, int, int]]
+) -> Scores | None:
+    """``headroom_after`` for a few clusters, the same integer arithmetic (None: numbers so
+    large that numpy's would overflow, which it then does as before)."""
+    out = []
+    for slot in candidates.tolist():
+        total = 0
+        for c, d, j in needs:
+            left = free.item(slot, c) - d
+            if not -_SAFE < left < _SAFE:
+                return None
+            total += min(max(left * MAX_SCORE // denominators.item(slot, j), 0), MAX_SCORE)
+        out.append(total // len(needs))
+    return np.array(out, dtype=np.int64)
 _DEMANDS = 4_096  # demand vectors remembered per table version (cleared when full)
 
 
@@ -164,7 +206,8 @@ def _demanded(table: ClusterTable, demand_vec: npt.NDArray[np.int64]) -> _Column
         if denominators is None:
             denominators = np.maximum(table.capacity if every else table.capacity[:, cols], 1)
             by_columns[cols.tobytes()] = denominators
-        got = (None if every else cols, demand_vec[cols].copy(), denominators)
+        demand = demand_vec[cols].copy()
+        got = (None if every else cols, demand, denominators, _needs(None if every else cols, demand))
     if len(by_demand) >= _DEMANDS:
         by_demand.clear()
     by_demand[key] = got
