@@ -24,7 +24,7 @@ from reconciler.core.framework.cycle import (
     static_survivors,
     summary_message,
 )
-from reconciler.core.framework.interface import JobView
+from reconciler.core.framework.interface import JobView, Slots
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
@@ -113,22 +113,23 @@ def attempt(
             if not s.claims and found.per_cluster:
                 d.seen_feasible = found.seen()
             return QUOTA
-    inp = found.inp or s.cycle_input(job)
-    evaluation = rank(profile, inp, candidates=found.now())
-    chosen = _choose(s, d, profile=profile, evaluation=evaluation, claim_cluster=claim_cluster)
+    ranked = found.ranked()
+    if ranked is None:
+        ranked = rank(profile, found.inp or s.cycle_input(job), candidates=found.now()).ranked
+    chosen = _choose(s, d, profile=profile, ranked=ranked, claim_cluster=claim_cluster)
     if chosen:
         assert flavors is not None
         deadline = round_deadline(profile.spec.strategy, now_ms=s.now, timeout_ms=profile.spec.round_timeout_ms)
         d.nominate(s, clusters=chosen, deadline_ms=deadline, flavors=flavors)
         return NOMINATED
-    if len(evaluation.ranked) or d.timed_out:  # every feasible cluster was tried: start over later
+    if len(ranked) or d.timed_out:  # every feasible cluster was tried: start over later
         d.requeue(s, reason="AdmissionTimeout", cluster=None, backoff=True, message="no cluster admitted the job")
         return REQUEUED
     if claim is not None:
         return WAITING
     # With tenancy, preempting for cluster capacity is pointless if the queue cannot admit it.
     if job.placement.preemption_policy == "PreemptLowerPriority" and len(table) and (quota is None or quota() is not None):
-        full = evaluate(profile, inp, spec_key=job.spec_key, scores=False, full=True)
+        full = evaluate(profile, found.inp or s.cycle_input(job), spec_key=job.spec_key, scores=False, full=True)
         if _preempt(s, d, evaluation=full):
             return CLAIMED
     failed_specs.add(memo)
@@ -229,11 +230,8 @@ def _any_choice(s: Scratch, d: Draft, found: Feasible, *, claim_cluster: str | N
     return len(candidates) > 0  # a strategy's width is at least 1 when any cluster is left
 
 
-def _choose(
-    s: Scratch, d: Draft, *, profile: CompiledProfile, evaluation: Evaluation, claim_cluster: str | None
-) -> list[str]:
+def _choose(s: Scratch, d: Draft, *, profile: CompiledProfile, ranked: Slots, claim_cluster: str | None) -> list[str]:
     table = s.state.clusters
-    ranked = evaluation.ranked
     if claim_cluster is not None:
         slot = table.index.get(claim_cluster)
         if slot is not None and bool((ranked == slot).any()):

@@ -24,8 +24,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from reconciler.core.clusters import Mask
-from reconciler.core.framework.cycle import active_filters, dynamic_survivors, feasible, static_survivors
-from reconciler.core.framework.interface import CycleInput, Slots
+from reconciler.core.framework.cycle import (
+    active_filters,
+    dynamic_survivors,
+    feasible,
+    idle_scores,
+    rank,
+    static_survivors,
+)
+from reconciler.core.framework.interface import CycleInput, Scores, Slots
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import JobRecord
 
@@ -49,6 +56,12 @@ class Seen:
     passed: Mask  # ``candidates`` as a mask (owned here: updated in place)
     candidates: Slots  # never changed once handed out (a new array when the set changes)
     per_cluster: bool  # every active filter judges a cluster by its own row alone
+    scores_per_cluster: bool  # so does every score plugin asked (``ScorePlugin.per_cluster``)
+    # The candidates best first as (-total score, name rank, slot), right at ``ranked_at``; the
+    # slots alone as an array (None: not made since the ranking changed).
+    ranking: list[tuple[int, int, int]] | None = None
+    ranked_at: int = 0
+    ranked: Slots | None = None
 
 
 class Feasible:
@@ -79,7 +92,11 @@ class Feasible:
             return
         passed = np.zeros(len(static_ok), dtype=np.bool_)
         passed[self._candidates] = True
-        s.classes[key] = Seen(s.ticks, s.claim_changes, inp, static_ok, passed, self._candidates, self.per_cluster)
+        idle = idle_scores(profile, inp)
+        scores = all(plugin.per_cluster for i, (_, _, plugin) in enumerate(profile.scores) if i not in idle)
+        self._seen = s.classes[key] = Seen(
+            s.ticks, s.claim_changes, inp, static_ok, passed, self._candidates, self.per_cluster, scores
+        )
 
     def now(self) -> Slots:
         """The clusters passing every filter now, as ``framework.cycle.feasible`` finds them."""
@@ -87,6 +104,35 @@ class Feasible:
             assert self._seen is not None
             self._candidates = refresh(self._s, self._profile, self._seen)
         return self._candidates
+
+    def ranked(self) -> Slots | None:
+        """The feasible clusters best first, as ``framework.cycle.rank`` orders them, from the
+        class's ranking with the clusters touched since scored again; None: rank the job itself
+        (claims held, or a filter or score plugin that is not ``per_cluster``)."""
+        seen = self._seen
+        if seen is None or not (seen.per_cluster and seen.scores_per_cluster) or self._s.claims:
+            return None
+        candidates = self.now()
+        s = self._s
+        table = s.state.clusters
+        if seen.ranking is None or s.ticks - seen.ranked_at > FEW:
+            evaluation = rank(self._profile, seen.inp, candidates=candidates)
+            seen.ranking = _entries(evaluation.ranked, evaluation.totals, table.name_rank)
+            seen.ranked = evaluation.ranked
+        elif seen.ranked_at != s.ticks:
+            touched = set(s.touches[seen.ranked_at :])
+            ranking = [entry for entry in seen.ranking if entry[2] not in touched]
+            again = np.array(sorted(slot for slot in touched if seen.passed[slot]), dtype=np.intp)
+            if len(again):  # (per cluster: scored alone, each scores as among all the candidates)
+                evaluation = rank(self._profile, seen.inp, candidates=again)
+                ranking += _entries(evaluation.ranked, evaluation.totals, table.name_rank)
+                ranking.sort()
+            if ranking != seen.ranking:
+                seen.ranking, seen.ranked = ranking, None
+        seen.ranked_at = s.ticks
+        if seen.ranked is None:
+            seen.ranked = np.array([slot for _, _, slot in seen.ranking], dtype=np.intp)
+        return seen.ranked
 
     def any(self) -> bool:
         """Whether any cluster passes now: without filtering again while a cluster that passed
@@ -141,3 +187,9 @@ def refresh(s: Scratch, profile: CompiledProfile, seen: Seen) -> Slots:
             seen.candidates = np.flatnonzero(seen.passed)  # (a new array: the old one was handed out)
     seen.tick = s.ticks
     return seen.candidates
+
+
+def _entries(ranked: Slots, totals: Scores, name_rank: Slots) -> list[tuple[int, int, int]]:
+    """(-total, name rank, slot) per ranked cluster: sorted, the order ``rank`` gives."""
+    slots: list[int] = ranked.tolist()
+    return list(zip((-totals).tolist(), name_rank[ranked].tolist(), slots, strict=True))

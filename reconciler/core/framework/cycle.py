@@ -201,7 +201,8 @@ def active_filters(profile: CompiledProfile, inp: CycleInput) -> list[tuple[str,
     return profile.active[1]
 
 
-def _idle_scores(profile: CompiledProfile, inp: CycleInput) -> frozenset[int]:
+def idle_scores(profile: CompiledProfile, inp: CycleInput) -> frozenset[int]:
+    """The indexes of the profile's score plugins that are idle with this table (memo per version)."""
     table = inp.clusters
     key = (table.version, table.facts_version)
     if profile.idle_scores is None or profile.idle_scores[0] != key:
@@ -248,7 +249,7 @@ def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Eva
     n = len(candidates)
     if n == 0:
         return Evaluation(ranked=candidates, totals=np.zeros(0, dtype=np.int64), plugin_scores=[])
-    idle = _idle_scores(profile, inp)
+    idle = idle_scores(profile, inp)
     asked: list[Scores] = []
     weights: list[int] = []
     for i, (_, weight, plugin) in enumerate(profile.scores):

@@ -144,6 +144,13 @@ class FilterPlugin(Plugin):
 
 
 class ScorePlugin(Plugin):
+    # True when a cluster's normalized score depends only on that cluster's own row of the input
+    # (free capacity, health, our copies in flight there), what is fixed for a pass, and the job's
+    # spec (``JobView.spec_key``), and ``normalize`` maps each raw score on its own: a change on
+    # one cluster then moves no other cluster's score, so the jobs of one spec class rank from
+    # one ranking kept up to date (``reconciler.core.spec_classes``).
+    per_cluster: ClassVar[bool] = False
+
     def cache_key(self, job: JobView) -> Hashable | None:
         """The part of the job the raw scores depend on, when they depend only on it and on
         the clusters' labels, taints and capacity (not usage or health): raw scores are then

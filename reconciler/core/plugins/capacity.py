@@ -233,6 +233,7 @@ def _headroom_plain(inp: CycleInput, candidates: Slots) -> Scores:
 
 class CapacityScore(ScorePlugin):
     name = CAPACITY_SCORE
+    per_cluster = True  # (headroom on each cluster's own row; normalize leaves each score as is)
 
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         return headroom_after(inp, candidates)
@@ -243,6 +244,7 @@ class CapacityScore(ScorePlugin):
 
 class BinPack(ScorePlugin):
     name = BINPACK
+    per_cluster = True  # (headroom on each cluster's own row; normalize leaves each score as is)
 
     def score(self, inp: CycleInput, candidates: Slots) -> Scores:
         return MAX_SCORE - headroom_after(inp, candidates)

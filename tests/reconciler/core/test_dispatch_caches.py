@@ -60,7 +60,7 @@ def plain() -> Iterator[None]:
         mock.patch.object(cycle, "_by_parts", lambda profile, inp: None),
         mock.patch.object(cycle, "_raw_scores", lambda plugin, inp, candidates, memo: None),
         mock.patch.object(cycle, "active_filters", _every_dynamic),
-        mock.patch.object(cycle, "_idle_scores", lambda profile, inp: frozenset()),
+        mock.patch.object(cycle, "idle_scores", lambda profile, inp: frozenset()),
         mock.patch.object(spec_classes, "active_filters", _every_dynamic),
         mock.patch.object(spec_classes, "lookup", lambda s, profile, job: None),
         mock.patch.object(Scratch, "still_fits", lambda self, seen: False),
