@@ -31,6 +31,7 @@ from reconciler.core.framework.cycle import (
     idle_scores,
     rank,
     static_survivors,
+    totals_of,
 )
 from reconciler.core.framework.interface import CycleInput, Scores, Slots
 from reconciler.core.framework.profile import CompiledProfile
@@ -124,8 +125,13 @@ class Feasible:
             ranking = [entry for entry in seen.ranking if entry[2] not in touched]
             again = np.array(sorted(slot for slot in touched if seen.passed[slot]), dtype=np.intp)
             if len(again):  # (per cluster: scored alone, each scores as among all the candidates)
-                evaluation = rank(self._profile, seen.inp, candidates=again)
-                ranking += _entries(evaluation.ranked, evaluation.totals, table.name_rank)
+                totals = totals_of(self._profile, seen.inp, candidates=again)
+                if totals is None:
+                    evaluation = rank(self._profile, seen.inp, candidates=again)
+                    ranking += _entries(evaluation.ranked, evaluation.totals, table.name_rank)
+                else:
+                    name_rank = table.name_rank
+                    ranking += [(-t, name_rank.item(slot), slot) for slot, t in zip(again.tolist(), totals, strict=True)]
                 ranking.sort()
             if ranking != seen.ranking:
                 seen.ranking, seen.ranked = ranking, None
@@ -180,11 +186,16 @@ def refresh(s: Scratch, profile: CompiledProfile, seen: Seen) -> Slots:
         if failed:  # (the class is filtered job by job from here: the answer stands for this one)
             seen.claim_changes = -1
             return feasible(profile, seen.inp, spec_key=seen.inp.job.spec_key)
-        now = np.zeros(len(slots), dtype=np.bool_)
-        now[np.searchsorted(slots, kept)] = True  # (survivors are a subsequence of ``slots``)
-        if (seen.passed[slots] != now).any():
-            seen.passed[slots] = now
-            seen.candidates = np.flatnonzero(seen.passed)  # (a new array: the old one was handed out)
+        passing = set(kept.tolist())
+        passed = seen.passed
+        changed = False
+        for slot in touched:  # (a few: plain Python costs less than numpy's calls)
+            now = slot in passing
+            if passed[slot] != now:
+                passed[slot] = now
+                changed = True
+        if changed:
+            seen.candidates = np.flatnonzero(passed)  # (a new array: the old one was handed out)
     seen.tick = s.ticks
     return seen.candidates
 

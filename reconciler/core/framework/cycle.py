@@ -292,6 +292,22 @@ def rank(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> Eva
     )
 
 
+def totals_of(profile: CompiledProfile, inp: CycleInput, *, candidates: Slots) -> list[int] | None:
+    """``rank``'s total score per candidate, in plain integers (for a few clusters numpy's calls
+    cost more than the arithmetic); None when a plugin's scores are not integers."""
+    idle = idle_scores(profile, inp)
+    totals = [0] * len(candidates)
+    for i, (_, weight, plugin) in enumerate(profile.scores):
+        if i in idle:
+            continue
+        norm = np.asarray(_normalized(plugin, inp, candidates, (profile, i)))
+        if norm.dtype.kind not in "iu":
+            return None
+        for k, score in enumerate(norm.tolist()):
+            totals[k] += min(max(score, 0), MAX_SCORE) * weight
+    return totals
+
+
 def evaluate(
     profile: CompiledProfile, inp: CycleInput, *, spec_key: bytes, scores: bool = True, full: bool = False
 ) -> Evaluation:

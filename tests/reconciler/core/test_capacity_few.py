@@ -1,5 +1,6 @@
 """ClusterHeadroom's survivors and CapacityScore's headroom for a few clusters are worked out
-with plain integers (``capacity.FEW``); they must equal numpy's answers for the same clusters."""
+with plain integers (``capacity.FEW``), and so are a few clusters' total scores for a spec
+class's ranking (``cycle.totals_of``); they must equal numpy's answers for the same clusters."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventlog import events as ev
+from reconciler.core.framework import cycle
 from reconciler.core.plugins import capacity
 from reconciler.core.scratch import Scratch
 from tests.reconciler.core.harness import Harness, cluster, job, ref
+from tests.reconciler.core.test_spec_classes import POLICY
 
 amounts = st.integers(0, 10_000)
 
@@ -25,7 +28,7 @@ amounts = st.integers(0, 10_000)
 def test_a_few_clusters_as_numpy_has_them(
     fleet: list[tuple[int, int, int, int]], cpu: int, gpu: int, picks: list[int]
 ) -> None:
-    h = Harness()
+    h = Harness(policy=POLICY)
     for i, (cap_cpu, cap_gpu, used_cpu, used_gpu) in enumerate(fleet):
         h.inputs(
             cluster(f"c{i}", cpu=cap_cpu, gpu=cap_gpu),
@@ -42,3 +45,7 @@ def test_a_few_clusters_as_numpy_has_them(
     scores = capacity.headroom_after(inp, slots)
     assert scores.dtype == np.int64
     assert scores.tolist() == capacity._headroom_plain(inp, slots).tolist()
+    profile = h.state.profiles["default"]
+    ranked = cycle.rank(profile, inp, candidates=slots)
+    by_slot = dict(zip(ranked.ranked.tolist(), ranked.totals.tolist(), strict=True))
+    assert cycle.totals_of(profile, inp, candidates=slots) == [by_slot[slot] for slot in slots.tolist()]
