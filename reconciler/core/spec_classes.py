@@ -159,7 +159,10 @@ class Feasible:
         """The class, when some cluster that passed for it is untouched since."""
         seen = self._seen
         assert seen is not None
-        return seen if len(seen.candidates) > len(set(self._s.touches[seen.tick :])) else None
+        ticks = self._s.ticks - seen.tick
+        if ticks and len(seen.candidates) <= ticks:  # (else more passed than can have been touched)
+            return seen if len(seen.candidates) > len(set(self._s.touches[seen.tick :])) else None
+        return seen if len(seen.candidates) else None
 
 
 def lookup(s: Scratch, profile: CompiledProfile, job: JobRecord) -> Seen | None:

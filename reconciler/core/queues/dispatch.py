@@ -331,6 +331,8 @@ def _assign_around_claims(s: Scratch, d: Draft, q: int) -> Assignment | Wait:
     or below its priority), as claims hold cluster capacity: nothing is held when the claim is
     made, so the claim itself changes no other job's verdict."""
     assert s.usage is not None
+    if not s.claims:  # (nothing held: most jobs of a deep backlog)
+        return assign(s.usage, q, d.job.demand)
     holds = _holds(s, d)
     for node, col, amount in holds:
         s.usage.add(node, col, amount)
