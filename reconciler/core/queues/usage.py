@@ -7,11 +7,14 @@ into it). ``total[n]`` is the plain sum over the queues below a node, for fair s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from eventlog.events import Resources
 from reconciler.core.jobs import Charge
 from reconciler.core.queues.tree import QueueTree
+
+if TYPE_CHECKING:
+    from reconciler.core.queues.admit import Wait
 
 
 class Usage:
@@ -25,7 +28,7 @@ class Usage:
         # it first writes them (every decide pass copies the usage and most change a few nodes).
         self._owned: set[int] | None = None  # None: every row
         # ``admit.assign``'s waits, per (node, demand id): (demand, ``stamp``, wait). Per object.
-        self.waits: dict[tuple[int, int], Any] = {}
+        self.waits: dict[tuple[int, int], tuple[Resources, tuple[int, ...], Wait]] = {}
 
     def copy(self) -> Usage:
         """Copy-on-write, per node: writes to either object afterwards are not seen by the other."""
