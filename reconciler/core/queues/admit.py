@@ -94,8 +94,13 @@ def assign(usage: Usage, node: int, demand: Resources) -> Assignment | Wait:
         return waited
     got = _assign_planned(usage, node, demand)
     if isinstance(got, Wait):
+        if len(usage.waits) >= _WAITS:  # (the state's own usage lives on: its facts ask too)
+            usage.waits.clear()
         usage.waits[(node, id(demand))] = (demand, stamp, got)  # (the demand held: its id stays its own)
     return got
+
+
+_WAITS = 4_096  # waits kept per usage object (cleared when full)
 
 
 def _waited(usage: Usage, node: int, demand: Resources, stamp: tuple[int, ...]) -> Wait | None:
