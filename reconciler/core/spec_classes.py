@@ -43,6 +43,12 @@ if TYPE_CHECKING:
 # Clusters touched since the class was last filtered, beyond which filtering every static
 # survivor again costs no more than filtering those.
 FEW = 8
+# What the classes of one pass may hold, in bytes: per class and cluster, a mask byte, a slot
+# of the candidates and of the ranked array (8 each) and an entry of the ranking (a tuple of
+# three ints, ~120). Past it the memo starts over (a pass over thousands of specs on thousands
+# of clusters would otherwise keep a copy of each one's verdicts to its end).
+BUDGET = 64 << 20
+_PER_CLUSTER = 1 + 8 + 8 + 120
 
 ClassKey = tuple[str, bytes, int]  # profile, spec key, priority
 
@@ -91,6 +97,8 @@ class Feasible:
         if failed:  # (an error's verdicts belong to no cluster: nothing to carry to the next job)
             s.classes.pop(key, None)
             return
+        if len(s.classes) >= max(16, BUDGET // (_PER_CLUSTER * max(len(static_ok), 1))):
+            s.classes.clear()
         passed = np.zeros(len(static_ok), dtype=np.bool_)
         passed[self._candidates] = True
         idle = idle_scores(profile, inp)

@@ -4,7 +4,11 @@ cluster again once a nomination touched it)."""
 
 from __future__ import annotations
 
+import pytest
+
 from eventlog import events as ev
+from reconciler.core import spec_classes
+from reconciler.core.decide import decide_pass
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.scratch import Scratch
@@ -70,3 +74,14 @@ def test_a_class_is_filtered_again_past_a_few_touches() -> None:
     for _ in range(FEW + 1):
         s.touch(0)
     assert lookup(s, profile, x1) is None
+
+
+def test_the_classes_of_a_pass_stay_within_their_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spec_classes, "BUDGET", 0)  # (the floor: 16 classes)
+    h = Harness(policy=POLICY)
+    h.inputs(cluster("a", cpu=1_000_000), ev.ClusterHeartbeat(cluster="a"))
+    h.step()
+    h.inputs(*(job(f"x{i}", cpu=100 + i) for i in range(40)))  # 40 classes
+    s = decide_pass(h.state)[0]
+    assert len(of_type(s.out, ev.Nominated)) == 40
+    assert 0 < len(s.classes) <= 16
