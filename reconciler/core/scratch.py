@@ -25,7 +25,7 @@ from reconciler.core.state import State, charge_for
 from reconciler.core.workerqueues import worker_queues
 
 if TYPE_CHECKING:
-    from reconciler.core.spec_classes import ClassKey, Seen
+    from reconciler.core.spec_classes import ClassKey, Rules, Seen
 
 
 @dataclass
@@ -61,6 +61,7 @@ class Scratch:
     claim_changes: int = 0
     _no_kueue: bool = False  # no worker reported queues (the table does not change in a pass)
     classes: dict[ClassKey, Seen] = field(default_factory=dict)  # ``spec_classes``: per spec class
+    class_rules: dict[str, Rules] = field(default_factory=dict)  # ``spec_classes``: per profile
 
     @staticmethod
     def start(state: State) -> Scratch:

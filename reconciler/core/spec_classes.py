@@ -19,7 +19,7 @@ outlives it (the table, ``now`` and the profiles do not change within a pass). A
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -53,14 +53,14 @@ _PER_CLUSTER = 1 + 8 + 8 + 120
 ClassKey = tuple[str, bytes, int]  # profile, spec key, priority
 
 
-@dataclass
+@dataclass(slots=True)
 class Seen:
     tick: int  # ``Scratch.ticks`` when ``candidates`` was right
     claim_changes: int
     inp: CycleInput  # the input of the job that filled it: free capacity, health and copies are
     # the pass's own arrays (updated in place), the view one of the class (equal verdicts)
     static_ok: Mask
-    passed: Mask  # ``candidates`` as a mask (owned here: updated in place)
+    passed: Mask | None  # ``candidates`` as a mask, made when first needed (owned here: updated in place)
     candidates: Slots  # never changed once handed out (a new array when the set changes)
     per_cluster: bool  # every active filter judges a cluster by its own row alone
     scores_per_cluster: bool  # so does every score plugin asked (``ScorePlugin.per_cluster``)
@@ -92,19 +92,16 @@ class Feasible:
         self._candidates, failed = dynamic_survivors(profile, inp, static_ok.nonzero()[0])
         if s.claims:
             return
-        self.per_cluster = all(plugin.per_cluster for _, plugin in active_filters(profile, inp))
+        rules = _rules(s, profile, inp)
+        self.per_cluster = rules.per_cluster
         key = (profile.name, job.spec_key, job.priority)
         if failed:  # (an error's verdicts belong to no cluster: nothing to carry to the next job)
             s.classes.pop(key, None)
             return
-        if len(s.classes) >= max(16, BUDGET // (_PER_CLUSTER * max(len(static_ok), 1))):
+        if len(s.classes) >= rules.limit:
             s.classes.clear()
-        passed = np.zeros(len(static_ok), dtype=np.bool_)
-        passed[self._candidates] = True
-        idle = idle_scores(profile, inp)
-        scores = all(plugin.per_cluster for i, (_, _, plugin) in enumerate(profile.scores) if i not in idle)
         self._seen = s.classes[key] = Seen(
-            s.ticks, s.claim_changes, inp, static_ok, passed, self._candidates, self.per_cluster, scores
+            s.ticks, s.claim_changes, inp, static_ok, None, self._candidates, rules.per_cluster, rules.scores
         )
 
     def now(self) -> Slots:
@@ -131,7 +128,8 @@ class Feasible:
         elif seen.ranked_at != s.ticks:
             touched = set(s.touches[seen.ranked_at :])
             ranking = [entry for entry in seen.ranking if entry[2] not in touched]
-            again = np.array(sorted(slot for slot in touched if seen.passed[slot]), dtype=np.intp)
+            passed = seen.passed  # (None: no cluster that passed the static filters was touched)
+            again = np.array(sorted(slot for slot in touched if passed is not None and passed[slot]), dtype=np.intp)
             if len(again):  # (per cluster: scored alone, each scores as among all the candidates)
                 totals = totals_of(self._profile, seen.inp, candidates=again)
                 if totals is None:
@@ -173,6 +171,26 @@ class Feasible:
         return seen if len(seen.candidates) else None
 
 
+class Rules(NamedTuple):
+    """What a profile's classes may do in this pass (the table and the profiles are fixed)."""
+
+    per_cluster: bool  # every active filter is ``per_cluster``
+    scores: bool  # so is every score plugin asked
+    limit: int  # classes kept (``BUDGET``)
+
+
+def _rules(s: Scratch, profile: CompiledProfile, inp: CycleInput) -> Rules:
+    rules = s.class_rules.get(profile.name)
+    if rules is None:
+        idle = idle_scores(profile, inp)
+        rules = s.class_rules[profile.name] = Rules(
+            per_cluster=all(plugin.per_cluster for _, plugin in active_filters(profile, inp)),
+            scores=all(plugin.per_cluster for i, (_, _, plugin) in enumerate(profile.scores) if i not in idle),
+            limit=max(16, BUDGET // (_PER_CLUSTER * max(len(inp.clusters), 1))),
+        )
+    return rules
+
+
 def lookup(s: Scratch, profile: CompiledProfile, job: JobRecord) -> Seen | None:
     """The job's class, if its verdicts can be brought up to date (``refresh``); None: filter
     the job itself."""
@@ -192,6 +210,9 @@ def refresh(s: Scratch, profile: CompiledProfile, seen: Seen) -> Slots:
         return seen.candidates
     touched = sorted({slot for slot in s.touches[seen.tick :] if seen.static_ok[slot]})
     if touched:
+        if seen.passed is None:
+            seen.passed = np.zeros(len(seen.static_ok), dtype=np.bool_)
+            seen.passed[seen.candidates] = True
         slots = np.array(touched, dtype=np.intp)
         kept, failed = dynamic_survivors(profile, seen.inp, slots)
         if failed:  # (the class is filtered job by job from here: the answer stands for this one)
