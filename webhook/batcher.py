@@ -46,7 +46,7 @@ def _fitting(event: InputEvent, *, limit: int) -> bytes:
 
 
 class BatchingInbox:
-    """An ``Inbox`` (``publish(event, msg_id=, timeout_s=) -> inbox seq``) that pipelines."""
+    """An ``Inbox`` (``submit(event, msg_id=, timeout_s=) -> future of the inbox seq``) that pipelines."""
 
     def __init__(self, jlog: JetStreamLog, *, max_batch: int = MAX_BATCH) -> None:
         self._nc = jlog.nc
@@ -66,6 +66,11 @@ class BatchingInbox:
         self._last_refusal = ""  # what the inbox last said, for the timeout message
 
     async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
+        return await self.submit(event, msg_id=msg_id, timeout_s=timeout_s)
+
+    def submit(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> asyncio.Future[int]:
+        """Queue ``event``; the future resolves to its inbox sequence once acknowledged (the webhook
+        answers a review from its callback, with no task per review)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
         headers = {"Nats-Expected-Stream": self._stream}
@@ -85,7 +90,7 @@ class BatchingInbox:
             self._timer = loop.call_at(deadline, self._expire)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain(), name="inbox-batches")
-        return await future
+        return future
 
     def _expire(self) -> None:
         loop = asyncio.get_running_loop()
