@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -134,6 +135,21 @@ def encode(reply: Reply, *, keep_alive_header: bool = False) -> bytes:
 def error(status: int, message: str, *, close: bool = False, headers: bytes = b"") -> Reply:
     """An error answer: ``{"error": message}``."""
     return Reply(status, json.dumps({"error": message}).encode(), headers=headers, close=close)
+
+
+# Field lines (RFC 9110 5.1: a token, a colon, a value without CR, LF or NUL), each with its CRLF.
+_FIELDS = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n\x00]*\r\n)*")
+
+
+def _values(scan: bytes, key: bytes) -> list[bytes]:
+    """The values of every field line ``key`` starts (``scan``: the lowered field lines, each after a CRLF)."""
+    out = []
+    at = scan.find(key)
+    while at >= 0:
+        start = at + len(key)
+        out.append(scan[start : scan.find(_CRLF, start)].strip())
+        at = scan.find(key, start)
+    return out
 
 
 # Where a connection is in its current request.
@@ -255,43 +271,46 @@ class Connection(asyncio.Protocol):
         if end > MAX_HEAD:
             self._fail(431, f"the request head is over {MAX_HEAD} bytes")
             return False
-        lines = bytes(buf[:end]).split(_CRLF)
+        head = bytes(buf[:end])
         del buf[: end + 4]
-        if not lines[0]:  # a leading blank line
-            lines = lines[1:]
-            if not lines:
-                return True
-        request_line = lines[0].split(b" ")
+        while head[:2] == _CRLF:  # blank lines before a request line are allowed (RFC 9112 2.2)
+            head = head[2:]
+        if not head:
+            return True
+        first = head.find(_CRLF)
+        request_text, fields = (head, b"") if first < 0 else (head[:first], head[first + 2 :] + _CRLF)
+        request_line = request_text.split(b" ")
         if len(request_line) != 3 or request_line[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
-            self._fail(400, f"not an HTTP/1.1 request line: {lines[0][:100]!r}")
+            self._fail(400, f"not an HTTP/1.1 request line: {request_text[:100]!r}")
             return False
         method, target, version = request_line
         http10 = version == b"HTTP/1.0"
+        # Every field line checked at once; then only the four fields the server reads are looked up.
+        if _FIELDS.fullmatch(fields) is None:
+            bad = next((line for line in fields.split(_CRLF) if _FIELDS.fullmatch(line + _CRLF) is None), b"")
+            self._fail(400, f"malformed header line: {bad[:100]!r}")
+            return False
+        scan = _CRLF + fields.lower()
         length: bytes | None = None
         chunked = False
         connection = b""
         expect = False
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name != name.strip() or b" " in name or b"\t" in name:
-                self._fail(400, f"malformed header line: {line[:100]!r}")
+        if b"\r\ncontent-length:" in scan:
+            values = set(_values(scan, b"\r\ncontent-length:"))
+            length = values.pop()
+            if values or not length.isdigit():
+                self._fail(400, f"unreadable Content-Length: {b','.join([length, *values])[:40]!r}")
                 return False
-            name = name.lower()
-            value = value.strip()
-            if name == b"content-length":
-                if not value.isdigit() or (length is not None and value != length):
-                    self._fail(400, f"unreadable Content-Length: {value[:40]!r}")
-                    return False
-                length = value
-            elif name == b"transfer-encoding":
-                if value.lower() != b"chunked":
-                    self._fail(501, f"transfer coding {value[:40].decode(errors='replace')!r} is not supported (only chunked)")
-                    return False
-                chunked = True
-            elif name == b"connection":
-                connection = value.lower()
-            elif name == b"expect":
-                expect = value.lower() == b"100-continue"
+        if b"\r\ntransfer-encoding:" in scan:
+            coding = b",".join(_values(scan, b"\r\ntransfer-encoding:"))
+            if coding != b"chunked":
+                self._fail(501, f"transfer coding {coding[:40].decode(errors='replace')!r} is not supported (only chunked)")
+                return False
+            chunked = True
+        if b"\r\nconnection:" in scan:
+            connection = b",".join(_values(scan, b"\r\nconnection:"))
+        if b"\r\nexpect:" in scan:
+            expect = b"100-continue" in _values(scan, b"\r\nexpect:")
         if chunked and length is not None:
             self._fail(400, "both Content-Length and Transfer-Encoding: a request must have one")
             return False
