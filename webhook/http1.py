@@ -197,7 +197,7 @@ class Connection(asyncio.Protocol):
             self._idle_timer.cancel()
             self._idle_timer = None
         exchange, self._exchange = self._exchange, None
-        if exchange is not None and self._state != _ANSWERING:
+        if exchange is not None:  # its body was still coming
             exchange.abandoned("closed")
         self._buf = bytearray()
         self._parts = []
@@ -489,6 +489,9 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, status: int, message: str) -> None:
         """A request the connection cannot go on from: answer and close."""
+        exchange, self._exchange = self._exchange, None
+        if exchange is not None:  # a chunked body gone wrong: the handler's answer gives way to ours
+            exchange.abandoned("closed")
         self._cancel_read_timer()
         self._state = _ANSWERING
         self._write(error(status, message, close=True))
