@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 SAMPLE = Path(__file__).resolve().parent.parent / "data" / "admissionreview" / "connaisseur-08_job.json"
 UID_MARK = "@UID@"
 SERVER_CORE, CLIENT_CORE = 0, 1
+MAX_CONNECTIONS = 256  # the fixed-rate client's pool, as the aiohttp client it replaced had it
 
 
 # ---- the baseline server (run as: bench/webhook.py --bare-server PORT CERT KEY) ----------------
@@ -115,12 +116,36 @@ def rate_client(*, url: str, body_file: str, ca: str, rate: float, seconds: floa
         latencies: list[float] = []
         errors = 0
         idle: list[Conn] = []
+        opened = 0
+        freed = asyncio.Condition()
 
         async def connect() -> Conn:
             return await asyncio.open_connection(host, port, ssl=ctx, server_hostname="localhost")
 
+        async def take() -> Conn:
+            """An idle connection, a new one while fewer than MAX_CONNECTIONS are open, else wait."""
+            nonlocal opened
+            while not idle:
+                if opened < MAX_CONNECTIONS:
+                    opened += 1  # a failure is given back as None (one fewer open)
+                    return await connect()
+                async with freed:
+                    await freed.wait()
+            return idle.pop()
+
+        async def give(conn: Conn | None) -> None:
+            nonlocal opened
+            if conn is None:
+                opened -= 1
+            else:
+                idle.append(conn)
+            async with freed:
+                freed.notify()
+
         # Warm-up, not measured: open 32 TLS connections at once, then one second at the rate.
         async def warm(i: int) -> None:
+            nonlocal opened
+            opened += 1
             conn = await connect()
             await exchange(conn, request(f"w{prefix}-{i}"))
             idle.append(conn)
@@ -135,13 +160,17 @@ def rate_client(*, url: str, body_file: str, ca: str, rate: float, seconds: floa
             nonlocal errors
             scheduled = t0 + i / rate
             await asyncio.sleep(max(0.0, scheduled - loop.time()))
+            conn: Conn | None = None
             try:
-                conn = idle.pop() if idle else await connect()
+                conn = await take()
                 if await exchange(conn, bodies[i]) != 200:
                     errors += 1
-                idle.append(conn)
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 errors += 1
+                if conn is not None:
+                    conn[1].close()
+                    conn = None
+            await give(conn)
             if i >= warmup:
                 latencies.append(loop.time() - scheduled)
 
