@@ -124,6 +124,11 @@ class BatchingInbox:
         self.retries = 0  # events published again (transient refusals); tests and logs read it
         self._last_refusal = ""  # what the inbox last said, for the timeout message
 
+    @property
+    def unacknowledged(self) -> int:
+        """Events written and not acknowledged yet."""
+        return len(self._in_flight)
+
     async def open(self) -> BatchingInbox:
         """Subscribe to the acks (before the first ``submit``)."""
         if self._acks is None:
