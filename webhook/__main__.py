@@ -25,18 +25,18 @@ from typing import Any
 
 import structlog
 import yaml
-from aiohttp import web
 
 from eventlog import events as ev
 from eventlog.jetstream import TlsFiles
 from eventlog.kube.kueue import QueueConfigError, load_queues
 from webhook import admit
+from webhook.http1 import Listener
 from webhook.limits import (
     DEFAULT_MAX_BYTES_IN_FLIGHT,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_IN_FLIGHT,
+    HANDSHAKE_TIMEOUT_S,
     KEEPALIVE_TIMEOUT_S,
-    BoundedTCPSite,
 )
 from webhook.nats_link import NatsLink
 from webhook.priority import PriorityError, parse_mapping
@@ -229,18 +229,14 @@ async def run(args: argparse.Namespace) -> int:
         max_in_flight=args.max_in_flight,
         max_bytes_in_flight=args.max_bytes_in_flight,
     )
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
-    await runner.setup()
-    site = BoundedTCPSite(
-        runner,
-        args.host,
-        args.port,
-        ssl_context=certs.context,
-        backlog=1024,
+    listener = Listener(
+        server,
         max_connections=args.max_connections,
+        keepalive_s=KEEPALIVE_TIMEOUT_S,
+        handshake_timeout_s=HANDSHAKE_TIMEOUT_S,
         on_refused=server.metrics.connections_refused.inc,
     )
-    await site.start()
+    await listener.start(args.host, args.port, ssl_context=certs.context, backlog=1024)
     reloader = asyncio.create_task(_reload_tls(certs, 5.0), name="tls-reload")
     tune_gc()
     log.info("webhook_listening", url=f"https://{args.host}:{args.port}", ca_bundle=str(ca) if ca else None, cert=str(cert))
@@ -248,12 +244,12 @@ async def run(args: argparse.Namespace) -> int:
     await stop.wait()
 
     log.info("webhook_stopping", in_flight=server.in_flight)
-    await site.stop()  # no new connections
+    listener.stop_accepting()  # no new connections
     await server.wait_idle()  # reviews in flight are answered
     reloader.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await reloader
-    await runner.cleanup()
+    await listener.close()
     await link.close()
     log.info("webhook_stopped")
     return 0

@@ -1,28 +1,34 @@
 """Publish pipelining: the events of reviews answered concurrently go out together.
 
-Each review still waits for its own acknowledgement, but instead of one request/reply per event,
-whatever has queued up while the previous batch was in flight is written in one burst and its
-acks are read in bulk (``eventlog.jetstream.publish.Publisher``). Under load that amortises the
-per-message cost of the NATS client; idle, a batch is a single event and costs one round trip.
+Each review still waits for its own acknowledgement, but whatever has queued up during one turn
+of the event loop is written to the NATS connection in one burst, and the acks are matched to
+their waiters as the connection's parser reads them (``eventlog.jetstream.rawsub``: a raw
+subscription whose messages are handed over synchronously). No task, lock or wait per batch: a
+batch of one costs one write and one read, which is what the webhook mostly sees at the API
+server's rates (a drain task waiting for each batch's acks cost ~130 us of CPU per batch).
 
-An event the inbox could not take for a moment (no ack, or "no responders" while the inbox
-stream elects a leader after losing its node) is published again, with back-off, until its
-waiter's bound: giving up at once let reviews be allowed unrecorded during every fail-over
-(issue 18). The same ``Nats-Msg-Id`` makes a repeat harmless.
+An event the inbox could not take for a moment (no ack after a reconnect, or "no responders"
+while the inbox stream elects a leader after losing its node) is published again, with back-off,
+until its waiter's bound: giving up at once let reviews be allowed unrecorded during every
+fail-over (issue 18). The same ``Nats-Msg-Id`` makes a repeat harmless.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
+from typing import Any
 
 import msgspec
+import nats.errors
 import structlog
 
 from eventlog import codec
 from eventlog.events import InputEvent
 from eventlog.jetstream import JetStreamLog
-from eventlog.jetstream.publish import Outgoing, Publisher, transient
+from eventlog.jetstream.publish import ApiError, PubAck, transient
+from eventlog.jetstream.rawsub import RawSubscription, headers_of
 from eventlog.store import LogError, PublishTimeout
 
 log = structlog.get_logger("webhook.batcher")
@@ -30,8 +36,11 @@ log = structlog.get_logger("webhook.batcher")
 MAX_BATCH = 512
 RETRY_FIRST_S = 0.05  # a stream leader election takes ~1-5 s: start short, back off to
 RETRY_MAX_S = 0.5
+SWEEP_S = 0.25  # while events await acks: drop those given up on, resend those a reconnect lost
 
-_Pending = tuple[Outgoing, "asyncio.Future[int]", float]
+_ack_decoder = msgspec.json.Decoder(PubAck)
+_NO_STREAM = PubAck(error=ApiError(code=503, description="no stream answers on this subject (no responders)"))
+_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
 
 
 def _fitting(event: InputEvent, *, limit: int) -> bytes:
@@ -45,17 +54,67 @@ def _fitting(event: InputEvent, *, limit: int) -> bytes:
     return payload
 
 
+class _Pending:
+    """One event on its way: what is written, and who waits for its ack."""
+
+    __slots__ = ("future", "head", "payload", "reconnects", "subject")
+
+    def __init__(self, subject: bytes, head: bytes, payload: bytes, future: asyncio.Future[int]) -> None:
+        self.subject = subject
+        self.head = head  # the header block (NATS/1.0, Nats-Expected-Stream, Nats-Msg-Id)
+        self.payload = payload
+        self.future = future
+        self.reconnects = -1  # the connection's reconnect count when last written
+
+
+def _ack_of(data: bytes, headers: Any) -> PubAck:
+    if headers and headers_of(headers).get("Status") == "503":
+        return _NO_STREAM
+    try:
+        return _ack_decoder.decode(data)
+    except msgspec.DecodeError:
+        return PubAck(error=ApiError(description=f"unreadable ack: {data[:200]!r}"))
+
+
+class _Acks(RawSubscription):
+    """The reply subscription, each ack handed to ``on_ack`` as it is read."""
+
+    def __init__(self, nc: Any, subject: str, on_ack: Any) -> None:
+        super().__init__(nc, subject)
+        self._on_ack = on_ack
+
+    def _deliver(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+        self._on_ack(subject, data, hdr)
+
+    async def _deliver_msg(self, msg: Any) -> None:  # a client without the raw parser
+        self._on_ack(msg.subject.encode(), msg.data, dict(msg.headers) if msg.headers else None)
+
+    async def open(self) -> _Acks:
+        await super().open()
+        while self.items:  # what came before the sink was in place
+            subject, _, data, hdr = self.items.popleft()
+            self._on_ack(subject, data, hdr)
+        return self
+
+
 class BatchingInbox:
-    """An ``Inbox`` (``publish(event, msg_id=, timeout_s=) -> inbox seq``) that pipelines."""
+    """An ``Inbox`` (``submit(event, msg_id=, timeout_s=) -> future of the inbox seq``) that pipelines."""
 
     def __init__(self, jlog: JetStreamLog, *, max_batch: int = MAX_BATCH) -> None:
         self._nc = jlog.nc
-        self._publisher = Publisher(jlog.nc)
         self._inbox = jlog.inbox
         self._stream = jlog.names.inbox_stream
+        self._stream_header = b"NATS/1.0\r\nNats-Expected-Stream: " + self._stream.encode() + b"\r\n"
         self._max_batch = max_batch
+        self._prefix = self._nc.new_inbox() + "."
+        self._prefix_b = self._prefix.encode()
+        self._ids = itertools.count()
+        self._acks: _Acks | None = None
         self._queue: list[_Pending] = []
-        self._task: asyncio.Task[None] | None = None
+        self._in_flight: dict[int, _Pending] = {}  # by reply id
+        self._flush_at: asyncio.Handle | None = None
+        self._sweep_at: asyncio.TimerHandle | None = None
+        self._delay = RETRY_FIRST_S
         # Every waiter's deadline, one queue per bound: a bound's deadlines come in arrival order,
         # so each queue is sorted as it grows (a heap cost a log-time push per review and a pop
         # per review when its timer fired). One timer walks them, instead of a timer per
@@ -65,15 +124,32 @@ class BatchingInbox:
         self.retries = 0  # events published again (transient refusals); tests and logs read it
         self._last_refusal = ""  # what the inbox last said, for the timeout message
 
+    @property
+    def unacknowledged(self) -> int:
+        """Events written and not acknowledged yet."""
+        return len(self._in_flight)
+
+    async def open(self) -> BatchingInbox:
+        """Subscribe to the acks (before the first ``submit``)."""
+        if self._acks is None:
+            self._acks = await _Acks(self._nc, self._prefix + "*", self._on_ack).open()
+        return self
+
     async def publish(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int:
+        await self.open()
+        return await self.submit(event, msg_id=msg_id, timeout_s=timeout_s)
+
+    def submit(self, event: InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> asyncio.Future[int]:
+        """Queue ``event``; the future resolves to its inbox sequence once acknowledged (the webhook
+        answers a review from its callback, with no task per review). ``open`` first."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
-        headers = {"Nats-Expected-Stream": self._stream}
+        head = self._stream_header
         if msg_id:
-            headers["Nats-Msg-Id"] = msg_id
+            head += b"Nats-Msg-Id: " + msg_id.translate(_NEWLINES).encode() + b"\r\n"
         payload = _fitting(event, limit=self._nc.max_payload - 1024)  # headroom for the headers
         subject = self._inbox.subject(event)
-        self._queue.append(((subject, payload, headers), future, timeout_s))
+        self._queue.append(_Pending(subject.encode(), head + b"\r\n", payload, future))
         deadline = loop.time() + timeout_s
         waiting = self._deadlines.get(timeout_s)
         if waiting is None:
@@ -83,9 +159,9 @@ class BatchingInbox:
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = loop.call_at(deadline, self._expire)
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._drain(), name="inbox-batches")
-        return await future
+        if self._flush_at is None:
+            self._flush_at = loop.call_soon(self._flush)
+        return future
 
     def _expire(self) -> None:
         loop = asyncio.get_running_loop()
@@ -103,48 +179,116 @@ class BatchingInbox:
                 earliest = waiting[0][0]
         self._timer = loop.call_at(earliest, self._expire) if earliest is not None else None
 
-    async def _drain(self) -> None:
-        delay = RETRY_FIRST_S
-        while self._queue:
-            # Waiters whose bound passed (or that gave up) are not published again.
-            queue = [pending for pending in self._queue if not pending[1].done()]
-            batch, self._queue = queue[: self._max_batch], queue[self._max_batch :]
-            if not batch:
-                continue
-            timeout_s = max(t for _, _, t in batch)
-            again: list[_Pending] = []
-            if self._nc.is_reconnecting:
-                # Not written while away: the client would buffer a copy per attempt.
-                self._last_refusal = "reconnecting to NATS"
-                again = batch
-            else:
-                await self._publish_batch(batch, timeout_s, again)
-            if not again:
-                delay = RETRY_FIRST_S
-                continue
-            self.retries += len(again)
-            log.info("inbox_publish_retry", events=len(again), reason=self._last_refusal, retry_in_s=delay)
-            await asyncio.sleep(delay)  # the waiters' own bounds end this, through _expire
-            delay = min(delay * 2, RETRY_MAX_S)
-            self._queue = again + self._queue
-
-    async def _publish_batch(self, batch: list[_Pending], timeout_s: float, again: list[_Pending]) -> None:
-        """Publish; answer every waiter whose ack came, and put those to retry in ``again``."""
-        try:
-            acks = await self._publisher.publish([out for out, _, _ in batch], timeout_s=timeout_s)
-        except Exception as err:  # connection closed or draining: every waiter hears about it
-            for _, future, _ in batch:
-                if not future.done():
-                    future.set_exception(LogError(f"publishing to the inbox failed: {type(err).__name__}: {err}"))
+    def _flush(self) -> None:
+        """Write what is queued (waiters that gave up are not written again)."""
+        self._flush_at = None
+        queue = [pending for pending in self._queue if not pending.future.done()]
+        if not queue:
+            self._queue = []
             return
-        for pending, ack in zip(batch, acks, strict=True):
-            out, future, _ = pending
-            if future.done():  # the review gave up waiting (its bound passed)
+        nc = self._nc
+        if nc.is_closed or self._acks is None:
+            self._queue = []
+            err = LogError("publishing to the inbox failed: the NATS connection is closed")
+            for pending in queue:
+                if not pending.future.done():
+                    pending.future.set_exception(err)
+            return
+        if nc.is_reconnecting or not nc.is_connected:
+            # Not written while away: the client would buffer a copy per attempt.
+            self._queue = queue
+            self._last_refusal = "reconnecting to NATS"
+            self._retry_later(len(queue))
+            return
+        batch, self._queue = queue[: self._max_batch], queue[self._max_batch :]
+        reconnects = nc.stats["reconnects"]
+        max_payload = nc.max_payload
+        parts: list[bytes] = []
+        add = parts.append
+        prefix = self._prefix_b
+        in_flight = self._in_flight
+        for pending in batch:
+            i = next(self._ids)
+            head, payload = pending.head, pending.payload
+            if len(payload) > max_payload:  # the server would close the connection on it
+                too_large = nats.errors.MaxPayloadError(f"{len(payload)} bytes, the server takes {max_payload}")
+                pending.future.set_exception(LogError(f"publishing to the inbox failed: {too_large}"))
                 continue
-            if transient(ack):
-                self._last_refusal = "no ack" if ack is None or ack.error is None else ack.error.description
-                again.append(pending)
-            elif ack is not None and ack.error is not None:
-                future.set_exception(LogError(f"inbox {self._stream} refused {out[0]}: {ack.error.description}"))
-            elif ack is not None:
-                future.set_result(ack.seq)
+            add(b"HPUB %s %s%d %d %d\r\n" % (pending.subject, prefix, i, len(head), len(head) + len(payload)))
+            add(head)
+            add(payload)
+            add(b"\r\n")
+            pending.reconnects = reconnects
+            in_flight[i] = pending
+        if parts:
+            self._write(b"".join(parts))
+        if self._queue:
+            self._flush_at = asyncio.get_running_loop().call_soon(self._flush)
+        if in_flight and self._sweep_at is None:
+            self._sweep_at = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
+
+    def _write(self, data: bytes) -> None:
+        """Onto the connection now, behind whatever the client has pending (its flusher task would
+        take another turn of the loop per batch)."""
+        nc: Any = self._nc
+        nc._pending.append(data)
+        nc._pending_data_size += len(data)
+        transport = nc._transport
+        if transport is None:
+            return  # written by the client when it is connected again
+        try:
+            transport.writelines(nc._pending)
+        except Exception as err:  # the connection broke: the client reconnects; the sweep resends
+            log.info("inbox_write_failed", error=f"{type(err).__name__}: {err}")
+            return
+        nc._pending = []
+        nc._pending_data_size = 0
+
+    def _on_ack(self, subject: bytes, data: bytes, headers: Any) -> None:
+        try:
+            pending = self._in_flight.pop(int(subject[len(self._prefix_b) :]), None)
+        except ValueError:
+            return
+        if pending is None or pending.future.done():  # late (resent meanwhile), or given up on
+            return
+        ack = _ack_of(data, headers)
+        if transient(ack):
+            self._last_refusal = "no ack" if ack.error is None else ack.error.description
+            self._queue.append(pending)
+            self._retry_later(1)
+        elif ack.error is not None:
+            subject_text = pending.subject.decode(errors="replace")
+            pending.future.set_exception(LogError(f"inbox {self._stream} refused {subject_text}: {ack.error.description}"))
+        else:
+            self._delay = RETRY_FIRST_S
+            pending.future.set_result(ack.seq)
+
+    def _retry_later(self, count: int) -> None:
+        """Publish the queue again after a back-off (the waiters' own bounds end this, through _expire)."""
+        self.retries += count
+        if self._flush_at is not None and not isinstance(self._flush_at, asyncio.TimerHandle):
+            self._flush_at.cancel()  # a flush due now would only meet the same refusal
+        elif self._flush_at is not None:
+            return  # one already waits
+        log.info("inbox_publish_retry", events=count, reason=self._last_refusal, retry_in_s=self._delay)
+        self._flush_at = asyncio.get_running_loop().call_later(self._delay, self._flush)
+        self._delay = min(self._delay * 2, RETRY_MAX_S)
+
+    def _sweep(self) -> None:
+        """Forget events whose waiters gave up; publish again those written on a connection that
+        has since been replaced (their acks went to it and never come)."""
+        self._sweep_at = None
+        reconnects = self._nc.stats["reconnects"]
+        lost: list[_Pending] = []
+        for i, pending in list(self._in_flight.items()):
+            if pending.future.done():
+                del self._in_flight[i]
+            elif pending.reconnects != reconnects:
+                del self._in_flight[i]
+                lost.append(pending)
+        if lost:
+            self._last_refusal = "no ack (reconnected)"
+            self._queue = lost + self._queue
+            self._retry_later(len(lost))
+        if self._in_flight:
+            self._sweep_at = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)

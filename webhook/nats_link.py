@@ -70,7 +70,12 @@ class NatsLink:
                     # <root>.in.webhook.> and create nothing: the reconciler makes the streams.
                     **self._producer_options(),
                 )
-                self._batching = BatchingInbox(self.log)
+                try:
+                    self._batching = await BatchingInbox(self.log).open()
+                except BaseException:
+                    await self.log.close()  # not left connected behind the next attempt's connection
+                    self.log = None
+                    raise
                 log.info("nats_connected", url=self.log.url, root=self.root)
                 return
             except asyncio.CancelledError:

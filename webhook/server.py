@@ -1,4 +1,4 @@
-"""The HTTP transport: aiohttp handlers around the pure ``admit`` functions. Nothing else.
+"""The webhook's routes around the pure ``admit`` functions, served by ``webhook.http1``.
 
 Every answer to a well-formed review is HTTP 200 with an AdmissionReview echoing the request uid;
 a body that is not one gets 400 with the reason, an oversized body 413, a body that does not arrive
@@ -7,6 +7,9 @@ is read (``webhook.limits``: memory stays flat under overload, the apiserver ret
 failurePolicy). Publishing is bounded: if the inbox does not acknowledge within ``publish_timeout_s``
 the review is answered anyway (the job stays held; the manager watcher backfills it) and
 ``kdispatch_webhook_publish_failures`` counts it.
+
+A review is answered without a task of its own: decided as soon as its body is in, and, when it
+records something, answered from the inbox acknowledgement's callback (``Inbox.submit``).
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import structlog
-from aiohttp import web
 
 from eventlog import events as ev
 from eventlog.store import PublishTimeout
 from webhook import admit
+from webhook.http1 import Exchange, Reply, Respond, error
 from webhook.limits import DEFAULT_MAX_BYTES_IN_FLIGHT, DEFAULT_MAX_IN_FLIGHT, RETRY_AFTER_S
 from webhook.metrics import Metrics
 from webhook.review import AdmissionRequest, ReviewError, decode_review, encode_response
@@ -32,14 +35,21 @@ DEFAULT_MAX_BODY = 6 * 1024 * 1024  # object + oldObject of the largest object e
 DEFAULT_READ_TIMEOUT_S = 10.0  # the apiserver's own limit (timeoutSeconds ≤ 30, default 10)
 
 Decide = Callable[[AdmissionRequest, admit.Settings], admit.Outcome]
+_TEXT = b"text/plain; charset=utf-8"
+_METRICS = b"text/plain; version=0.0.4; charset=utf-8"
+_OK = b"ok\n"
 
 
 class Inbox(Protocol):
-    async def publish(self, event: ev.InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> int: ...
+    def submit(self, event: ev.InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> asyncio.Future[int]:
+        """The event queued for the inbox: its future resolves to its inbox sequence once
+        acknowledged, or fails (``PublishTimeout`` past ``timeout_s``, ``LogError``)."""
+        ...
 
 
 class WebhookServer:
-    """Holds what the handlers share; ``inbox`` returns None while NATS is not connected."""
+    """The ``webhook.http1.Handler``: routes, bounds on work in flight, metrics.
+    ``inbox`` returns None while NATS is not connected."""
 
     def __init__(
         self,
@@ -69,118 +79,34 @@ class WebhookServer:
         self.metrics.in_flight.set_function(lambda: self.in_flight)
         self._idle = asyncio.Event()
         self._idle.set()
+        self._routes: dict[bytes, tuple[bytes, Callable[[int | None], Reply | Exchange]]] = {
+            b"/mutate": (b"POST", _ReviewRoute(self, "mutate", admit.mutate).begin),
+            b"/validate": (b"POST", _ReviewRoute(self, "validate", admit.validate).begin),
+            b"/healthz": (b"GET", lambda _: Reply(200, _OK, content_type=_TEXT)),
+            b"/readyz": (b"GET", lambda _: _Readyz(self)),
+            b"/metrics": (b"GET", lambda _: Reply(200, self.metrics.render(), content_type=_METRICS)),
+        }
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body)  # bodies are read by _read_body, bounded too
-        app.router.add_post("/mutate", self._review_handler("mutate", admit.mutate))
-        app.router.add_post("/validate", self._review_handler("validate", admit.validate))
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        return app
+    def begin(self, method: bytes, path: bytes, declared: int | None) -> Reply | Exchange:
+        route = self._routes.get(path)
+        if route is None:
+            paths = ", ".join(p.decode() for p in self._routes)
+            return error(404, f"no such path: {path[:100].decode(errors='replace')}; served: {paths}")
+        wanted, begin = route
+        if method != wanted:
+            return error(405, f"{path.decode()} takes {wanted.decode()}, not {method[:20].decode(errors='replace')}", headers=b"Allow: " + wanted + b"\r\n")
+        return begin(declared)
 
     async def wait_idle(self) -> None:
         """Until no review is being answered (graceful shutdown)."""
         await self._idle.wait()
 
-    def _review_handler(self, endpoint: str, decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]:
-        latency = self.metrics.latency.labels(endpoint)
-        allowed = self.metrics.requests.labels(endpoint, "allowed")
-        denied = self.metrics.requests.labels(endpoint, "denied")
-        bad = self.metrics.requests.labels(endpoint, "bad_request")
-        shed = self.metrics.requests.labels(endpoint, "shed")
-
-        async def handle(request: web.Request) -> web.Response:
-            started = time.perf_counter()
-            declared = request.content_length  # parsed from the header at each access
-            if declared is not None and declared > self.max_body:
-                # Refused from its header, unread: reading it only to refuse it left the heap
-                # fragmented at each burst (the soak: +20-60 MiB per burst of 8 MiB bodies, kept).
-                bad.inc()
-                return self._too_large(declared)
-            # What the body will take, known from its header before it is read (chunked: the most).
-            size = self.max_body if declared is None else declared
-            if self.in_flight >= self.max_in_flight or self.bytes_in_flight + size > self.max_bytes_in_flight:
-                shed.inc()
-                return self._overloaded(size)
-            self.in_flight += 1
-            self.bytes_in_flight += size
-            self._idle.clear()
-            try:
-                try:
-                    if request.content.is_eof():  # the whole body is already here: no timer, no iterator
-                        body = self._buffered_body(request)
-                    else:
-                        async with asyncio.timeout(self.read_timeout_s):  # no task per request, unlike wait_for
-                            body = await self._read_body(request)
-                except _TooLarge:  # chunked, no length: found while reading
-                    bad.inc()
-                    return self._too_large(None)
-                except TimeoutError:
-                    bad.inc()
-                    return _error(408, f"the request body did not arrive within {self.read_timeout_s}s")
-                try:
-                    api_version, review = decode_review(body)
-                except ReviewError as err:
-                    bad.inc()
-                    log.info("review_rejected", endpoint=endpoint, error=str(err))
-                    return _error(400, f"not an AdmissionReview: {err}")
-                outcome = decide(review, self.settings)
-                if outcome.records:
-                    await self._publish(outcome.records)
-                if outcome.allowed:
-                    allowed.inc()
-                else:
-                    denied.inc()
-                    self.metrics.denials.labels(endpoint, outcome.reason).inc()
-                    log.info(
-                        "review_denied",
-                        endpoint=endpoint,
-                        reason=outcome.reason,
-                        job=f"{review.namespace}/{review.name}",
-                        kind=review.kind.kind,
-                        uid=review.uid,
-                        message=outcome.response.status.message if outcome.response.status else "",
-                    )
-                body_out = encode_response(outcome.response, api_version=api_version)
-                return web.Response(body=body_out, content_type="application/json")
-            finally:
-                self.in_flight -= 1
-                self.bytes_in_flight -= size
-                if self.in_flight == 0:
-                    self._idle.set()
-                latency.observe(time.perf_counter() - started)
-
-        return handle
-
-    def _buffered_body(self, request: web.Request) -> bytes:
-        """The body when it has all arrived (the common case: a review fits in one TLS record or
-        two), taken from the stream's buffer at once, not kept on the request (see ``_read_body``)."""
-        body = request.content.read_nowait()
-        if len(body) > self.max_body:  # chunked, no length
-            raise _TooLarge
-        return body
-
-    async def _read_body(self, request: web.Request) -> bytes:
-        """The body, not kept on the request: ``request.read()`` caches it there, and aiohttp holds
-        a keep-alive connection's last request until the next arrives, so each idle connection
-        kept its last body (6 MiB ones: +6.6 MiB of RSS per connection, tests/webhook/test_faults.py)."""
-        chunks: list[bytes] = []
-        total = 0
-        async for chunk in request.content.iter_any():
-            total += len(chunk)
-            if total > self.max_body:
-                raise _TooLarge
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def _too_large(self, declared: int | None) -> web.Response:
+    def too_large(self, declared: int | None) -> Reply:
         what = f"{declared} bytes" if declared is not None else "a chunked body that went past it"
-        response = _error(413, f"request body too large: {what}; the limit is {self.max_body} bytes (--max-body-bytes)")
-        response.force_close()  # the rest of the body is never read: the connection cannot be reused
-        return response
+        # The rest of the body is never read: the connection cannot be reused.
+        return error(413, f"request body too large: {what}; the limit is {self.max_body} bytes (--max-body-bytes)", close=True)
 
-    def _overloaded(self, size: int) -> web.Response:
+    def overloaded(self, size: int) -> Reply:
         """429 at once: cheaper than queueing, and the apiserver (client-go) honours Retry-After
         within the webhook's timeoutSeconds before its failurePolicy applies."""
         message = (
@@ -188,27 +114,47 @@ class WebhookServer:
             f"{self.max_in_flight} reviews / {self.max_bytes_in_flight} bytes and this one declares {size}; "
             f"retry after {RETRY_AFTER_S}s"
         )
-        return web.json_response({"error": message}, status=429, headers={"Retry-After": str(RETRY_AFTER_S)})
+        return error(429, message, headers=b"Retry-After: %d\r\n" % RETRY_AFTER_S)
 
-    async def _publish(self, records: list[admit.Record]) -> None:
+    def record(self, records: list[admit.Record], then: Callable[[], None]) -> None:
+        """Publish ``records`` one after the other, then call ``then`` (whatever the inbox said:
+        failures are counted and logged, the review is answered regardless)."""
+        if not records:
+            then()
+            return
+        record, rest = records[0], records[1:]
         inbox = self.inbox()
-        for record in records:
-            event = record.event
-            if inbox is None:
-                self.metrics.publish_failures.labels("unavailable").inc()
-                log.warning("publish_skipped", reason="NATS not connected; the manager watcher will backfill", **_fields(record))
-                continue
-            try:  # the inbox honours the bound itself (one timer for all waiters in the batching inbox)
-                seq = await inbox.publish(event, msg_id=record.msg_id, timeout_s=self.publish_timeout_s)
-            except (TimeoutError, PublishTimeout):
-                self.metrics.publish_failures.labels("timeout").inc()
-                log.warning("publish_timeout", bound_s=self.publish_timeout_s, **_fields(record))
-            except Exception as err:  # any NATS failure: the review is answered regardless
-                self.metrics.publish_failures.labels("error").inc()
-                log.warning("publish_failed", error=f"{type(err).__name__}: {err}", **_fields(record))
+        if inbox is None:
+            self.metrics.publish_failures.labels("unavailable").inc()
+            log.warning("publish_skipped", reason="NATS not connected; the manager watcher will backfill", **_fields(record))
+            self.record(rest, then)
+            return
+        try:  # the inbox honours the bound itself (one timer for all waiters in the batching inbox)
+            future = inbox.submit(record.event, msg_id=record.msg_id, timeout_s=self.publish_timeout_s)
+        except Exception as err:  # e.g. an event that cannot be encoded: answered regardless
+            self._failed(record, err)
+            self.record(rest, then)
+            return
+
+        def acknowledged(done: asyncio.Future[int]) -> None:
+            if done.cancelled():
+                self._failed(record, asyncio.CancelledError())
+            elif (err := done.exception()) is not None:
+                self._failed(record, err)
             else:
-                self._published(type(event).__name__).inc()
-                log.debug("published", inbox_seq=seq, msg_id=record.msg_id)  # the inbox itself is the record
+                self._published(type(record.event).__name__).inc()
+                log.debug("published", inbox_seq=done.result(), msg_id=record.msg_id)  # the inbox itself is the record
+            self.record(rest, then)
+
+        future.add_done_callback(acknowledged)
+
+    def _failed(self, record: admit.Record, err: BaseException) -> None:
+        if isinstance(err, (TimeoutError, PublishTimeout)):
+            self.metrics.publish_failures.labels("timeout").inc()
+            log.warning("publish_timeout", bound_s=self.publish_timeout_s, **_fields(record))
+        else:  # any NATS failure: the review is answered regardless
+            self.metrics.publish_failures.labels("error").inc()
+            log.warning("publish_failed", error=f"{type(err).__name__}: {err}", **_fields(record))
 
     def _published(self, name: str) -> Any:
         counter = self._published_by_type.get(name)
@@ -216,27 +162,156 @@ class WebhookServer:
             counter = self._published_by_type[name] = self.metrics.published.labels(name)
         return counter
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
 
-    async def _readyz(self, request: web.Request) -> web.Response:
-        if await self.nats_ready():
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text="NATS is not answering\n")
+class _ReviewRoute:
+    """``/mutate`` or ``/validate``: the bounds checked from the head, then one ``_Review`` per request."""
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    def __init__(self, server: WebhookServer, endpoint: str, decide: Decide) -> None:
+        self.server = server
+        self.endpoint = endpoint
+        self.decide = decide
+        metrics = server.metrics
+        self.latency = metrics.latency.labels(endpoint)
+        self.allowed = metrics.requests.labels(endpoint, "allowed")
+        self.denied = metrics.requests.labels(endpoint, "denied")
+        self.bad = metrics.requests.labels(endpoint, "bad_request")
+        self.shed = metrics.requests.labels(endpoint, "shed")
+
+    def begin(self, declared: int | None) -> Reply | Exchange:
+        server = self.server
+        if declared is not None and declared > server.max_body:
+            # Refused from its header, unread: reading it only to refuse it left the heap
+            # fragmented at each burst (the soak: +20-60 MiB per burst of 8 MiB bodies, kept).
+            self.bad.inc()
+            self.latency.observe(0.0)
+            return server.too_large(declared)
+        # What the body will take, known from its header before it is read (chunked: the most).
+        size = server.max_body if declared is None else declared
+        if server.in_flight >= server.max_in_flight or server.bytes_in_flight + size > server.max_bytes_in_flight:
+            self.shed.inc()
+            self.latency.observe(0.0)
+            return server.overloaded(size)
+        server.in_flight += 1
+        server.bytes_in_flight += size
+        server._idle.clear()
+        return _Review(self, size)
+
+
+class _Review:
+    """One review whose head was taken on: in flight (counted) until answered or abandoned."""
+
+    __slots__ = ("route", "size", "started")
+
+    def __init__(self, route: _ReviewRoute, size: int) -> None:
+        self.route = route
+        self.size = size
+        self.started = time.perf_counter()
+
+    def _release(self) -> None:
+        route = self.route
+        server = route.server
+        server.in_flight -= 1
+        server.bytes_in_flight -= self.size
+        if server.in_flight == 0:
+            server._idle.set()
+        route.latency.observe(time.perf_counter() - self.started)
+
+    def abandoned(self, why: str) -> Reply | None:
+        route = self.route
+        self._release()
+        if why == "closed":
+            return None
+        route.bad.inc()
+        if why == "too-large":  # chunked, no length: found while reading
+            return route.server.too_large(None)
+        return error(408, f"the request body did not arrive within {route.server.read_timeout_s}s")
+
+    def received(self, body: bytes, respond: Respond) -> Reply | None:
+        route = self.route
+        try:
+            try:
+                api_version, review = decode_review(body)
+            except ReviewError as err:
+                route.bad.inc()
+                log.info("review_rejected", endpoint=route.endpoint, error=str(err))
+                self._release()
+                return error(400, f"not an AdmissionReview: {err}")
+            outcome = route.decide(review, route.server.settings)
+        except BaseException:
+            self._release()
+            raise
+        if not outcome.records:
+            return self._answer(review, outcome, api_version)
+
+        def recorded() -> None:
+            try:
+                reply = self._answer(review, outcome, api_version)
+            except Exception as err:  # never leave the review unanswered
+                log.exception("answer_failed", endpoint=route.endpoint, error=repr(err))
+                reply = error(500, "internal error")
+            respond(reply)
+
+        try:
+            route.server.record(outcome.records, recorded)
+        except BaseException:
+            self._release()
+            raise
+        return None
+
+    def _answer(self, review: AdmissionRequest, outcome: admit.Outcome, api_version: str) -> Reply:
+        route = self.route
+        try:
+            if outcome.allowed:
+                route.allowed.inc()
+            else:
+                route.denied.inc()
+                route.server.metrics.denials.labels(route.endpoint, outcome.reason).inc()
+                log.info(
+                    "review_denied",
+                    endpoint=route.endpoint,
+                    reason=outcome.reason,
+                    job=f"{review.namespace}/{review.name}",
+                    kind=review.kind.kind,
+                    uid=review.uid,
+                    message=outcome.response.status.message if outcome.response.status else "",
+                )
+            return Reply(200, encode_response(outcome.response, api_version=api_version))
+        finally:
+            self._release()
+
+
+class _Readyz:
+    """``/readyz``: 200 only while NATS answers a ping (a task: the ping awaits)."""
+
+    __slots__ = ("server",)
+
+    def __init__(self, server: WebhookServer) -> None:
+        self.server = server
+
+    def received(self, body: bytes, respond: Respond) -> Reply | None:
+        task = asyncio.get_running_loop().create_task(self._check(respond))
+        _tasks.add(task)
+        task.add_done_callback(_tasks.discard)
+        return None
+
+    async def _check(self, respond: Respond) -> None:
+        try:
+            ready = await self.server.nats_ready()
+        except Exception:  # a ping that failed: not ready
+            ready = False
+        if ready:
+            respond(Reply(200, _OK, content_type=_TEXT))
+        else:
+            respond(Reply(503, b"NATS is not answering\n", content_type=_TEXT))
+
+    def abandoned(self, why: str) -> Reply | None:
+        return None
+
+
+_tasks: set[asyncio.Task[None]] = set()  # readiness checks under way (the loop keeps only weak references)
 
 
 def _fields(record: admit.Record) -> dict[str, str]:
     """Log context of a record: the job and what was recorded about it."""
     job = getattr(record.event, "job", None)
     return {"job": job.key if isinstance(job, ev.JobRef) else "", "type": type(record.event).__name__, "msg_id": record.msg_id}
-
-
-class _TooLarge(Exception):
-    """A body without Content-Length went past ``max_body`` while being read."""
-
-
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)

@@ -134,3 +134,32 @@ async def test_a_publish_while_nats_restarts_is_recorded_within_the_bound(tmp_pa
         await jlog.close()
         if again is not None:
             await again.stop_async()
+
+
+async def test_an_event_written_to_a_server_that_died_is_published_again_after_the_reconnect(tmp_path: Path) -> None:
+    """Written onto the connection, then the server dies before reading it: its ack never comes
+    on the new connection, so the batcher publishes it again (same message id) once reconnected."""
+    server = EmbeddedNats(data_dir=tmp_path / "nats")
+    await server.start_async()
+    port = server.port
+    jlog = await connect(server.url, root="lost")
+    again: EmbeddedNats | None = None
+    try:
+        inbox = await BatchingInbox(jlog).open()
+        await stall(server)  # connected, reads nothing: what is written now is lost with it
+        publishing = asyncio.ensure_future(inbox.publish(_event(1), msg_id="lost-1", timeout_s=30))
+        await eventually(lambda: inbox.unacknowledged == 1, what="the event to be written")
+        server.kill()
+        await eventually(lambda: jlog.nc.is_reconnecting, what="the client to notice")
+        again = EmbeddedNats(data_dir=tmp_path / "nats", port=port)
+        await again.start_async()
+        seq = await publishing
+        assert inbox.retries >= 1
+        msg = await jlog.js.get_msg(jlog.names.inbox_stream, seq)
+        assert msg.data is not None and codec.decode_event(msg.data) == _event(1)
+        info = await jlog.js.stream_info(jlog.names.inbox_stream)
+        assert info.state.messages == 1
+    finally:
+        await jlog.close()
+        if again is not None:
+            await again.stop_async()

@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from eventlog import events as ev
 from eventlog.embedded import free_port
@@ -28,6 +27,7 @@ from eventlog.kube import names
 from tests.webhook.conftest import review, start_webhook
 from tests.webhook.test_server import _inbox
 from webhook import admit, jsonpatch
+from webhook.http1 import Listener
 from webhook.nats_link import NatsLink
 from webhook.review import decode_review
 from webhook.server import WebhookServer
@@ -71,17 +71,15 @@ def _serve(hook: QueueWebhook, *, nats_url: str, data_dir: Path, cert: Path, key
         link.start()
         await link.wait_connected()
         server = WebhookServer(settings=admit.Settings(queues=QUEUES), inbox=link.inbox, nats_ready=link.ready)
-        runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", hook.port, ssl_context=CertFiles(cert, key).context)
-        await site.start()
+        listener = Listener(server, max_connections=64, keepalive_s=30, handshake_timeout_s=10)
+        await listener.start("127.0.0.1", hook.port, ssl_context=CertFiles(cert, key).context)
         stopping = asyncio.Event()
         stop.append((asyncio.get_running_loop(), stopping))
         ready.set()
         await stopping.wait()
-        await site.stop()
+        listener.stop_accepting()
         await server.wait_idle()
-        await runner.cleanup()
+        await listener.close()
         await link.close()
 
     asyncio.run(main())

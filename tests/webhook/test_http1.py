@@ -1,0 +1,206 @@
+"""The webhook's own HTTP/1.1 server (``webhook.http1``), spoken to byte by byte over TLS: what an
+API server, a probe or a misbehaving peer can send, and what each gets back."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from eventlog.kube import names
+from tests.webhook.conftest import Webhook, review
+
+
+def _job(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "team-a", "labels": {names.QUEUE_LABEL: "user-queue"}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "x"}]}}},
+    }
+
+
+@contextmanager
+def _tls(hook: Webhook) -> Iterator[ssl.SSLSocket]:
+    raw = socket.create_connection(("127.0.0.1", hook.port))
+    with hook.ssl_context().wrap_socket(raw, server_hostname="localhost") as tls:
+        tls.settimeout(30)
+        yield tls
+
+
+class _Reader:
+    """Responses off one connection, in order: (status, headers with lowered names, body)."""
+
+    def __init__(self, tls: ssl.SSLSocket) -> None:
+        self.tls = tls
+        self.buf = b""
+
+    def _fill(self) -> bool:
+        data = self.tls.recv(65536)
+        self.buf += data
+        return bool(data)
+
+    def response(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.buf:
+            assert self._fill(), f"connection closed before a response; got {self.buf!r}"
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(headers.get("content-length", "0"))  # none on 100 Continue
+        while len(self.buf) < length:
+            assert self._fill(), "connection closed inside a response body"
+        body, self.buf = self.buf[:length], self.buf[length:]
+        return status, headers, body
+
+    def closed(self) -> bool:
+        """The server closed the connection (after everything it sent was read)."""
+        try:
+            return not self._fill() and not self.buf
+        except (ConnectionResetError, ssl.SSLError):
+            return True
+
+
+def _post(path: str, body: bytes, *extra: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "Host: webhook", "Content-Type: application/json", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def _chunked(path: str, body: bytes, *, size: int = 1000) -> bytes:
+    chunks = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size))
+    head = f"POST {path} HTTP/1.1\r\nHost: webhook\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    return head + chunks + b"0\r\nX-Trailer: t\r\n\r\n"
+
+
+def _uid(answer: bytes) -> str:
+    return str(json.loads(answer)["response"]["uid"])
+
+
+def test_keep_alive_and_pipelined_requests_are_answered_in_order(webhook: Webhook) -> None:
+    """One connection, as the API server keeps it: requests back to back, then several written at
+    once (pipelined), one of them a /validate that waits on its inbox ack: answers come in order."""
+    name = f"ka-{uuid.uuid4().hex[:6]}"
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        for i in range(3):
+            tls.sendall(_post("/mutate?timeout=10s", review(_job(f"{name}-{i}"), uid=f"{name}-m{i}")))
+            status, headers, body = reader.response()
+            assert status == 200 and headers["content-type"] == "application/json" and "date" in headers
+            assert _uid(body) == f"{name}-m{i}"
+        obj = _job(name)
+        obj["metadata"]["uid"] = f"obj-{name}"
+        burst = [
+            _post("/validate", review(obj, uid=f"{name}-v", dry_run=True)),
+            _post("/mutate", review(_job(name), uid=f"{name}-m3")),
+            b"GET /healthz HTTP/1.1\r\nHost: webhook\r\n\r\n",
+            _post("/validate", review(obj, uid=f"{name}-v2")),
+            _post("/mutate", review(_job(name), uid=f"{name}-m4")),
+        ]
+        tls.sendall(b"".join(burst))
+        answers = [reader.response() for _ in burst]
+    assert [status for status, _, _ in answers] == [200] * 5
+    assert [_uid(answers[i][2]) for i in (0, 1, 3, 4)] == [f"{name}-v", f"{name}-m3", f"{name}-v2", f"{name}-m4"]
+    assert answers[2][2] == b"ok\n"
+
+
+def test_a_chunked_body_is_read_and_one_past_the_limit_gets_413(webhook: Webhook) -> None:
+    body = review(_job("chunked"), uid="chunked-1")
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        tls.sendall(_chunked("/mutate", body, size=97))
+        status, _, answer = reader.response()
+        assert status == 200 and _uid(answer) == "chunked-1"
+        # The fixture's --max-body-bytes is 1 MiB: a chunked body that goes past it is refused
+        # once it does, and the connection closed (the rest of the body is never read).
+        big = b"x" * (300 << 10)
+        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: webhook\r\nTransfer-Encoding: chunked\r\n\r\n")
+        status = 0
+        try:
+            for _ in range(5):
+                tls.sendall(b"%x\r\n%s\r\n" % (len(big), big))
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            pass  # refused while still sending
+        status, headers, answer = reader.response()
+        assert status == 413 and headers.get("connection") == "close"
+        assert "chunked body that went past it" in json.loads(answer)["error"]
+
+
+def test_expect_100_continue_is_answered_before_the_body(webhook: Webhook) -> None:
+    body = review(_job("expect"), uid="expect-1")
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        head = _post("/mutate", body, "Expect: 100-continue")[: -len(body)]
+        tls.sendall(head)
+        status, _, _ = reader.response()
+        assert status == 100
+        tls.sendall(body)
+        status, _, answer = reader.response()
+        assert status == 200 and _uid(answer) == "expect-1"
+
+
+def test_answers_from_the_head_skip_the_body_and_keep_the_connection(webhook: Webhook) -> None:
+    """413 closes (the body is never read); an unknown path or a wrong method answers from the head
+    and the body is skipped unread, so the next request on the connection is read as one."""
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        tls.sendall(_post("/nowhere", b"{" * 5000))
+        status, _, answer = reader.response()
+        assert status == 404 and "/validate" in json.loads(answer)["error"]
+        tls.sendall(b"GET /mutate HTTP/1.1\r\nHost: webhook\r\n\r\n")
+        status, headers, _ = reader.response()
+        assert status == 405 and headers["allow"] == "POST"
+        tls.sendall(_post("/mutate", review(_job("after"), uid="after-1")))
+        status, _, answer = reader.response()
+        assert status == 200 and _uid(answer) == "after-1"
+        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Length: 5000000\r\n\r\n")
+        status, headers, answer = reader.response()
+        assert status == 413 and headers.get("connection") == "close" and "5000000 bytes" in answer.decode()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "fragment"),
+    [
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", 400, "both Content-Length and Transfer-Encoding"),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, "Content-Length"),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: -2\r\n\r\n{}", 400, "Content-Length"),
+        (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "only chunked"),
+        (b"POST /mutate HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "malformed header line"),
+        (b"POST /mutate HTTP/1.1\r\n folded: x\r\n\r\n", 400, "malformed header line"),
+        (b"POST /mutate\r\n\r\n", 400, "request line"),
+        (b"POST /mutate HTTP/2.0\r\n\r\n", 400, "request line"),
+        (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "chunk size"),
+        (b"GET /healthz HTTP/1.1\r\nX: " + b"a" * (70 << 10) + b"\r\n\r\n", 431, "over"),
+    ],
+    ids=["cl-and-te", "two-lengths", "negative-length", "gzip", "space-in-name", "folded", "no-version", "http2", "bad-chunk", "huge-head"],
+)
+def test_malformed_requests_get_a_status_and_a_reason_and_the_connection_closes(
+    webhook: Webhook, request_bytes: bytes, status: int, fragment: str
+) -> None:
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        tls.sendall(request_bytes)
+        got, headers, body = reader.response()
+        assert got == status and fragment in json.loads(body)["error"], body
+        assert headers.get("connection") == "close" and reader.closed()
+
+
+def test_http10_and_connection_close_are_honoured(webhook: Webhook) -> None:
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        tls.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        status, headers, body = reader.response()
+        assert (status, body, headers.get("connection")) == (200, b"ok\n", "close") and reader.closed()
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        tls.sendall(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        status, headers, _ = reader.response()
+        assert status == 200 and headers.get("connection") == "keep-alive"
+        tls.sendall(b"GET /readyz HTTP/1.1\r\nConnection: close\r\n\r\n")
+        status, headers, body = reader.response()
+        assert (status, body, headers.get("connection")) == (200, b"ok\n", "close") and reader.closed()
