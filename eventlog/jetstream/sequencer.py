@@ -212,6 +212,8 @@ class JetStreamSequencer:
             self._broken = f"{type(err).__name__}: {err}"
             raise
         self._last_seq = entries[-1].seq
+        if self._jlog.recent is not None:
+            self._jlog.recent.appended(entries)
 
     async def _publish_fenced(self, entries: list[LogEntry], marks: list[int | None]) -> None:
         prefix = self._jlog.names.log_prefix

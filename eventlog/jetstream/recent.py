@@ -1,0 +1,69 @@
+"""The entries this process appended last, for the readers in the same process.
+
+The leader's replica follows the log it writes: its actuator (and through it the forecasts), the
+status reporter. Each of them reading back from the server what the sequencer has just stored
+cost a delivery per entry (a third of the NATS messages per job end to end) and a decode per
+entry, for bytes the process already holds decoded. ``RecentEntries`` keeps the last appends,
+as they were acknowledged, and ``JetStreamReader.read`` takes what it can from here before it
+asks the server.
+
+Only what is known to be the log's content is kept: entries the stream acknowledged (an
+acknowledgement means stored, and a log sequence never changes once stored), in one gap-free
+run. An append that does not follow on from the last one kept (a new term after another leader
+wrote, a resume) starts the run again. The run is bounded, so a reader that falls further behind
+reads the rest from the server as before; a replica that does not lead keeps nothing and reads
+everything from the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from eventlog.events import LogEntry
+
+# About 0.2 s of appends at 5,000 jobs/s (five entries per job): a follower polling every 20 ms
+# stays well inside it even behind a slow decision step.
+DEFAULT_ENTRIES = 4096
+
+
+class RecentEntries:
+    def __init__(self, capacity: int = DEFAULT_ENTRIES) -> None:
+        self.capacity = max(1, capacity)
+        self._entries: list[LogEntry] = []
+        self._first = 0  # the sequence of _entries[0]
+        self.served = 0  # entries handed to readers from here (not read from the server)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence of the last entry kept; 0 if none."""
+        return self._first + len(self._entries) - 1 if self._entries else 0
+
+    def appended(self, entries: Sequence[LogEntry]) -> None:
+        """Entries the log stream acknowledged, in order."""
+        if not entries:
+            return
+        if not self._entries or entries[0].seq != self.last_seq + 1:
+            self._entries, self._first = [], entries[0].seq
+        self._entries.extend(entries)
+        excess = len(self._entries) - self.capacity
+        if excess >= max(1, self.capacity // 4):
+            # Trimmed by the quarter, not per append: one list shift per many appends.
+            del self._entries[:excess]
+            self._first += excess
+
+    def take(self, from_seq: int, *, until_seq: int | None, limit: int) -> list[LogEntry]:
+        """Up to ``limit`` entries from ``from_seq`` on (to ``until_seq`` inclusive), all kept
+        here; empty if ``from_seq`` is not."""
+        start = from_seq - self._first
+        if start < 0 or start >= len(self._entries):
+            return []
+        end = len(self._entries) if until_seq is None else min(len(self._entries), until_seq - self._first + 1)
+        got = self._entries[start : min(end, start + max(1, limit))]
+        self.served += len(got)
+        return got
+
+    def clear(self) -> None:
+        self._entries, self._first = [], 0
