@@ -161,6 +161,8 @@ class JetStreamReader:
                     return
                 if until_seq is None and from_seq > recent.last_seq:
                     return
+            if until_seq is None and recent.coming(from_seq):
+                return  # the next read takes them from memory once acknowledged
         end = await self.last_seq()
         if until_seq is not None:
             end = min(end, until_seq)

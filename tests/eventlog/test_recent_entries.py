@@ -63,6 +63,25 @@ async def test_a_reader_behind_what_is_kept_reads_the_server(jslog: JetStreamLog
     assert len(await consumers(jslog)) == 1  # the early entries came from the server
 
 
+async def test_a_reader_waits_for_an_append_of_its_own_in_flight(
+    jslog: JetStreamLog, nats_url: str, log_root: str
+) -> None:
+    recent = jslog.keep_recent(8)
+    await jslog.sequencer("a").append_decisions(lost("a"), at_ms=1)
+    other = await connect(nats_url, root=log_root)
+    try:  # stored, as an append of ours would be before its acks are in
+        await other.sequencer("b").append_decisions(lost("b", "c"), at_ms=2)
+    finally:
+        await other.close()
+    recent.appending(2)
+    assert await entries(jslog, 2) == []
+    assert await consumers(jslog) == []
+    recent.appending(3)  # not where this reader goes on: the server it is
+    assert [e.seq for e in await entries(jslog, 2)] == [2, 3]
+    recent.appending(None)
+    assert [e.seq for e in await entries(jslog, 3)] == [3]
+
+
 def entry(seq: int) -> ev.LogEntry:
     return ev.LogEntry(seq=seq, at_ms=seq, event=ev.ClusterLost(cluster=f"c{seq}"))
 
