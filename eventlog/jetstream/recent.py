@@ -73,7 +73,9 @@ class RecentEntries:
         start = from_seq - self._first
         if start < 0 or start >= len(self._entries):
             return []
-        end = len(self._entries) if until_seq is None else min(len(self._entries), until_seq - self._first + 1)
+        end = (
+            len(self._entries) if until_seq is None else min(len(self._entries), until_seq - self._first + 1)
+        )
         got = self._entries[start : min(end, start + max(1, limit))]
         self.served += len(got)
         return got

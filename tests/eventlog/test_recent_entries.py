@@ -99,7 +99,8 @@ def test_bounded_to_its_capacity_and_a_quarter() -> None:
     for seq in range(1, 101):
         recent.appended([entry(seq)])
         assert len(recent) <= 10
-        assert len(recent.take(max(1, seq - 7), until_seq=None, limit=1000)) == min(seq, 8)  # the last 8 always
+        # the last 8 always
+        assert len(recent.take(max(1, seq - 7), until_seq=None, limit=1000)) == min(seq, 8)
     assert recent.last_seq == 100
     assert [e.seq for e in recent.take(93, until_seq=95, limit=10)] == [93, 94, 95]
     assert recent.take(80, until_seq=None, limit=10) == []
