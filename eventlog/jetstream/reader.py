@@ -149,14 +149,14 @@ class JetStreamReader:
             # What this process appended itself, without a round trip. A read without an upper
             # bound that ends there does not ask the server for more: only a writer that fenced
             # ours off could have added any, and the next read, past the entries kept, asks.
-            while got := recent.take(from_seq, until_seq=until_seq, limit=batch):
-                if until_ms is not None and got[-1].at_ms > until_ms:
-                    kept = [e for e in got if e.at_ms <= until_ms]
+            while mine := recent.take(from_seq, until_seq=until_seq, limit=batch):
+                if until_ms is not None and mine[-1].at_ms > until_ms:
+                    kept = [e for e in mine if e.at_ms <= until_ms]
                     if kept:
                         yield kept
                     return
-                yield got
-                from_seq = got[-1].seq + 1
+                yield mine
+                from_seq = mine[-1].seq + 1
                 if until_seq is not None and from_seq > until_seq:
                     return
                 if until_seq is None and from_seq > recent.last_seq:
