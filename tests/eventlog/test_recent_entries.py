@@ -33,6 +33,10 @@ async def test_own_appends_are_read_without_a_consumer_and_as_the_server_has_the
         await other.close()
     assert await entries(jslog, 3, until_seq=4) == mine[2:4]
     assert await entries(jslog, 6) == []
+    await jslog.sequencer("a").append_decisions(lost("f", "g"), at_ms=9)
+    assert await entries(jslog, 4, until_ms=8) == mine[3:]
+    assert [e.seq for e in await entries(jslog, 4)] == [4, 5, 6, 7]
+    assert await consumers(jslog) == []
 
 
 async def test_what_another_writer_appended_comes_from_the_server(
