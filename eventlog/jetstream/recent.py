@@ -19,6 +19,7 @@ are stored (under load, most of them were): its next read takes them from here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from eventlog.events import LogEntry
@@ -36,6 +37,9 @@ class RecentEntries:
         self._first = 0  # the sequence of _entries[0]
         self.served = 0  # entries handed to readers from here (not read from the server)
         self._appending: int | None = None  # the first sequence of an append awaiting its acks
+        # Set at every append: a follower clears it before it reads and, having read everything,
+        # waits for it (or its poll interval) instead of sleeping out the interval.
+        self.grew = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -61,6 +65,7 @@ class RecentEntries:
         if not self._entries or entries[0].seq != self.last_seq + 1:
             self._entries, self._first = [], entries[0].seq
         self._entries.extend(entries)
+        self.grew.set()
         excess = len(self._entries) - self.capacity
         if excess >= max(1, self.capacity // 4):
             # Trimmed by the quarter, not per append: one list shift per many appends.

@@ -307,7 +307,7 @@ async def build(
     metrics = ReconcilerMetrics()
     # This replica's followers (actuator, forecasts, status) take what its leader loop appended
     # from memory rather than from the server (eventlog.jetstream.recent).
-    log_.keep_recent()
+    recent = log_.keep_recent()
     loop = LeaderLoop(log_, settings.loop, metrics=metrics)
     clusters = None
     if settings.actuate:
@@ -323,6 +323,7 @@ async def build(
             on_event=metrics.event_written,
             state=lambda: loop.state if loop.ready.is_set() else None,
         )
+        clusters.actuator.wake = recent.grew  # follows the loop's appends at once, not at its next poll
     forecasts = None
     if settings.forecast_limit > 0:
         forecasts = Forecasts(

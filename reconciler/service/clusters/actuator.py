@@ -197,6 +197,9 @@ class Actuator:
         self._executors: dict[str, _Executor] = {}
         self._executor_tasks: dict[str, asyncio.Task[None]] = {}
         self._stop: asyncio.Event | None = None  # set by run: workers added later start at once
+        # Set when the log may have grown (this process appended to it: jetstream.recent); the
+        # actuator then reads at once instead of at its next poll. None: polls only.
+        self.wake: asyncio.Event | None = None
         self.collected = 0
 
     @property
@@ -275,7 +278,17 @@ class Actuator:
             self.metrics.seq.set(self.desired.seq)
             for ex in self._executors.values():
                 ex.pending.set(len(ex.queued) + len(ex.inflight))
-            if not await self._read_or_wait(stop, apply=True):
+            wake = self.wake
+            if wake is not None:
+                wake.clear()  # before reading: an append from now on wakes the wait below
+            got = await self._read_or_wait(stop, apply=True)
+            if wake is not None:
+                # Read again when woken (at once if an append came during this read), not right
+                # after every read: the read after one that took all there was would only ask
+                # the server for its last sequence.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self.poll_interval_s)  # ``run`` cancels it on stop
+            elif not got:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_interval_s)
 
