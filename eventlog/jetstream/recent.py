@@ -37,9 +37,12 @@ class RecentEntries:
         self._first = 0  # the sequence of _entries[0]
         self.served = 0  # entries handed to readers from here (not read from the server)
         self._appending: int | None = None  # the first sequence of an append awaiting its acks
-        # Set at every append: a follower clears it before it reads and, having read everything,
-        # waits for it (or its poll interval) instead of sleeping out the interval.
-        self.grew = asyncio.Event()
+        # Set at every append of decisions: a follower that acts on them (the actuator) clears it
+        # before it reads and, having read everything, waits for it (or its poll interval)
+        # instead of sleeping out the interval. Not at appends of inputs alone: they are read
+        # with the next decisions, and waking for them too cost more CPU per job at a few
+        # hundred jobs/s (smaller batches all along the pipeline) for no earlier copy.
+        self.decided = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -65,7 +68,8 @@ class RecentEntries:
         if not self._entries or entries[0].seq != self.last_seq + 1:
             self._entries, self._first = [], entries[0].seq
         self._entries.extend(entries)
-        self.grew.set()
+        if entries[0].batch is not None:  # decisions carry their batch framing; inputs do not
+            self.decided.set()
         excess = len(self._entries) - self.capacity
         if excess >= max(1, self.capacity // 4):
             # Trimmed by the quarter, not per append: one list shift per many appends.
@@ -84,6 +88,3 @@ class RecentEntries:
         got = self._entries[start : min(end, start + max(1, limit))]
         self.served += len(got)
         return got
-
-    def clear(self) -> None:
-        self._entries, self._first = [], 0

@@ -323,7 +323,7 @@ async def build(
             on_event=metrics.event_written,
             state=lambda: loop.state if loop.ready.is_set() else None,
         )
-        clusters.actuator.wake = recent.grew  # follows the loop's appends at once, not at its next poll
+        clusters.actuator.wake = recent.decided  # reads the loop's decisions at once, not at its next poll
     forecasts = None
     if settings.forecast_limit > 0:
         forecasts = Forecasts(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from eventlog import events as ev
 from eventlog.jetstream import JetStreamLog, connect
 from eventlog.jetstream.recent import RecentEntries
+from eventlog.store import InboxItem
 from tests.eventlog.test_reader_follow import consumers, consumers_become
 
 
@@ -108,3 +109,12 @@ def test_bounded_to_its_capacity_and_a_quarter() -> None:
     assert recent.last_seq == 100
     assert [e.seq for e in recent.take(93, until_seq=95, limit=10)] == [93, 94, 95]
     assert recent.take(80, until_seq=None, limit=10) == []
+
+
+async def test_decisions_appended_wake_a_follower_inputs_alone_do_not(jslog: JetStreamLog) -> None:
+    recent = jslog.keep_recent(8)
+    seq = jslog.sequencer("a")
+    await seq.append_inputs([InboxItem(inbox_seq=None, event=ev.ClusterHeartbeat(cluster="c"))], at_ms=1)
+    assert not recent.decided.is_set() and recent.last_seq == 1
+    await seq.append_decisions(lost("c"), at_ms=2)
+    assert recent.decided.is_set() and recent.last_seq == 2

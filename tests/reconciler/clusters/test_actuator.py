@@ -310,7 +310,7 @@ async def test_an_append_of_its_own_process_wakes_the_actuator_between_polls(jsl
     recent = jslog.keep_recent()  # as kdispatch serve does (wiring.build)
     east = sim("east")
     act = Actuator(jslog.reader, {"east": east}, poll_interval_s=3600)  # no poll within the test
-    act.wake = recent.grew
+    act.wake = recent.decided
     stop = asyncio.Event()
     task = asyncio.create_task(act.run(stop))
     try:
