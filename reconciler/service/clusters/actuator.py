@@ -35,6 +35,7 @@ log = get_logger("reconciler.actuator")
 
 
 _TOLD = (ev.Placed, ev.Finished, ev.CleanUp)  # the decisions listeners hear of
+WAKE_SPACING_S = 0.005  # woken by appends (``Actuator.wake``): reads at least this far apart
 
 
 class DecisionListener(Protocol):
@@ -200,6 +201,7 @@ class Actuator:
         # Set when the log may have grown (this process appended to it: jetstream.recent); the
         # actuator then reads at once instead of at its next poll. None: polls only.
         self.wake: asyncio.Event | None = None
+        self.wake_spacing_s = WAKE_SPACING_S
         self.collected = 0
 
     @property
@@ -274,6 +276,7 @@ class Actuator:
             self._submit(key)
         self.caught_up.set()
         log.info("actuator_caught_up", seq=self.desired.seq, active=len(self.desired.active()))
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
             self.metrics.seq.set(self.desired.seq)
             for ex in self._executors.values():
@@ -281,6 +284,7 @@ class Actuator:
             wake = self.wake
             if wake is not None:
                 wake.clear()  # before reading: an append from now on wakes the wait below
+            started = loop.time()
             got = await self._read_or_wait(stop, apply=True)
             if wake is not None:
                 # Read again when woken (at once if an append came during this read), not right
@@ -288,6 +292,11 @@ class Actuator:
                 # the server for its last sequence.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), self.poll_interval_s)  # ``run`` cancels it on stop
+                # At most one read per spacing: what the leader decides meanwhile is read in one
+                # go, so the copies are created, and their facts reported, in batches.
+                rest = self.wake_spacing_s - (loop.time() - started)
+                if rest > 0:
+                    await asyncio.sleep(rest)
             elif not got:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_interval_s)
