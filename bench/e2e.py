@@ -312,6 +312,16 @@ def spawn(name: str, argv: list[str], workdir: Path, *, profile: Path | None = N
     return Proc(name, popen, log)
 
 
+def nats_msgs(nats: Any) -> tuple[int, int]:
+    """Messages the nats-server has received and sent so far (its monitoring ``/varz``): every
+    message is server CPU, so the count per job says what a change of protocol saves there."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{nats.host}:{nats.monitor_port}/varz", timeout=5) as response:
+        varz = json.loads(response.read())
+    return int(varz["in_msgs"]), int(varz["out_msgs"])
+
+
 def free_port() -> int:
     from eventlog.embedded import free_port as pick
 
@@ -360,6 +370,7 @@ class Result:
     wall_s: float = 0.0
     answered_s: list[float] = field(default_factory=list)  # review sent -> its answer (HTTPS runs)
     offered: float = 0.0  # jobs/s sent open loop; 0: closed loop
+    msgs: tuple[int, int] = (0, 0)  # NATS messages into / out of the server over the measurement
 
 
 class PlacedWatch:
@@ -613,6 +624,7 @@ async def measure_pipeline(
         for p in procs:
             p.mark()
         nats_cpu = cpu_s(nats.pid)
+        msgs_before = await asyncio.to_thread(nats_msgs, nats)
         own = os.times()
         started = time.monotonic()
         try:
@@ -629,6 +641,8 @@ async def measure_pipeline(
             wall = time.monotonic() - started
         cpu = {p.name: p.cpu_used() for p in procs}
         cpu["nats-server"] = cpu_s(nats.pid) - nats_cpu
+        msgs_after = await asyncio.to_thread(nats_msgs, nats)
+        msgs = (msgs_after[0] - msgs_before[0], msgs_after[1] - msgs_before[1])
         mine = os.times()
         cpu["bench (watching)"] = (mine.user - own.user) + (mine.system - own.system)
         out = await asyncio.to_thread(results)
@@ -653,7 +667,7 @@ async def measure_pipeline(
         (Path(args.dump) / f"{root}.json").write_text(json.dumps(rows))
     label = "webhook over HTTPS" if through_webhook else "baseline: straight to the inbox"
     label += f", {offered:,.0f}/s offered" if offered else ", closed loop"
-    return Result(label, len(sent), rate, latencies, failures, cpu, wall, answer_times(out), offered)
+    return Result(label, len(sent), rate, latencies, failures, cpu, wall, answer_times(out), offered, msgs)
 
 
 def print_profiles(profile_dir: Path, top: int) -> None:
@@ -698,6 +712,12 @@ def cpu_row(r: Result) -> str:
     if any(k not in LOAD_SIDE for k in r.cpu) and "bare handler" not in r.cpu:
         ms = pipeline_ms_per_job(r)
         line += f"\n    pipeline {ms:.2f} ms of CPU per job: at most {2000 / ms:,.0f} jobs/s on 2 cores of its own"
+    if any(r.msgs):
+        into, out = (m / r.jobs for m in r.msgs)
+        line += (
+            f"\n    NATS messages per job: {into + out:.1f} ({into:.1f} into the server, {out:.1f} out;"
+            " the bench's own watch of Placed included)"
+        )
     return line
 
 

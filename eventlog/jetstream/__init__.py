@@ -36,6 +36,8 @@ from eventlog.jetstream.provision import (
     with_retries,
 )
 from eventlog.jetstream.reader import JetStreamReader
+from eventlog.jetstream.recent import DEFAULT_ENTRIES as DEFAULT_RECENT_ENTRIES
+from eventlog.jetstream.recent import RecentEntries
 from eventlog.jetstream.sequencer import JetStreamSequencer
 from eventlog.jetstream.snapshots import JetStreamSnapshots
 
@@ -88,6 +90,15 @@ class JetStreamLog:
         self.reader = JetStreamReader(self)
         self.snapshots = JetStreamSnapshots(self)
         self._sequencers: weakref.WeakSet[JetStreamSequencer] = weakref.WeakSet()  # closed with the log
+        self.recent: RecentEntries | None = None  # see keep_recent
+
+    def keep_recent(self, entries: int = DEFAULT_RECENT_ENTRIES) -> RecentEntries:
+        """Keep the last ``entries`` this log's sequencers append, for ``reader`` to take
+        without a round trip (``jetstream.recent``): for a process that writes the log and
+        follows it too (``kdispatch serve``)."""
+        if self.recent is None:
+            self.recent = RecentEntries(entries)
+        return self.recent
 
     def sequencer(self, leader_id: str, *, lease: Lease | None = None) -> JetStreamSequencer:
         """The writer side for ``leader_id``. With ``lease``, every append first checks the lease

@@ -144,6 +144,25 @@ class JetStreamReader:
     ) -> AsyncIterator[list[LogEntry]]:
         """Entries ``from_seq``..``until_seq`` (inclusive; default: the last one when called) with
         ``at_ms <= until_ms``, in batches of at most ``batch``."""
+        recent = self._jlog.recent
+        if recent is not None:
+            # What this process appended itself, without a round trip. A read without an upper
+            # bound that ends there does not ask the server for more: only a writer that fenced
+            # ours off could have added any, and the next read, past the entries kept, asks.
+            while mine := recent.take(from_seq, until_seq=until_seq, limit=batch):
+                if until_ms is not None and mine[-1].at_ms > until_ms:
+                    kept = [e for e in mine if e.at_ms <= until_ms]
+                    if kept:
+                        yield kept
+                    return
+                yield mine
+                from_seq = mine[-1].seq + 1
+                if until_seq is not None and from_seq > until_seq:
+                    return
+                if until_seq is None and from_seq > recent.last_seq:
+                    return
+            if until_seq is None and recent.coming(from_seq):
+                return  # the next read takes them from memory once acknowledged
         end = await self.last_seq()
         if until_seq is not None:
             end = min(end, until_seq)

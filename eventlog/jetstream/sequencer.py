@@ -202,6 +202,9 @@ class JetStreamSequencer:
             raise NotLeader(f"{self.leader_id} no longer holds lease {self.lease.name}; not appending")
         if not entries:
             return
+        recent = self._jlog.recent  # this process's readers take these from memory (jetstream.recent)
+        if recent is not None:
+            recent.appending(entries[0].seq)
         try:
             await self._publish_fenced(entries, marks)
         except Fenced:
@@ -211,7 +214,12 @@ class JetStreamSequencer:
             # Some entries of the batch may be stored and some not: only the log knows now.
             self._broken = f"{type(err).__name__}: {err}"
             raise
+        finally:
+            if recent is not None:
+                recent.appending(None)
         self._last_seq = entries[-1].seq
+        if recent is not None:
+            recent.appended(entries)
 
     async def _publish_fenced(self, entries: list[LogEntry], marks: list[int | None]) -> None:
         prefix = self._jlog.names.log_prefix

@@ -77,6 +77,22 @@ def _median(samples: deque[int]) -> int:
     return int(statistics.median(samples))
 
 
+# The events ``DurationLearner.observe`` learns from; a follower of the whole log passes the others
+# over without the call (most entries: a worker's RemoteCreated, heartbeats, ...).
+LEARNED = frozenset(
+    {
+        ev.JobSubmitted,
+        ev.JobUpdated,
+        ev.Nominated,
+        ev.RemoteAdmitted,
+        ev.Placed,
+        ev.Requeued,
+        ev.Finished,
+        ev.JobDeleted,
+    }
+)
+
+
 @dataclass
 class DurationLearner:
     """Folds log entries; ``durations()`` is what they taught so far. Bounded memory: per job only

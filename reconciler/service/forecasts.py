@@ -21,6 +21,7 @@ from eventlog.store import LogReader
 from reconciler import core
 from reconciler.edge.logging import get_logger
 from reconciler.forecast import DEFAULT_LIMIT, DurationLearner, Durations, Estimate, Forecast, estimate_starts
+from reconciler.forecast.durations import LEARNED
 
 log = get_logger("reconciler.forecasts")
 
@@ -99,19 +100,19 @@ class Forecasts:
 
     def observe(self, entries: Sequence[LogEntry]) -> None:
         """Entries someone else read from the log, in order; those already learned are skipped."""
-        learner = self.learner
+        if not entries or entries[-1].seq <= self.seq:
+            return
+        observe = self.learner.observe
         for entry in entries:
-            if entry.seq > self.seq:
-                learner.observe(entry)
-                self.seq = entry.seq
+            if entry.seq > self.seq and type(entry.event) in LEARNED:
+                observe(entry)
+        self.seq = entries[-1].seq
 
     async def _learn(self, *, until_seq: int) -> None:
         if until_seq <= self.seq:
             return
         async for batch in self.reader.read(from_seq=self.seq + 1, until_seq=until_seq, batch=self.read_batch):
-            for entry in batch:
-                self.learner.observe(entry)
-                self.seq = entry.seq
+            self.observe(batch)
 
 
 def _forecast(

@@ -305,6 +305,9 @@ async def build(
     """Every component, connected, none running. The clusters are built first: a bad cluster
     entry (``ConfigError``, ``ValueError``) must not leave a half-started server behind."""
     metrics = ReconcilerMetrics()
+    # This replica's followers (actuator, forecasts, status) take what its leader loop appended
+    # from memory rather than from the server (eventlog.jetstream.recent).
+    recent = log_.keep_recent()
     loop = LeaderLoop(log_, settings.loop, metrics=metrics)
     clusters = None
     if settings.actuate:
@@ -320,6 +323,7 @@ async def build(
             on_event=metrics.event_written,
             state=lambda: loop.state if loop.ready.is_set() else None,
         )
+        clusters.actuator.wake = recent.decided  # reads the loop's decisions at once, not at its next poll
     forecasts = None
     if settings.forecast_limit > 0:
         forecasts = Forecasts(

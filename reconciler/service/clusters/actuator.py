@@ -34,6 +34,10 @@ from reconciler.service.clusters.specs import CACHE_ENTRIES, SpecReader
 log = get_logger("reconciler.actuator")
 
 
+_TOLD = (ev.Placed, ev.Finished, ev.CleanUp)  # the decisions listeners hear of
+WAKE_SPACING_S = 0.005  # woken by appends (``Actuator.wake``): reads at least this far apart
+
+
 class DecisionListener(Protocol):
     """Told about bookkeeping decisions (Placed, Finished, CleanUp) once caught up; e.g. the
     manager status sync. Must not block: slow work belongs in its own task."""
@@ -50,6 +54,7 @@ class _Executor:
         desired: Desired,
         specs: SpecReader,
         *,
+        name: str,
         concurrency: int,
         stop: asyncio.Event,
         metrics: ClusterMetrics,
@@ -69,6 +74,7 @@ class _Executor:
         # Looked up once: a logger bound per copy applied cost more than creating a simulated copy.
         self._debug = bool(getattr(log.bind(), "is_enabled_for", lambda _level: True)(logging.DEBUG))
         self._applied: dict[str, Any] = {}  # intent -> this cluster's counter
+        self.pending = metrics.pending.labels(cluster=name)  # set at every read of the log: looked up once
 
     def submit(self, key: CopyKey) -> None:
         if key in self.inflight:
@@ -192,6 +198,10 @@ class Actuator:
         self._executors: dict[str, _Executor] = {}
         self._executor_tasks: dict[str, asyncio.Task[None]] = {}
         self._stop: asyncio.Event | None = None  # set by run: workers added later start at once
+        # Set when the log may have grown (this process appended to it: jetstream.recent); the
+        # actuator then reads at once instead of at its next poll. None: polls only.
+        self.wake: asyncio.Event | None = None
+        self.wake_spacing_s = WAKE_SPACING_S
         self.collected = 0
 
     @property
@@ -224,7 +234,8 @@ class Actuator:
     def _start_executor(self, name: str, worker: Worker) -> None:
         assert self._stop is not None
         ex = _Executor(
-            worker, self.desired, self.specs, concurrency=self.concurrency, stop=self._stop, metrics=self.metrics
+            worker, self.desired, self.specs, name=name, concurrency=self.concurrency, stop=self._stop,
+            metrics=self.metrics,
         )
         self._executors[name] = ex
         self._executor_tasks[name] = asyncio.create_task(ex.run(), name=f"executor-{name}")
@@ -265,11 +276,28 @@ class Actuator:
             self._submit(key)
         self.caught_up.set()
         log.info("actuator_caught_up", seq=self.desired.seq, active=len(self.desired.active()))
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
             self.metrics.seq.set(self.desired.seq)
-            for name, ex in self._executors.items():
-                self.metrics.pending.labels(cluster=name).set(len(ex.queued) + len(ex.inflight))
-            if not await self._read_or_wait(stop, apply=True):
+            for ex in self._executors.values():
+                ex.pending.set(len(ex.queued) + len(ex.inflight))
+            wake = self.wake
+            if wake is not None:
+                wake.clear()  # before reading: an append from now on wakes the wait below
+            started = loop.time()
+            got = await self._read_or_wait(stop, apply=True)
+            if wake is not None:
+                # Read again when woken (at once if an append came during this read), not right
+                # after every read: the read after one that took all there was would only ask
+                # the server for its last sequence.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self.poll_interval_s)  # ``run`` cancels it on stop
+                # At most one read per spacing: what the leader decides meanwhile is read in one
+                # go, so the copies are created, and their facts reported, in batches.
+                rest = self.wake_spacing_s - (loop.time() - started)
+                if rest > 0:
+                    await asyncio.sleep(rest)
+            elif not got:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_interval_s)
 
@@ -297,13 +325,16 @@ class Actuator:
                     observe(batch)
                 except Exception as err:  # an observer's trouble must not stop the actuator
                     log.error("log_observer_failed", error=repr(err), first_seq=batch[0].seq if batch else None)
+            got = got or bool(batch)
+            saw, fold, submit = self.specs.saw, self.desired.fold, self._submit
+            tell = apply and bool(self.listeners)
             for entry in batch:
-                got = True
-                self.specs.saw(entry)
-                for key in self.desired.fold(entry):
-                    if apply:
-                        self._submit(key)
-                if apply and isinstance(entry.event, ev.Placed | ev.Finished | ev.CleanUp):
+                saw(entry)
+                keys = fold(entry)
+                if apply:
+                    for key in keys:
+                        submit(key)
+                if tell and isinstance(entry.event, _TOLD):
                     await self._tell(entry.event)
         return got
 

@@ -85,6 +85,21 @@ def remote_spec(key: CopyKey, sources: JobSources, events: Mapping[int, SpecEven
 
 # The decisions the actuator acts on, or tells its listeners about: each names a copy's job.
 _COPY_DECISIONS = (ev.Nominated, ev.Withdrawn, ev.CleanUp, ev.Evict, ev.Finished, ev.Placed)
+# Every event ``fold`` looks at. Two entries in five are a worker's facts (RemoteCreated,
+# RemoteAdmitted), which it does not: they are passed over by one set lookup instead of a failed
+# ``isinstance`` per case below.
+_FOLDED = frozenset(
+    {
+        *_COPY_DECISIONS,
+        ev.QueuesConfigured,
+        ev.JobSubmitted,
+        ev.JobUpdated,
+        ev.ClusterRegistered,
+        ev.ClusterUpdated,
+        ev.ClusterRemoved,
+        ev.JobDeleted,
+    }
+)
 
 
 class Desired:
@@ -116,6 +131,8 @@ class Desired:
         event = entry.event
         if self._deleted and self._deleted[0][0] + RETIRE_DELETED_AFTER_MS <= entry.at_ms:
             self._retire(entry.at_ms)
+        if type(event) not in _FOLDED:
+            return []
         if isinstance(event, _COPY_DECISIONS):
             self.refs[event.job.uid] = event.job
         match event:

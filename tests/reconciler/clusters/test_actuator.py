@@ -304,3 +304,22 @@ async def test_a_worker_added_while_running_gets_what_the_log_wants_and_drains(
     assert states(late) == {}
     await act.remove_worker("late")
     assert "late" not in act.workers
+
+
+async def test_an_append_of_its_own_process_wakes_the_actuator_between_polls(jslog: JetStreamLog) -> None:
+    recent = jslog.keep_recent()  # as kdispatch serve does (wiring.build)
+    east = sim("east")
+    act = Actuator(jslog.reader, {"east": east}, poll_interval_s=3600)  # no poll within the test
+    act.wake = recent.decided
+    stop = asyncio.Event()
+    task = asyncio.create_task(act.run(stop))
+    try:
+        await asyncio.wait_for(act.caught_up.wait(), 10)
+        leader = Leader(jslog)
+        await leader.inputs(submitted(1))
+        await leader.decide(ev.Nominated(job=job(1), clusters=["east"], attempt=1))
+        await eventually(lambda: ("job-1", 1) in states(east), what="the copy created")
+        assert recent.served >= 2  # the JobSubmitted and the Nominated, from memory
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
