@@ -288,7 +288,7 @@ class JetStreamSequencer:
                 if stored is None:
                     break
                 if stored != batch[done][1]:
-                    why = "refused" if ack is None or ack.error is None else ack.error.description
+                    why = "the batch stopped there" if ack is None or ack.error is None else ack.error.description
                     self._fence(base + done, why)
                 done += 1
             if done == len(entries):
