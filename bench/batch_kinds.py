@@ -42,7 +42,9 @@ PAYLOAD = (
 )
 
 
-def commands(way: str, *, subject: bytes, reply: bytes, batch_id: bytes, first: int, count: int) -> tuple[bytes, int]:
+def commands(
+    way: str, *, subject: bytes, reply: bytes, batch_id: bytes, first: int, count: int
+) -> tuple[bytes, int]:
     """The protocol lines of one batch of ``count`` entries from sequence ``first``, and how
     many replies to wait for."""
     parts: list[bytes] = []
@@ -50,7 +52,10 @@ def commands(way: str, *, subject: bytes, reply: bytes, batch_id: bytes, first: 
         seq = first + i
         n = i + 1
         if way == "one by one":
-            hdr = b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d\r\n\r\n" % (seq - 1, seq)
+            hdr = b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d\r\n\r\n" % (
+                seq - 1,
+                seq,
+            )
             to = b"%s.%d" % (reply, n)
         elif way == "atomic":
             hdr = b"NATS/1.0\r\nNats-Batch-Id: %s\r\nNats-Batch-Sequence: %d\r\n" % (batch_id, n)
@@ -65,12 +70,18 @@ def commands(way: str, *, subject: bytes, reply: bytes, batch_id: bytes, first: 
             op = 2 if n == count else 0 if n == 1 else 1
             to = b"%s.%s.500.fail.%d.%d.$FI" % (reply, batch_id, n, op)
         size = len(hdr) + len(PAYLOAD)
-        parts.append(b"HPUB %s %s %d %d\r\n" % (subject, to, len(hdr), size) if to else b"HPUB %s %d %d\r\n" % (subject, len(hdr), size))
+        parts.append(
+            b"HPUB %s %s %d %d\r\n" % (subject, to, len(hdr), size)
+            if to
+            else b"HPUB %s %d %d\r\n" % (subject, len(hdr), size)
+        )
         parts += [hdr, PAYLOAD, b"\r\n"]
     return b"".join(parts), count if way == "one by one" else 1
 
 
-async def append(way: str, nc: Client, sub: RawSubscription, *, messages: int, batch: int, first: int, tag: str) -> None:
+async def append(
+    way: str, nc: Client, sub: RawSubscription, *, messages: int, batch: int, first: int, tag: str
+) -> None:
     for start in range(0, messages, batch):
         count = min(batch, messages - start)
         data, replies = commands(
@@ -128,7 +139,9 @@ async def main() -> None:
                 for way in WAYS if r % 2 == 0 else reversed(WAYS):
                     server0, cpu0 = cpu_of(server.pid), time.process_time()
                     first = r * args.messages + 1
-                    await append(way, nc, sub, messages=args.messages, batch=args.batch, first=first, tag=tags[way])
+                    await append(
+                        way, nc, sub, messages=args.messages, batch=args.batch, first=first, tag=tags[way]
+                    )
                     cpu = time.process_time() - cpu0
                     await asyncio.sleep(0.3)  # let the server finish what it queued
                     results[way].append((cpu / args.messages, (cpu_of(server.pid) - server0) / args.messages))
@@ -139,7 +152,9 @@ async def main() -> None:
             await nc.close()
         finally:
             await server.stop_async()
-    print(f"{args.messages:,} messages per round in batches of {args.batch}, {args.rounds} rounds each (alternating)")
+    print(
+        f"{args.messages:,} messages per round in batches of {args.batch}, {args.rounds} rounds each (alternating)"
+    )
     for way in WAYS:
         ours = [r[0] * 1e6 for r in results[way]]
         theirs = [r[1] * 1e6 for r in results[way]]

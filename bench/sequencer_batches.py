@@ -92,7 +92,9 @@ async def main() -> None:
                 await jlog.close()
         finally:
             await server.stop_async()
-    print(f"{args.inputs:,} inputs per round, pulls of at most {args.pull}, {args.rounds} rounds each (alternating)")
+    print(
+        f"{args.inputs:,} inputs per round, pulls of at most {args.pull}, {args.rounds} rounds each (alternating)"
+    )
     for way in WAYS:
         ours = [r[0] * 1e6 for r in results[way]]
         theirs = [r[1] * 1e6 for r in results[way]]

@@ -128,7 +128,8 @@ def _fast_commands(batch: list[Outgoing], *, reply_prefix: str, max_payload: int
         if not isinstance(headers, bytes):
             headers = _header_block(headers) if headers else b"NATS/1.0\r\n\r\n"
         op = 2 if n == last else 0 if n == 1 else 1
-        add(b"HPUB %s %s%d.%d.$FI %d %d\r\n" % (subject.encode(), prefix, n, op, len(headers), len(headers) + size))
+        hsize = len(headers)
+        add(b"HPUB %s %s%d.%d.$FI %d %d\r\n" % (subject.encode(), prefix, n, op, hsize, hsize + size))
         add(headers)
         add(payload)
         add(b"\r\n")
@@ -150,7 +151,8 @@ class Publisher:
         self._sub: RawSubscription | None = None
         self._fast_prefix = nc.new_inbox()
         self._fast_sub: RawSubscription | None = None
-        self._batch_token = self._fast_prefix.rpartition(".")[2][:12]  # this publisher's, in batch ids
+        # Batch ids are the stream's, not the connection's: this inbox's NUID, unique to this publisher.
+        self._batch_token = self._fast_prefix.rpartition(".")[2]
         self._lock = asyncio.Lock()
 
     async def _ensure(self) -> RawSubscription:
@@ -249,6 +251,4 @@ class Publisher:
                 return PubAck(error=ApiError(description=f"unreadable ack: {data[:200]!r}"))
             if reply.type:
                 continue  # flow control: the final ack still comes
-            return PubAck(
-                stream=reply.stream, seq=reply.seq, duplicate=reply.duplicate, error=reply.error, count=reply.count
-            )
+            return PubAck(reply.stream, reply.seq, reply.duplicate, reply.error, reply.count)

@@ -14,7 +14,7 @@ Each append to the Log stream carries
 Appends of one call are pipelined (published back to back, acks awaited together): each carries
 its own expected last sequence, so the server still refuses any interleaving.
 
-On a Log stream with ``allow_batched`` (nats-server >= 2.14; ``provision`` sets it), the entries of
+On a Log stream with ``allow_batched`` (nats-server >= 2.14; ``connect`` sets it), the entries of
 one call go out as one *fast-ingest batch* instead (``publish.Publisher.publish_fast``): the same
 messages, one ack for all of them instead of one each (most of what an append cost this process).
 Each entry still carries its expected last sequence, checked as for a plain publish, and the batch
@@ -65,6 +65,8 @@ _BATCH_AGAIN = frozenset({10206, 10207, 10208, 10211})
 
 def _batch_retryable(error: ApiError) -> bool:
     return error.code == 503 or error.err_code == WRONG_LAST_SEQUENCE or error.err_code in _BATCH_AGAIN
+
+
 DRAINED_TIMEOUT_S = 2.0  # the stream's state takes milliseconds to answer; longer is an outage
 
 

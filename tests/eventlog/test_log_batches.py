@@ -44,7 +44,9 @@ async def all_entries(jslog: JetStreamLog) -> list[ev.LogEntry]:
     return [e async for batch in jslog.reader.read() for e in batch]
 
 
-async def test_an_append_is_one_batch_and_its_entries_keep_the_headers_readers_use(jslog: JetStreamLog) -> None:
+async def test_an_append_is_one_batch_and_its_entries_keep_the_headers_readers_use(
+    jslog: JetStreamLog,
+) -> None:
     await jslog.inbox.publish(ev.ClusterHeartbeat(cluster="a"), msg_id="h1")
     seq = jslog.sequencer("a")
     calls = spy(seq)
@@ -196,7 +198,9 @@ async def test_a_log_without_batches_is_appended_one_by_one(jslog: JetStreamLog)
     assert [e.event for e in await all_entries(jslog)] == [e.event for e in entries]
 
 
-async def test_connecting_turns_batches_on_for_a_log_created_without_them(jslog: JetStreamLog, nats_url: str) -> None:
+async def test_connecting_turns_batches_on_for_a_log_created_without_them(
+    jslog: JetStreamLog, nats_url: str
+) -> None:
     info = await jslog.js.stream_info(jslog.names.log_stream)
     await jslog.js.update_stream(info.config.evolve(allow_batched=False))
     again = await connect(nats_url, root=jslog.names.root)
