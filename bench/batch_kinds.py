@@ -1,6 +1,6 @@
 """Three ways to append fenced log entries to a one-replica file stream on a real nats-server, by
 batch size: one by one (pipelined, ``Nats-Expected-Last-Sequence`` and ``Nats-Msg-Id`` on each,
-an ack each), JetStream's atomic batches (``allow_atomic``: the expected sequence on the first
+``Nats-Expected-Last-Msg-Id`` on each after the first of a batch, an ack each), JetStream's atomic batches (``allow_atomic``: the expected sequence on the first
 message, one ack for the commit) and fast-ingest batches (``allow_batched``: the expected
 sequence on each, one ack for the batch). CPU per message of this process and of the server
 (/proc/<pid>/stat), and the stream's bytes per message. Protocol lines are built here, the same
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import secrets
 import statistics
 import sys
 import tempfile
@@ -35,6 +36,7 @@ from eventlog.jetstream.connection import open_client
 from eventlog.jetstream.rawsub import RawSubscription
 
 WAYS = ("one by one", "atomic", "fast")
+_TOKEN = secrets.token_hex(8).encode()  # the sequencer's per-leader token in its message ids
 PAYLOAD = (
     b'{"seq":1,"at_ms":1,"leader":"bench","inbox_seq":1,"event":{"type":"JobSubmitted","job":'
     b'{"namespace":"bench","name":"job-1","uid":"job-u1"},"pod_sets":[{"name":"main","count":2,'
@@ -52,10 +54,15 @@ def commands(
         seq = first + i
         n = i + 1
         if way == "one by one":
-            hdr = b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d\r\n\r\n" % (
+            # As the sequencer's: ids with a per-leader token, each entry after the first chained.
+            hdr = b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d-%s\r\n" % (
                 seq - 1,
                 seq,
+                _TOKEN,
             )
+            if n > 1:
+                hdr += b"Nats-Expected-Last-Msg-Id: log-%d-%s\r\n" % (seq - 1, _TOKEN)
+            hdr += b"\r\n"
             to = b"%s.%d" % (reply, n)
         elif way == "atomic":
             hdr = b"NATS/1.0\r\nNats-Batch-Id: %s\r\nNats-Batch-Sequence: %d\r\n" % (batch_id, n)

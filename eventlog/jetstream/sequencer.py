@@ -3,16 +3,24 @@
 Each append to the Log stream carries
 - ``Nats-Expected-Last-Sequence: seq - 1``: the server refuses it (error 10071) if anything else
   was written since, which is how a deposed leader finds out (``Fenced``);
-- ``Nats-Msg-Id: log-<seq>``: a belt against storing an entry twice. (JetStream checks the
-  expected sequence first, so a retry of an append that was stored but whose ack was lost comes
-  back as "wrong last sequence"; the sequencer then compares the stored bytes with its own and
-  carries on if they are the same, and steps down if not);
+- on the entries published one by one (below), ``Nats-Msg-Id: log-<seq>-<token>``, the token
+  drawn per sequencer (so another leader's entry of the same sequence has another id), and on
+  each entry after the first of one call ``Nats-Expected-Last-Msg-Id`` naming the entry before it
+  (see "Appends of one call");
 - ``Kd-Inbox-Last`` (on entries that were not copied from the inbox: decisions, ticks): the last
   inbox sequence copied into the log before this entry. With the ``inbox_seq`` of copied entries,
   ``resume`` reads one message (the last) to know where to continue, whatever its kind.
 
-Appends of one call are pipelined (published back to back, acks awaited together): each carries
-its own expected last sequence, so the server still refuses any interleaving.
+Appends of one call are pipelined (published back to back, acks awaited together). The expected
+last sequence alone does not fence them: when another leader appended fewer entries than the call
+holds since this one last looked, the first entry is refused but a later one expects exactly the
+other leader's last sequence and would be stored behind it. So each entry after the first also
+expects the stream's last message id to be its predecessor's (``Nats-Expected-Last-Msg-Id``, which
+JetStream compares with the id of the last message stored): once one entry is refused, every later
+one is, whatever sequence it expects. A retry of an entry that was stored but whose ack was lost
+comes back as a duplicate (a clustered stream checks ``Nats-Msg-Id`` first) or as "wrong last
+sequence" (a one-server stream checks that first); either way the sequencer compares the stored
+bytes with its own, carries on if they are the same and steps down if not.
 
 On a Log stream with ``allow_batched`` (nats-server >= 2.14; ``connect`` sets it), the entries of
 one call go out as one *fast-ingest batch* instead (``publish.Publisher.publish_fast``): the same
@@ -21,12 +29,10 @@ Each entry still carries its expected last sequence, checked as for a plain publ
 stops at the first entry refused; the ack names the last entry stored. After a refusal or a lost
 ack the log is read from the first entry not confirmed: entries with this leader's bytes were
 stored by an earlier attempt (carry on), another leader's entry fences, and from the first
-sequence the log does not hold yet the rest is published again as a batch. (Not the pipelined
-way: there an entry after a refused one is still stored if its expected sequence happens to
-match, e.g. when another leader appended fewer entries than this append holds.) These entries
-carry no ``Nats-Msg-Id``: inside a batch the server checks it *before* the expected
-sequence and skips a duplicate silently, so another leader's entry of the same sequence (same id)
-would be skipped and the entries after it stored behind it. Not JetStream's *atomic* batches
+sequence the log does not hold yet the rest is published again as a batch. These entries carry
+no message ids and need none: nothing after a refused entry of a batch is stored, and a retry
+reads the log before it publishes (inside a batch the server would check ``Nats-Msg-Id`` *before*
+the expected sequence and skip a duplicate silently). Not JetStream's *atomic* batches
 (``allow_atomic``): on a one-replica file stream each of those is staged in a store of its own,
 created and removed per batch (docs/scaling.md has the figures).
 """
@@ -34,6 +40,7 @@ created and removed per batch (docs/scaling.md has the figures).
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -57,6 +64,8 @@ log = structlog.get_logger("eventlog.sequencer")
 INBOX_LAST_HEADER = "Kd-Inbox-Last"
 _INBOX_LAST = INBOX_LAST_HEADER.encode()
 WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_MSG_ID = 10070
+_REFUSED = frozenset({WRONG_LAST_SEQUENCE, WRONG_LAST_MSG_ID})  # what the log holds is not what was expected
 BATCH_PUBLISH_DISABLED = 10205  # the stream does not (or no longer) allow fast-ingest batches
 # A batch refused as a whole for a reason that passes: the batch was dropped (unknown id: its
 # inactivity limit), too many in flight on the stream (abandoned ones linger for seconds).
@@ -87,6 +96,9 @@ class JetStreamSequencer:
         self._fenced: str | None = None
         self._broken: str | None = None  # an append failed half-way: resume() before the next
         self._publisher = Publisher(jlog.nc)
+        # In the message ids of entries published one by one: another sequencer's entry of the same
+        # sequence must have another id, or Nats-Expected-Last-Msg-Id could not tell them apart.
+        self._token = secrets.token_hex(8).encode()
         self._fast = False  # the Log stream takes fast-ingest batches (read by resume())
         self._log = log.bind(leader=leader_id, stream=jlog.names.log_stream)
 
@@ -284,13 +296,16 @@ class JetStreamSequencer:
                 )
             # Stopped short: refused (another leader's entry, or ours from an attempt whose ack
             # was lost), or no answer. The log tells: never publish past an entry that is not ours.
-            # (Not the pipelined path: there an entry after a refused one can still be stored.)
             while done < len(entries):
                 stored = await self._stored_at(base + done)
                 if stored is None:
                     break
                 if stored != batch[done][1]:
-                    why = "the batch stopped there" if ack is None or ack.error is None else ack.error.description
+                    why = (
+                        "the batch stopped there"
+                        if ack is None or ack.error is None
+                        else ack.error.description
+                    )
                     self._fence(base + done, why)
                 done += 1
             if done == len(entries):
@@ -315,8 +330,12 @@ class JetStreamSequencer:
     async def _publish_pipelined(self, entries: list[LogEntry], marks: list[int | None]) -> None:
         prefix = self._jlog.names.log_prefix
         batch: list[Outgoing] = [
-            (subjects.subject_for(e.event, prefix=prefix), codec.encode(e), self._headers(e.seq, mark))
-            for e, mark in zip(entries, marks, strict=True)
+            (
+                subjects.subject_for(e.event, prefix=prefix),
+                codec.encode(e),
+                self._headers(e.seq, mark, chained=i > 0),
+            )
+            for i, (e, mark) in enumerate(zip(entries, marks, strict=True))
         ]
         acks = await self._publisher.publish(batch, timeout_s=self._jlog.publish_timeout_s)
         recovering = False
@@ -324,7 +343,7 @@ class JetStreamSequencer:
             # No ack (timeout, fail-over), or no stream leader to take it (503, an election in
             # progress): publish again. Once one entry of the batch needed that, the later ones
             # may have been refused only because it was missing: again too.
-            refused = ack is not None and ack.error is not None and ack.error.err_code == WRONG_LAST_SEQUENCE
+            refused = ack is not None and ack.error is not None and ack.error.err_code in _REFUSED
             unavailable = ack is not None and ack.error is not None and ack.error.code == 503
             if ack is None or unavailable or (recovering and refused):
                 recovering = True
@@ -332,17 +351,21 @@ class JetStreamSequencer:
             assert ack is not None
             await self._check_ack(seq=entry.seq, ack=ack, payload=out[1])
 
-    def _headers(self, seq: int, mark: int | None) -> bytes:
+    def _headers(self, seq: int, mark: int | None, *, chained: bool) -> bytes:
         """The header block itself (``Outgoing`` takes one): a dict per entry, formatted again by
-        the publisher, cost more than the rest of the entry's framing."""
-        if mark is None:
-            return b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d\r\n\r\n" % (seq - 1, seq)
-        return b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d\r\n%s: %d\r\n\r\n" % (
+        the publisher, cost more than the rest of the entry's framing. ``chained``: an entry after
+        the first of a call, stored only right behind its predecessor (the module's docstring)."""
+        token = self._token
+        block = b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d-%s\r\n" % (
             seq - 1,
             seq,
-            _INBOX_LAST,
-            mark,
+            token,
         )
+        if chained:
+            block += b"Nats-Expected-Last-Msg-Id: log-%d-%s\r\n" % (seq - 1, token)
+        if mark is not None:
+            block += b"%s: %d\r\n" % (_INBOX_LAST, mark)
+        return block + b"\r\n"
 
     async def _retry(self, out: Outgoing, seq: int) -> PubAck:
         loop = asyncio.get_running_loop()
@@ -362,9 +385,10 @@ class JetStreamSequencer:
 
     async def _check_ack(self, *, seq: int, ack: PubAck, payload: bytes) -> None:
         if ack.error is not None:
-            if ack.error.err_code == WRONG_LAST_SEQUENCE:
-                # JetStream checks the expected sequence before Nats-Msg-Id, so a retry of an
-                # append that was stored (its ack lost) lands here too: the stored bytes tell.
+            if ack.error.err_code in _REFUSED:
+                # The log does not end where this entry expects. A one-server stream checks the
+                # expected sequence before Nats-Msg-Id, so a retry of an entry that was stored (its
+                # ack lost) lands here too: the stored bytes tell.
                 if await self._stored_is(seq, payload):
                     return
                 self._fence(seq, ack.error.description)

@@ -5,6 +5,7 @@ one ack per entry on a Log stream without batches."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -147,31 +148,38 @@ async def test_a_lost_ack_after_part_of_a_batch_resends_only_the_rest(jslog: Jet
     await seq.append_decisions([ev.ClusterRecovered(cluster="v")], at_ms=AT)  # and goes on
 
 
+@pytest.mark.parametrize("batches", [True, False], ids=["batches", "one by one"])
 async def test_racing_leaders_on_two_connections_never_interleave_within_what_each_was_told(
-    jslog: JetStreamLog, nats_url: str
+    jslog: JetStreamLog, nats_url: str, batches: bool
 ) -> None:
-    """Two leaders append batches of three as fast as they can, each on its own connection (so
-    the server may take their messages in any order); a fenced one comes back as a fresh leader."""
+    """Two leaders append one to three entries at a time as fast as they can, each on its own
+    connection (so the server may take their messages in any order); a fenced one comes back as a
+    fresh leader (a new term). No term's entries have another's between them."""
     other = await connect(nats_url, root=jslog.names.root)
+    if not batches:  # after connecting: connect turns batches on
+        info = await jslog.js.stream_info(jslog.names.log_stream)
+        await jslog.js.update_stream(info.config.evolve(allow_batched=False))
     won: dict[str, list[int]] = {"a": [], "b": []}
     fenced = {"a": 0, "b": 0}
     try:
 
-        async def run(name: str, log: JetStreamLog) -> None:
-            seq = log.sequencer(name)
+        async def run(name: str, log: JetStreamLog, sizes: itertools.cycle[int]) -> None:
+            seq = log.sequencer(f"{name}0")
             await seq.resume()
             while len(won["a"]) + len(won["b"]) < 90:
                 try:
-                    events = [ev.ClusterRecovered(cluster=name)] * 3
+                    events = [ev.ClusterRecovered(cluster=seq.leader_id)] * next(sizes)
                     entries = await seq.append_decisions(events, at_ms=AT)
                     won[name] += [e.seq for e in entries]
                 except Fenced:
                     fenced[name] += 1
-                    seq = log.sequencer(name)
+                    seq = log.sequencer(f"{name}{fenced[name]}")
                     await seq.resume()
                 await asyncio.sleep(0)
 
-        await asyncio.gather(run("a", jslog), run("b", other))
+        await asyncio.gather(
+            run("a", jslog, itertools.cycle((3, 1, 2))), run("b", other, itertools.cycle((1, 3, 2, 2)))
+        )
     finally:
         await other.close()
     entries = await all_entries(jslog)
@@ -179,7 +187,9 @@ async def test_racing_leaders_on_two_connections_never_interleave_within_what_ea
     for e in entries:  # every entry is the one its writer meant for that sequence
         assert e.event == ev.ClusterRecovered(cluster=e.leader)
     for name, seqs in won.items():  # every append a leader was told succeeded is in the log, its own
-        assert all(entries[s - 1].leader == name for s in seqs)
+        assert all(entries[s - 1].leader.startswith(name) for s in seqs)
+    terms = [leader for leader, _ in itertools.groupby(e.leader for e in entries)]
+    assert len(terms) == len(set(terms)), f"a term wrote again after another one: {terms}"
     assert fenced["a"] + fenced["b"] > 0, "the two never raced"
 
 
@@ -190,12 +200,20 @@ async def test_a_log_without_batches_is_appended_one_by_one(jslog: JetStreamLog)
     calls = spy(seq)
     entries = await seq.append_decisions([ev.ClusterLost(cluster=c) for c in "xy"], at_ms=AT)
     assert calls == {"batches": 0, "one by one": 1}
-    assert await stored_headers(jslog, 2) == {
+    first, second = await stored_headers(jslog, 1), await stored_headers(jslog, 2)
+    assert first.keys() == {"Nats-Expected-Last-Sequence", "Nats-Msg-Id", "Kd-Inbox-Last"}
+    assert second == {
         "Nats-Expected-Last-Sequence": "1",
-        "Nats-Msg-Id": "log-2",
+        "Nats-Msg-Id": second["Nats-Msg-Id"],
+        "Nats-Expected-Last-Msg-Id": first["Nats-Msg-Id"],  # stored only right behind the first
         "Kd-Inbox-Last": "0",
     }
+    token = first["Nats-Msg-Id"].removeprefix("log-1-")
+    assert second["Nats-Msg-Id"] == f"log-2-{token}" and len(token) == 16
     assert [e.event for e in await all_entries(jslog)] == [e.event for e in entries]
+    other = jslog.sequencer("a")  # the same leader's next term: ids of its own
+    await other.append_decisions([ev.ClusterLost(cluster="z")], at_ms=AT)
+    assert (await stored_headers(jslog, 3))["Nats-Msg-Id"] != f"log-3-{token}"
 
 
 async def test_connecting_turns_batches_on_for_a_log_created_without_them(
@@ -228,3 +246,41 @@ async def test_batches_turned_off_during_a_term_fall_back_to_one_by_one(jslog: J
     stored = await all_entries(jslog)
     assert [e.seq for e in stored] == list(range(1, 9))
     assert [e.event for e in stored][2:] == events * 2
+
+
+async def test_a_deposed_leader_stores_nothing_one_by_one_past_fewer_entries_of_the_new_one(
+    jslog: JetStreamLog,
+) -> None:
+    """One by one, the old leader's 1st entry is refused (the new leader's is there); its 2nd
+    expects the sequence of the new leader's entry, so only the chain of message ids tells it
+    apart: it must not be stored, nor the 3rd behind it."""
+    info = await jslog.js.stream_info(jslog.names.log_stream)
+    await jslog.js.update_stream(info.config.evolve(allow_batched=False))
+    old = jslog.sequencer("old")
+    await old.resume()
+    new = jslog.sequencer("new")
+    await new.append_decisions([ev.ClusterLost(cluster="x")], at_ms=AT)
+    calls = spy(old)
+    with pytest.raises(Fenced):
+        await old.append_decisions([ev.ClusterLost(cluster=c) for c in "abc"], at_ms=AT)
+    assert calls == {"batches": 0, "one by one": 1}
+    assert [(e.leader, e.event) for e in await all_entries(jslog)] == [("new", ev.ClusterLost(cluster="x"))]
+    with pytest.raises(Fenced):  # and stays fenced
+        await old.append_decisions([ev.ClusterLost(cluster="q")], at_ms=AT)
+
+
+async def test_a_deposed_leader_one_by_one_is_fenced_by_entries_that_carry_no_id(jslog: JetStreamLog) -> None:
+    """The new leader appended as a batch (entries without Nats-Msg-Id): the old one, on a Log
+    stream it found without batches, still stores none of its three behind the new leader's two."""
+    info = await jslog.js.stream_info(jslog.names.log_stream)
+    await jslog.js.update_stream(info.config.evolve(allow_batched=False))
+    old = jslog.sequencer("old")
+    await old.resume()
+    await jslog.js.update_stream(info.config.evolve(allow_batched=True))
+    new = jslog.sequencer("new")
+    calls = spy(new)
+    await new.append_decisions([ev.ClusterLost(cluster=c) for c in "xy"], at_ms=AT)
+    assert calls == {"batches": 1, "one by one": 0}
+    with pytest.raises(Fenced):
+        await old.append_decisions([ev.ClusterLost(cluster=c) for c in "abc"], at_ms=AT)
+    assert [e.leader for e in await all_entries(jslog)] == ["new", "new"]
