@@ -64,6 +64,8 @@ COMPRESSION = StoreCompression.S2
 # The inbox is a transfer buffer (the log holds a copy of everything sequenced): a week covers any
 # reasonable outage of the sequencer and keeps heartbeats and facts from piling up twice.
 INBOX_MAX_AGE_S = 7 * 24 * 3600.0
+# Fast-ingest batches (eventlog.jetstream.sequencer): one ack per append instead of one per entry.
+BATCHES_SINCE = (2, 14)
 
 
 class JetStreamLog:
@@ -142,6 +144,9 @@ class JetStreamLog:
         await with_retries(look, nc=self.nc, what=f"stream {stream}", budget_s=budget_s)
 
     def _stream_configs(self) -> list[StreamConfig]:
+        version = self.nc.connected_server_version
+        # An older server would not know the field; the sequencer then publishes one by one.
+        batches = True if (version.major, version.minor) >= BATCHES_SINCE else None
         return [
             StreamConfig(
                 name=self.names.inbox_stream,
@@ -168,6 +173,7 @@ class JetStreamLog:
                 allow_direct=True,
                 deny_delete=True,
                 compression=COMPRESSION,
+                allow_batched=batches,
             ),
         ]
 
@@ -222,12 +228,19 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     if config.compression and existing.compression in (None, StoreCompression.NONE):
         # Compression came later too (new blocks are compressed, old ones stay as written).
         changes.update(compression=config.compression)
+    if config.allow_batched and not existing.allow_batched:
+        # Batches came later too; the sequencer reads the stream's setting when it resumes.
+        changes.update(allow_batched=True)
     if not changes:
         return
     try:
         await js.update_stream(existing.evolve(**changes))
         log.info("stream_updated", stream=config.name, **changes)
     except BadRequestError as err:
+        if changes.keys() == {"allow_batched"}:
+            # Not needed to work: without batches the sequencer publishes entry by entry.
+            log.warning("stream_batches_not_enabled", stream=config.name, error=err.description)
+            return
         raise RuntimeError(
             f"stream {config.name} exists with a configuration that cannot be changed to "
             f"{changes}: {err.description}"

@@ -1,10 +1,21 @@
-"""Pipelined JetStream publishing: many messages out, then all their acks in.
+"""Pipelined JetStream publishing: many messages out, then all their acks in; or many messages
+out as one fast-ingest batch, and one ack in.
 
 nats-py's ``publish_async`` turns an error ack into an exception raised inside its reply
 callback (lost to the error callback) and never resolves the future, so a refused append would
 look like a timeout. Here acks are read from one raw reply subscription
 (``eventlog.jetstream.rawsub``) in bulk, decoded with msgspec, and returned in publish order: a ``PubAck`` per message (with ``error`` set if the
 server refused it) or ``None`` if no ack came in time.
+
+A *fast-ingest batch* (nats-server >= 2.14, a stream with ``allow_batched``) is told by each
+message's reply subject, ``<inbox>.<batch id>.<flow>.fail.<n>.<op>.$FI`` (op 0 for the first
+message, 1 for the next, 2 for the last, the commit). The server stores each message as it comes,
+with every check a plain publish gets (``Nats-Expected-Last-Sequence`` included), and answers
+the commit with one ack for the last message stored: ``seq`` and ``count``. In ``fail`` mode a
+message refused ends the batch there: the ack then names the last one stored before it (or, for
+the first message, is the refusal itself). In between it sends flow-control replies
+(``{"type": "ack"|"gap"|"err", ...}``), which only a publisher that waits for them before sending
+more needs; ``publish_fast`` sends the whole batch at once and reads only the final ack.
 """
 
 from __future__ import annotations
@@ -30,9 +41,20 @@ class PubAck(msgspec.Struct, frozen=True):
     seq: int = 0
     duplicate: bool = False
     error: ApiError | None = None
+    count: int = 0  # a batch's commit: how many of its messages were stored
+
+
+class _FastReply(msgspec.Struct, frozen=True):
+    type: str = ""  # a flow-control reply; empty in the final ack
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: ApiError | None = None
+    count: int = 0
 
 
 _ack_decoder = msgspec.json.Decoder(PubAck)
+_fast_decoder = msgspec.json.Decoder(_FastReply)
 _NO_STREAM = PubAck(error=ApiError(code=503, description="no stream answers on this subject (no responders)"))
 
 def transient(ack: PubAck | None) -> bool:
@@ -41,6 +63,8 @@ def transient(ack: PubAck | None) -> bool:
     "no responders" while the stream elects one). With the same ``Nats-Msg-Id`` it is safe."""
     return ack is None or (ack.error is not None and ack.error.code == 503)
 
+
+FAST_FLOW = 500  # flow-control replies every this many messages (the server's own ceiling)
 
 _POLL_S = 0.25  # how often a wait for acks looks at the connection
 _AFTER_RECONNECT_S = 0.5  # acks still awaited after a reconnect
@@ -90,6 +114,28 @@ def _commands(batch: list[Outgoing], *, reply_prefix: str, base: int, max_payloa
     return b"".join(parts)
 
 
+def _fast_commands(batch: list[Outgoing], *, reply_prefix: str, max_payload: int) -> bytes:
+    """HPUB lines of a fast-ingest batch: each message's reply subject says where it stands in
+    the batch (``reply_prefix`` is ``<inbox>.<batch id>.<flow>.fail.``). Headers as bytes."""
+    parts: list[bytes] = []
+    add = parts.append
+    last = len(batch)
+    prefix = reply_prefix.encode()
+    for n, (subject, payload, headers) in enumerate(batch, 1):
+        size = len(payload)
+        if size > max_payload:
+            raise nats.errors.MaxPayloadError(f"{subject}: {size} bytes, the server takes {max_payload}")
+        if not isinstance(headers, bytes):
+            headers = _header_block(headers) if headers else b"NATS/1.0\r\n\r\n"
+        op = 2 if n == last else 0 if n == 1 else 1
+        hsize = len(headers)
+        add(b"HPUB %s %s%d.%d.$FI %d %d\r\n" % (subject.encode(), prefix, n, op, hsize, hsize + size))
+        add(headers)
+        add(payload)
+        add(b"\r\n")
+    return b"".join(parts)
+
+
 def _header_block(headers: dict[str, str]) -> bytes:
     lines = "".join(f"{k}: {str(v).translate(_NEWLINES)}\r\n" for k, v in headers.items())
     return f"NATS/1.0\r\n{lines}\r\n".encode()
@@ -103,6 +149,10 @@ class Publisher:
         self._prefix = nc.new_inbox()
         self._ids = itertools.count()
         self._sub: RawSubscription | None = None
+        self._fast_prefix = nc.new_inbox()
+        self._fast_sub: RawSubscription | None = None
+        # Batch ids are the stream's, not the connection's: this inbox's NUID, unique to this publisher.
+        self._batch_token = self._fast_prefix.rpartition(".")[2]
         self._lock = asyncio.Lock()
 
     async def _ensure(self) -> RawSubscription:
@@ -154,3 +204,51 @@ class Publisher:
                 results[idx] = _decode_ack(msg[2], msg[3])
                 remaining -= 1
         return results
+
+    async def publish_fast(self, batch: list[Outgoing], *, timeout_s: float) -> PubAck | None:
+        """Publish ``batch`` as one fast-ingest batch (see the module's docstring) and wait up to
+        ``timeout_s`` for its final ack; ``None`` if none came. The stream must allow batches."""
+        if not batch:
+            raise ValueError("an empty batch has no commit")
+        async with self._lock:
+            if self._fast_sub is None:
+                self._fast_sub = await RawSubscription(self._nc, f"{self._fast_prefix}.>").open()
+            sub = self._fast_sub
+            # A new id per batch (and per attempt): replies of an abandoned one are told apart.
+            batch_id = f"{self._batch_token}{next(self._ids)}"
+            nc = self._nc
+            if nc.is_closed:
+                raise nats.errors.ConnectionClosedError
+            reply_prefix = f"{self._fast_prefix}.{batch_id}.{FAST_FLOW}.fail."
+            await nc._send_command(_fast_commands(batch, reply_prefix=reply_prefix, max_payload=nc.max_payload))
+            await nc._flush_pending()
+            ours = f"{self._fast_prefix}.{batch_id}.".encode()
+            return await self._collect_fast(sub, ours=ours, timeout_s=timeout_s)
+
+    async def _collect_fast(self, sub: RawSubscription, *, ours: bytes, timeout_s: float) -> PubAck | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        reconnects = self._nc.stats["reconnects"]
+        items = sub.items
+        while True:
+            if not items:
+                if self._nc.stats["reconnects"] != reconnects:
+                    reconnects = self._nc.stats["reconnects"]
+                    deadline = min(deadline, loop.time() + _AFTER_RECONNECT_S)
+                left = deadline - loop.time()
+                if left <= 0:
+                    return None
+                await sub.wait(min(left, _POLL_S))
+                continue
+            subject, _, data, raw_headers = items.popleft()
+            if not subject.startswith(ours):
+                continue  # an earlier batch's late reply
+            if raw_headers and headers_of(raw_headers).get("Status") == "503":
+                return _NO_STREAM
+            try:
+                reply = _fast_decoder.decode(data)
+            except msgspec.DecodeError:
+                return PubAck(error=ApiError(description=f"unreadable ack: {data[:200]!r}"))
+            if reply.type:
+                continue  # flow control: the final ack still comes
+            return PubAck(reply.stream, reply.seq, reply.duplicate, reply.error, reply.count)

@@ -3,21 +3,44 @@
 Each append to the Log stream carries
 - ``Nats-Expected-Last-Sequence: seq - 1``: the server refuses it (error 10071) if anything else
   was written since, which is how a deposed leader finds out (``Fenced``);
-- ``Nats-Msg-Id: log-<seq>``: a belt against storing an entry twice. (JetStream checks the
-  expected sequence first, so a retry of an append that was stored but whose ack was lost comes
-  back as "wrong last sequence"; the sequencer then compares the stored bytes with its own and
-  carries on if they are the same, and steps down if not);
+- on the entries published one by one (below), ``Nats-Msg-Id: log-<seq>-<token>``, the token
+  drawn per sequencer (so another leader's entry of the same sequence has another id), and on
+  each entry after the first of one call ``Nats-Expected-Last-Msg-Id`` naming the entry before it
+  (see "Appends of one call");
 - ``Kd-Inbox-Last`` (on entries that were not copied from the inbox: decisions, ticks): the last
   inbox sequence copied into the log before this entry. With the ``inbox_seq`` of copied entries,
   ``resume`` reads one message (the last) to know where to continue, whatever its kind.
 
-Appends of one call are pipelined (published back to back, acks awaited together): each carries
-its own expected last sequence, so the server still refuses any interleaving.
+Appends of one call are pipelined (published back to back, acks awaited together). The expected
+last sequence alone does not fence them: when another leader appended fewer entries than the call
+holds since this one last looked, the first entry is refused but a later one expects exactly the
+other leader's last sequence and would be stored behind it. So each entry after the first also
+expects the stream's last message id to be its predecessor's (``Nats-Expected-Last-Msg-Id``, which
+JetStream compares with the id of the last message stored): once one entry is refused, every later
+one is, whatever sequence it expects. A retry of an entry that was stored but whose ack was lost
+comes back as a duplicate (a clustered stream checks ``Nats-Msg-Id`` first) or as "wrong last
+sequence" (a one-server stream checks that first); either way the sequencer compares the stored
+bytes with its own, carries on if they are the same and steps down if not.
+
+On a Log stream with ``allow_batched`` (nats-server >= 2.14; ``connect`` sets it), the entries of
+one call go out as one *fast-ingest batch* instead (``publish.Publisher.publish_fast``): the same
+messages, one ack for all of them instead of one each (most of what an append cost this process).
+Each entry still carries its expected last sequence, checked as for a plain publish, and the batch
+stops at the first entry refused; the ack names the last entry stored. After a refusal or a lost
+ack the log is read from the first entry not confirmed: entries with this leader's bytes were
+stored by an earlier attempt (carry on), another leader's entry fences, and from the first
+sequence the log does not hold yet the rest is published again as a batch. These entries carry
+no message ids and need none: nothing after a refused entry of a batch is stored, and a retry
+reads the log before it publishes (inside a batch the server would check ``Nats-Msg-Id`` *before*
+the expected sequence and skip a duplicate silently). Not JetStream's *atomic* batches
+(``allow_atomic``): on a one-replica file stream each of those is staged in a store of its own,
+created and removed per batch (docs/scaling.md has the figures).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -28,7 +51,7 @@ from eventlog import codec, subjects
 from eventlog.events import DecisionEvent, LogEntry
 from eventlog.framing import decision_entries, input_entries
 from eventlog.jetstream.fetch import StreamFetcher, transient
-from eventlog.jetstream.publish import Outgoing, PubAck, Publisher
+from eventlog.jetstream.publish import ApiError, Outgoing, PubAck, Publisher
 from eventlog.store import Fenced, InboxItem, LogError, NotLeader, PublishTimeout
 from eventlog.wire import inbox_items
 
@@ -41,6 +64,18 @@ log = structlog.get_logger("eventlog.sequencer")
 INBOX_LAST_HEADER = "Kd-Inbox-Last"
 _INBOX_LAST = INBOX_LAST_HEADER.encode()
 WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_MSG_ID = 10070
+_REFUSED = frozenset({WRONG_LAST_SEQUENCE, WRONG_LAST_MSG_ID})  # what the log holds is not what was expected
+BATCH_PUBLISH_DISABLED = 10205  # the stream does not (or no longer) allow fast-ingest batches
+# A batch refused as a whole for a reason that passes: the batch was dropped (unknown id: its
+# inactivity limit), too many in flight on the stream (abandoned ones linger for seconds).
+_BATCH_AGAIN = frozenset({10206, 10207, 10208, 10211})
+
+
+def _batch_retryable(error: ApiError) -> bool:
+    return error.code == 503 or error.err_code == WRONG_LAST_SEQUENCE or error.err_code in _BATCH_AGAIN
+
+
 DRAINED_TIMEOUT_S = 2.0  # the stream's state takes milliseconds to answer; longer is an outage
 
 
@@ -61,6 +96,10 @@ class JetStreamSequencer:
         self._fenced: str | None = None
         self._broken: str | None = None  # an append failed half-way: resume() before the next
         self._publisher = Publisher(jlog.nc)
+        # In the message ids of entries published one by one: another sequencer's entry of the same
+        # sequence must have another id, or Nats-Expected-Last-Msg-Id could not tell them apart.
+        self._token = secrets.token_hex(8).encode()
+        self._fast = False  # the Log stream takes fast-ingest batches (read by resume())
         self._log = log.bind(leader=leader_id, stream=jlog.names.log_stream)
 
     @property
@@ -79,6 +118,7 @@ class JetStreamSequencer:
         if last_seq:
             last_inbox = await self._inbox_last_at(last_seq)
         self._last_seq, self._last_inbox, self._fenced, self._broken = last_seq, last_inbox, None, None
+        self._fast = bool(info.config.allow_batched)
         if self._fetcher is not None:
             await self._fetcher.close()
             self._fetcher = None
@@ -222,10 +262,88 @@ class JetStreamSequencer:
             recent.appended(entries)
 
     async def _publish_fenced(self, entries: list[LogEntry], marks: list[int | None]) -> None:
+        if self._fast and len(entries) > 1:
+            done = await self._publish_batches(entries, marks)
+            entries, marks = entries[done:], marks[done:]
+            if not entries:
+                return
+        await self._publish_pipelined(entries, marks)
+
+    async def _publish_batches(self, entries: list[LogEntry], marks: list[int | None]) -> int:
+        """Publish as fast-ingest batches until every entry is stored: how many were (all, or
+        none if the stream refuses batches, for the pipelined path to publish instead)."""
         prefix = self._jlog.names.log_prefix
         batch: list[Outgoing] = [
-            (subjects.subject_for(e.event, prefix=prefix), codec.encode(e), self._headers(e.seq, mark))
+            (subjects.subject_for(e.event, prefix=prefix), codec.encode(e), self._fast_headers(e.seq, mark))
             for e, mark in zip(entries, marks, strict=True)
+        ]
+        base, last = entries[0].seq, entries[-1].seq
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        delay = 0.1
+        done = 0  # entries known to be stored, from the front
+        while True:
+            ack = await self._publisher.publish_fast(batch[done:], timeout_s=self._jlog.publish_timeout_s)
+            if ack is not None and ack.error is None:
+                # Each entry is stored at the sequence it expects or not at all, and a batch stops
+                # at the first one refused: those up to the ack's are ours.
+                if not base + done <= ack.seq <= last or ack.duplicate:
+                    self._fence(base + done, f"a batch of {base + done}..{last} acknowledged as {ack.seq}")
+                done = ack.seq - base + 1
+                if done == len(entries):
+                    return done
+            elif ack is not None and ack.error is not None and ack.error.err_code == BATCH_PUBLISH_DISABLED:
+                # Every message of this batch was refused: the rest goes the pipelined way.
+                self._log.warning("log_batches_refused", hint="the Log stream no longer allows batches")
+                self._fast = False
+                return done
+            elif ack is not None and ack.error is not None and not _batch_retryable(ack.error):
+                raise LogError(
+                    f"appending log entries {base + done}..{last} to {self._jlog.names.log_stream} failed: "
+                    f"{ack.error.description} (code {ack.error.code}/{ack.error.err_code})"
+                )
+            # Stopped short: refused (another leader's entry, or ours from an attempt whose ack
+            # was lost), or no answer. The log tells: never publish past an entry that is not ours.
+            while done < len(entries):
+                stored = await self._stored_at(base + done)
+                if stored is None:
+                    break
+                if stored != batch[done][1]:
+                    why = (
+                        "the batch stopped there"
+                        if ack is None or ack.error is None
+                        else ack.error.description
+                    )
+                    self._fence(base + done, why)
+                done += 1
+            if done == len(entries):
+                return done
+            now = loop.time()
+            deadline = deadline if deadline is not None else now + self._retry_s
+            if now >= deadline:
+                raise PublishTimeout(
+                    f"log entries {base + done}..{last} not acknowledged within {self._retry_s}s; is JetStream "
+                    f"up (stream {self._jlog.names.log_stream}, url {self._jlog.url})?"
+                )
+            self._log.warning("append_retry", seq=base + done, last=last)
+            if ack is not None:  # an answer, not a lost one: give the server a moment
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _fast_headers(self, seq: int, mark: int | None) -> bytes:
+        if mark is None:
+            return b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\n\r\n" % (seq - 1)
+        return b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\n%s: %d\r\n\r\n" % (seq - 1, _INBOX_LAST, mark)
+
+    async def _publish_pipelined(self, entries: list[LogEntry], marks: list[int | None]) -> None:
+        prefix = self._jlog.names.log_prefix
+        batch: list[Outgoing] = [
+            (
+                subjects.subject_for(e.event, prefix=prefix),
+                codec.encode(e),
+                self._headers(e.seq, mark, chained=i > 0),
+            )
+            for i, (e, mark) in enumerate(zip(entries, marks, strict=True))
         ]
         acks = await self._publisher.publish(batch, timeout_s=self._jlog.publish_timeout_s)
         recovering = False
@@ -233,7 +351,7 @@ class JetStreamSequencer:
             # No ack (timeout, fail-over), or no stream leader to take it (503, an election in
             # progress): publish again. Once one entry of the batch needed that, the later ones
             # may have been refused only because it was missing: again too.
-            refused = ack is not None and ack.error is not None and ack.error.err_code == WRONG_LAST_SEQUENCE
+            refused = ack is not None and ack.error is not None and ack.error.err_code in _REFUSED
             unavailable = ack is not None and ack.error is not None and ack.error.code == 503
             if ack is None or unavailable or (recovering and refused):
                 recovering = True
@@ -241,17 +359,21 @@ class JetStreamSequencer:
             assert ack is not None
             await self._check_ack(seq=entry.seq, ack=ack, payload=out[1])
 
-    def _headers(self, seq: int, mark: int | None) -> bytes:
+    def _headers(self, seq: int, mark: int | None, *, chained: bool) -> bytes:
         """The header block itself (``Outgoing`` takes one): a dict per entry, formatted again by
-        the publisher, cost more than the rest of the entry's framing."""
-        if mark is None:
-            return b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d\r\n\r\n" % (seq - 1, seq)
-        return b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d\r\n%s: %d\r\n\r\n" % (
+        the publisher, cost more than the rest of the entry's framing. ``chained``: an entry after
+        the first of a call, stored only right behind its predecessor (the module's docstring)."""
+        token = self._token
+        block = b"NATS/1.0\r\nNats-Expected-Last-Sequence: %d\r\nNats-Msg-Id: log-%d-%s\r\n" % (
             seq - 1,
             seq,
-            _INBOX_LAST,
-            mark,
+            token,
         )
+        if chained:
+            block += b"Nats-Expected-Last-Msg-Id: log-%d-%s\r\n" % (seq - 1, token)
+        if mark is not None:
+            block += b"%s: %d\r\n" % (_INBOX_LAST, mark)
+        return block + b"\r\n"
 
     async def _retry(self, out: Outgoing, seq: int) -> PubAck:
         loop = asyncio.get_running_loop()
@@ -271,9 +393,10 @@ class JetStreamSequencer:
 
     async def _check_ack(self, *, seq: int, ack: PubAck, payload: bytes) -> None:
         if ack.error is not None:
-            if ack.error.err_code == WRONG_LAST_SEQUENCE:
-                # JetStream checks the expected sequence before Nats-Msg-Id, so a retry of an
-                # append that was stored (its ack lost) lands here too: the stored bytes tell.
+            if ack.error.err_code in _REFUSED:
+                # The log does not end where this entry expects. A one-server stream checks the
+                # expected sequence before Nats-Msg-Id, so a retry of an entry that was stored (its
+                # ack lost) lands here too: the stored bytes tell.
                 if await self._stored_is(seq, payload):
                     return
                 self._fence(seq, ack.error.description)
@@ -288,9 +411,13 @@ class JetStreamSequencer:
             self._fence(seq, f"stored as {ack.seq}, expected {seq}")
 
     async def _stored_is(self, seq: int, payload: bytes) -> bool:
-        """Whether log entry ``seq`` is exactly this one (ours, appended before). Asked right
-        after a fail-over, so an answer the stream cannot give yet (no leader, "offline") is
-        asked again within the retry bound rather than ending the term."""
+        """Whether log entry ``seq`` is exactly this one (ours, appended before)."""
+        return await self._stored_at(seq) == payload
+
+    async def _stored_at(self, seq: int) -> bytes | None:
+        """The payload of log entry ``seq``, ``None`` if there is none. Asked right after a
+        fail-over, so an answer the stream cannot give yet (no leader, "offline") is asked again
+        within the retry bound rather than ending the term."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._retry_s
         delay = 0.1
@@ -298,7 +425,7 @@ class JetStreamSequencer:
             try:
                 stored = await self._jlog.js.get_msg(self._jlog.names.log_stream, seq)
             except NotFoundError:
-                return False
+                return None
             except Exception as err:
                 if not transient(err) or loop.time() + delay > deadline:
                     raise
@@ -306,7 +433,7 @@ class JetStreamSequencer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            return stored.data == payload
+            return stored.data or b""
 
     def _fence(self, seq: int, why: object) -> None:
         self._fenced = (

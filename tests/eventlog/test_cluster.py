@@ -58,7 +58,10 @@ async def sequence_until(jlog: JetStreamLog, *, done: asyncio.Event, appended: l
             await asyncio.sleep(0.2)
 
 
-async def test_stop_the_leader_node_while_publishing_and_sequencing(cluster: list[EmbeddedNats]) -> None:
+@pytest.mark.parametrize("batches", [True, False], ids=["batches", "one by one"])
+async def test_stop_the_leader_node_while_publishing_and_sequencing(
+    cluster: list[EmbeddedNats], batches: bool
+) -> None:
     setup = await connect(",".join(node.url for node in cluster), replicas=3, root="kd")
     info = await setup.js.stream_info(setup.names.log_stream)
     await setup.close()
@@ -69,6 +72,8 @@ async def test_stop_the_leader_node_while_publishing_and_sequencing(cluster: lis
     # learn from the server), and the log stream must elect a new leader.
     jlog = await connect(leader_node.url, replicas=3, root="kd", publish_timeout_s=2.0)
     producer_log = await connect(leader_node.url, replicas=3, root="kd")
+    if not batches:  # a log of an older server: appends one by one, chained by message ids
+        await jlog.js.update_stream(info.config.evolve(allow_batched=False))
     try:
         acked: dict[int, int] = {}
         appended: list[int] = []
@@ -83,6 +88,9 @@ async def test_stop_the_leader_node_while_publishing_and_sequencing(cluster: lis
         await asyncio.wait_for(sequencer, 60)
 
         entries = [e async for batch in jlog.reader.read() for e in batch]
+        if not batches:  # appends of several entries went one by one, chained
+            stored = [await jlog.js.get_msg(jlog.names.log_stream, e.seq) for e in entries]
+            assert any("Nats-Expected-Last-Msg-Id" in (m.headers or {}) for m in stored)
     finally:
         for client in (jlog, producer_log):
             with contextlib.suppress(Exception):

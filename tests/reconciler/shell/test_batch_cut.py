@@ -32,18 +32,31 @@ class CutPublisher(Publisher):
         self.keep = keep
         self.cut: tuple[int, int] | None = None  # (decisions written, batch size) once cut
 
+    def _cut_at(self, batch: list[Outgoing]) -> int | None:
+        if self.cut is not None:
+            return None
+        framed = [codec.decode_entry(payload).batch for _, payload, _ in batch]
+        starts = [i for i, b in enumerate(framed) if b is not None and b[0] == 0 and b[1] > self.keep]
+        if not starts:
+            return None
+        size = framed[starts[0]]
+        assert size is not None
+        self.cut = (self.keep, size[1])
+        return starts[0] + self.keep
+
     async def publish(self, batch: list[Outgoing], *, timeout_s: float) -> list[PubAck | None]:
-        if self.cut is None:
-            framed = [codec.decode_entry(payload).batch for _, payload, _ in batch]
-            starts = [i for i, b in enumerate(framed) if b is not None and b[0] == 0 and b[1] > self.keep]
-            if starts:
-                end = starts[0] + self.keep
-                await self._inner.publish(batch[:end], timeout_s=timeout_s)
-                size = framed[starts[0]]
-                assert size is not None
-                self.cut = (self.keep, size[1])
-                raise nats.errors.ConnectionClosedError
+        end = self._cut_at(batch)
+        if end is not None:
+            await self._inner.publish(batch[:end], timeout_s=timeout_s)
+            raise nats.errors.ConnectionClosedError
         return await self._inner.publish(batch, timeout_s=timeout_s)
+
+    async def publish_fast(self, batch: list[Outgoing], *, timeout_s: float) -> PubAck | None:
+        end = self._cut_at(batch)  # the same cut in an append published as one batch
+        if end is not None:
+            await self._inner.publish_fast(batch[:end], timeout_s=timeout_s)
+            raise nats.errors.ConnectionClosedError
+        return await self._inner.publish_fast(batch, timeout_s=timeout_s)
 
 
 class CuttingLog:
