@@ -25,8 +25,13 @@ from reconciler.core.state import State, highest, lowest
 
 def fold(state: State, entry: ev.LogEntry) -> State:
     event = entry.event
-    decision = ev.is_decision(event)
-    opens = decision and (entry.batch[0] == 0 if entry.batch else not state.last_was_decision)
+    kind = type(event)
+    how = _HOW.get(kind)
+    if how is None:  # not one of the log's types (a subclass, say): no handler, as before
+        how = _how(kind)
+    handler, decision, names, submitted = how
+    batch = entry.batch
+    opens = decision and (batch[0] == 0 if batch else not state.last_was_decision)
     if state.open_batch is not None and (opens or not decision):
         _batch_cut_short(state)
     if opens:
@@ -40,14 +45,17 @@ def fold(state: State, entry: ev.LogEntry) -> State:
         _fire_timers(state)
     if state.deleted:
         state.retire()
-    handler = _HANDLERS.get(type(event))
     if handler is not None:
         handler(state, event)
-        ref = getattr(event, "job", None) or getattr(event, "preemptor", None)
+        ref = None
+        for attr in names:
+            ref = getattr(event, attr)
+            if ref is not None:
+                break
         if ref is not None:  # what decide's pending index knows of the job follows it
             key = ref.key
-            state.index.refresh(state.jobs.get(key), key, state.waiting, new=type(event) is ev.JobSubmitted)
-    if decision and (entry.batch is None or entry.batch[0] == entry.batch[1] - 1):
+            state.index.refresh(state.jobs.get(key), key, state.waiting, new=submitted)
+    if decision and (batch is None or batch[0] == batch[1] - 1):
         _batch_closes(state)
     return state
 
@@ -122,35 +130,40 @@ def _job(state: State, ref: ev.JobRef) -> JobRecord | None:
 
 
 def _submitted(state: State, e: ev.JobSubmitted) -> None:
-    old = state.jobs.get(e.job.key)
-    if old is not None and old.ref.uid == e.job.uid and transitions.ignores(old.phase, e):
+    ref = e.job
+    key = ref.key
+    old = state.jobs.get(key)
+    if old is not None and old.ref.uid == ref.uid and transitions.ignores(old.phase, e):
         return
-    state.unsubmitted.pop(e.job.key, None)
+    if state.unsubmitted:
+        state.unsubmitted.pop(key, None)
     shared = state.interned
-    spec = shared.spec(e.job, e.placement, e.pod_sets, e.queue)
+    spec = shared.spec(ref, e.placement, e.pod_sets, e.queue)
+    priority_class, queue, cluster_queue = e.priority_class, e.queue, e.cluster_queue
     job = JobRecord(
-        ref=shared.ref(e.job),
+        ref=shared.ref(ref),
         pod_sets=spec.pod_sets,
         demand=spec.demand,
         spec_key=spec.spec_key,
         event_priority=e.priority,
-        priority_class=shared.optional(e.priority_class),
+        priority_class=None if priority_class is None else shared.string(priority_class),
         placement=spec.placement,
         submitted_seq=state.seq,
         submitted_at_ms=state.now_ms,
         suspended=e.suspended,
         runtime_ms=e.runtime_ms,
-        queue=shared.optional(e.queue),
-        cluster_queue=shared.optional(e.cluster_queue),
+        queue=None if queue is None else shared.string(queue),
+        cluster_queue=None if cluster_queue is None else shared.string(cluster_queue),
+        key=key,
     )
     job.priority = state.resolve_priority(job)
     if old is not None:
         state.release(old)
         state.pool.remove(old.ref.key)
         state.waiting.pop(old.key, None)
-    state.jobs[job.key] = job
+    state.jobs[key] = job
     state.set_phase(job, phases.SUSPENDED if e.suspended else phases.QUEUED)
-    state.mark(job.key)
+    state.pending[key] = None  # (``state.mark``)
 
 
 def _observed(state: State, e: ev.JobObserved) -> None:
@@ -474,3 +487,18 @@ _HANDLERS: dict[type, Callable[[State, Any], None]] = {
     ev.ClaimExpired: _claim_expired,
     ev.Finished: _finished,
 }
+
+
+# type -> (handler, a decision, the fields that may name the job, a submission): looked up once
+# per entry instead of an isinstance over every decision type and a getattr per field.
+_How = tuple[Callable[[State, Any], None] | None, bool, tuple[str, ...], bool]
+
+
+def _how(kind: type) -> _How:
+    handler = _HANDLERS.get(kind)
+    fields = getattr(kind, "__struct_fields__", ())
+    names = tuple(f for f in ("job", "preemptor") if f in fields)
+    return handler, issubclass(kind, ev.DECISION_TYPES), names, issubclass(kind, ev.JobSubmitted)
+
+
+_HOW: dict[type, _How] = {kind: _how(kind) for kind in ev.ALL_TYPES}

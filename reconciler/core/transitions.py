@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from eventlog import events as ev
 from reconciler.core import phases
@@ -138,17 +138,24 @@ Entry = JobEvent | NotAJobEvent
 
 def apply(job: J, event: ev.Event, books: Books[J]) -> bool:
     """Apply one event to the job it names; True if it is news for ``decide``."""
-    outcome = outcome_of(job.phase, event)
-    if isinstance(outcome, Ignored | Noted):
-        return False
-    return outcome(job, event, books)
+    steps = _STEPS.get(type(event))
+    if steps is None:
+        _not_about_a_job(event)
+    step = steps[job.phase]
+    return False if step is None else step(job, event, books)
 
 
 def outcome_of(phase: str, event: ev.Event) -> Outcome:
     entry = TABLE[type(event)]
     if not isinstance(entry, JobEvent):
-        raise TypeError(f"{type(event).__name__} is not about a job: {entry.why}")
+        _not_about_a_job(event)
     return entry.phases[phase]
+
+
+def _not_about_a_job(event: ev.Event) -> NoReturn:
+    entry = TABLE[type(event)]
+    why = entry.why if isinstance(entry, NotAJobEvent) else "?"
+    raise TypeError(f"{type(event).__name__} is not about a job: {why}")
 
 
 def ignores(phase: str, event: ev.Event) -> bool:
@@ -427,6 +434,15 @@ TABLE: dict[type[ev.Event], Entry] = {
     ev.ClaimExpired: NotAJobEvent("a claim ends; fold drops it and gives waiting jobs another look"),
     ev.ClusterLost: NotAJobEvent("a cluster's health; decide requeues or withdraws what ran there"),
     ev.ClusterRecovered: NotAJobEvent("a cluster's health"),
+}
+
+
+# TABLE as fold and every decide pass look it up: event type -> phase -> the step (None: the
+# job stays as it is, ``Ignored`` or ``Noted``).
+_STEPS: dict[type[ev.Event], dict[str, Step | None]] = {
+    kind: {phase: None if isinstance(o, Ignored | Noted) else o for phase, o in entry.phases.items()}
+    for kind, entry in TABLE.items()
+    if isinstance(entry, JobEvent)
 }
 
 
