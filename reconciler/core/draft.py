@@ -29,8 +29,8 @@ class Draft:
     job: JobRecord
     attempt: int
     phase: str
-    nominated: list[str]
-    tried: list[str]
+    nominated: tuple[str, ...]
+    tried: tuple[str, ...]
     cluster: str | None
     winner: str | None
     not_before_ms: int | None
@@ -53,8 +53,8 @@ class Draft:
             job=job,
             attempt=job.attempt,
             phase=job.phase,
-            nominated=list(job.nominated),
-            tried=list(job.tried),
+            nominated=job.nominated,  # (tuples: transitions replace them, never edit them)
+            tried=job.tried,
             cluster=job.cluster,
             winner=job.winner,
             not_before_ms=job.not_before_ms,
