@@ -29,7 +29,7 @@ def fold(state: State, entry: ev.LogEntry) -> State:
     how = _HOW.get(kind)
     if how is None:  # not one of the log's types (a subclass, say): no handler, as before
         how = _how(kind)
-    handler, decision, names, submitted = how
+    handler, job_handler, decision, field, submitted = how
     batch = entry.batch
     opens = decision and (batch[0] == 0 if batch else not state.last_was_decision)
     if state.open_batch is not None and (opens or not decision):
@@ -45,16 +45,13 @@ def fold(state: State, entry: ev.LogEntry) -> State:
         _fire_timers(state)
     if state.deleted:
         state.retire()
-    if handler is not None:
+    if job_handler is not None:
+        key = getattr(event, field).key  # made once, for the handler and the index
+        job_handler(state, event, key)
+        # What decide's pending index knows of the job follows it.
+        state.index.refresh(state.jobs.get(key), key, state.waiting, new=submitted)
+    elif handler is not None:
         handler(state, event)
-        ref = None
-        for attr in names:
-            ref = getattr(event, attr)
-            if ref is not None:
-                break
-        if ref is not None:  # what decide's pending index knows of the job follows it
-            key = ref.key
-            state.index.refresh(state.jobs.get(key), key, state.waiting, new=submitted)
     if decision and (batch is None or batch[0] == batch[1] - 1):
         _batch_closes(state)
     return state
@@ -119,8 +116,8 @@ def _fire_timers(state: State) -> None:
         state.mark(key)
 
 
-def _job(state: State, ref: ev.JobRef) -> JobRecord | None:
-    job = state.jobs.get(ref.key)
+def _job(state: State, key: str, ref: ev.JobRef) -> JobRecord | None:
+    job = state.jobs.get(key)
     if job is None or job.ref.uid != ref.uid:
         return None
     return job
@@ -129,9 +126,8 @@ def _job(state: State, ref: ev.JobRef) -> JobRecord | None:
 # ---- manager-side inputs ----------------------------------------------------------------------
 
 
-def _submitted(state: State, e: ev.JobSubmitted) -> None:
+def _submitted(state: State, e: ev.JobSubmitted, key: str) -> None:
     ref = e.job
-    key = ref.key
     old = state.jobs.get(key)
     if old is not None and old.ref.uid == ref.uid and transitions.ignores(old.phase, e):
         return
@@ -166,16 +162,16 @@ def _submitted(state: State, e: ev.JobSubmitted) -> None:
     state.pending[key] = None  # (``state.mark``)
 
 
-def _observed(state: State, e: ev.JobObserved) -> None:
+def _observed(state: State, e: ev.JobObserved, key: str) -> None:
     """The manager watcher saw a job. One the log never had a submission for is listed in the
     summary (``unsubmitted``) so the shell can submit it from the manager object."""
-    job = state.jobs.get(e.job.key)
+    job = state.jobs.get(key)
     if job is None or job.ref.uid != e.job.uid:
-        state.unsubmitted[e.job.key] = e.job.uid
+        state.unsubmitted[key] = e.job.uid
 
 
-def _updated(state: State, e: ev.JobUpdated) -> None:
-    job = _job(state, e.job)
+def _updated(state: State, e: ev.JobUpdated, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None or transitions.ignores(job.phase, e):
         return
     if e.pod_sets and list(e.pod_sets) != job.pod_sets:
@@ -200,9 +196,9 @@ def _updated(state: State, e: ev.JobUpdated) -> None:
         state.mark(job.key)
 
 
-def _deleted(state: State, e: ev.JobDeleted) -> None:
-    state.unsubmitted.pop(e.job.key, None)
-    job = _job(state, e.job)
+def _deleted(state: State, e: ev.JobDeleted, key: str) -> None:
+    state.unsubmitted.pop(key, None)
+    job = _job(state, key, e.job)
     if job is not None and transitions.apply(job, e, state):
         state.mark(job.key)
         state.deleted.append((state.now_ms, job.key, job.ref.uid))
@@ -284,15 +280,17 @@ def _heartbeat(state: State, e: ev.ClusterHeartbeat) -> None:
 # ---- remote facts ----------------------------------------------------------------------------
 
 
-def _remote_created(state: State, e: ev.RemoteCreated | ev.RemoteAdmitted) -> None:
-    job = _job(state, e.job)
+def _remote_created(state: State, e: ev.RemoteCreated | ev.RemoteAdmitted, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is not None and transitions.apply(job, e, state):
         state.mark(job.key)
 
 
-def _report(kind: str) -> Callable[[State, Any], None]:
-    def handle(state: State, e: ev.RemoteRejected | ev.RemoteEvicted | ev.RemoteFinished | ev.RemoteGone) -> None:
-        job = _job(state, e.job)
+def _report(kind: str) -> Callable[[State, Any, str], None]:
+    def handle(
+        state: State, e: ev.RemoteRejected | ev.RemoteEvicted | ev.RemoteFinished | ev.RemoteGone, key: str
+    ) -> None:
+        job = _job(state, key, e.job)
         if job is None or not transitions.apply(job, e, state):
             return
         job.reports += (
@@ -343,8 +341,8 @@ def _queues(state: State, e: ev.QueuesConfigured) -> None:
 # The lifecycle moves in ``transitions``; what follows each ``apply`` is the job's record.
 
 
-def _nominated(state: State, e: ev.Nominated) -> None:
-    job = _job(state, e.job)
+def _nominated(state: State, e: ev.Nominated, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -354,8 +352,8 @@ def _nominated(state: State, e: ev.Nominated) -> None:
     job.unschedulable = None
 
 
-def _placed(state: State, e: ev.Placed) -> None:
-    job = _job(state, e.job)
+def _placed(state: State, e: ev.Placed, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -363,14 +361,14 @@ def _placed(state: State, e: ev.Placed) -> None:
     job.deadline_ms = None
 
 
-def _withdrawn(state: State, e: ev.Withdrawn | ev.CleanUp) -> None:
-    job = _job(state, e.job)
+def _withdrawn(state: State, e: ev.Withdrawn | ev.CleanUp, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is not None:
         transitions.apply(job, e, state)
 
 
-def _unschedulable(state: State, e: ev.Unschedulable) -> None:
-    job = _job(state, e.job)
+def _unschedulable(state: State, e: ev.Unschedulable, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -378,8 +376,8 @@ def _unschedulable(state: State, e: ev.Unschedulable) -> None:
     job.last_reason = state.interned.string(e.message)
 
 
-def _requeued(state: State, e: ev.Requeued) -> None:
-    job = _job(state, e.job)
+def _requeued(state: State, e: ev.Requeued, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -416,8 +414,8 @@ def _cluster_recovered(state: State, e: ev.ClusterRecovered) -> None:
     state.help = True
 
 
-def _claimed(state: State, e: ev.PreemptionClaimed) -> None:
-    job = _job(state, e.preemptor)
+def _claimed(state: State, e: ev.PreemptionClaimed, key: str) -> None:
+    job = _job(state, key, e.preemptor)
     if job is None:
         return
     state.claims[job.key] = Claim(
@@ -434,21 +432,21 @@ def _claimed(state: State, e: ev.PreemptionClaimed) -> None:
     state.timer(e.expires_ms, job.key)
 
 
-def _evict(state: State, e: ev.Evict) -> None:
-    job = _job(state, e.job)
+def _evict(state: State, e: ev.Evict, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     job.evicting_for = e.preemptor.key if e.preemptor else "kdispatch"
     state.pool.set_evicting(job.key)
 
 
-def _claim_expired(state: State, e: ev.ClaimExpired) -> None:
-    if state.claims.pop(e.preemptor.key, None) is not None:
+def _claim_expired(state: State, e: ev.ClaimExpired, key: str) -> None:
+    if state.claims.pop(key, None) is not None:
         state.help = True
 
 
-def _finished(state: State, e: ev.Finished) -> None:
-    job = _job(state, e.job)
+def _finished(state: State, e: ev.Finished, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -456,49 +454,58 @@ def _finished(state: State, e: ev.Finished) -> None:
     job.deadline_ms = None
 
 
-_HANDLERS: dict[type, Callable[[State, Any], None]] = {
+# Events about one job: the handler gets the job's key (``ref.key``, made once per entry).
+_JOB_HANDLERS: dict[type, Callable[[State, Any, str], None]] = {
     ev.JobSubmitted: _submitted,
     ev.JobObserved: _observed,
     ev.JobUpdated: _updated,
     ev.JobDeleted: _deleted,
-    ev.ClusterRegistered: _registered,
-    ev.ClusterUpdated: _registered,
-    ev.ClusterRemoved: _removed,
-    ev.ClusterHeartbeat: _heartbeat,
-    ev.ClusterCapacityReported: capacity_reported,
     ev.RemoteCreated: _remote_created,
     ev.RemoteAdmitted: _remote_created,
     ev.RemoteRejected: _report("rejected"),
     ev.RemoteEvicted: _report("evicted"),
     ev.RemoteFinished: _report("finished"),
     ev.RemoteGone: _report("gone"),
-    ev.PolicyLoaded: _policy,
-    ev.QueuesConfigured: _queues,
     ev.Nominated: _nominated,
     ev.Placed: _placed,
     ev.Withdrawn: _withdrawn,
     ev.CleanUp: _withdrawn,
     ev.Unschedulable: _unschedulable,
     ev.Requeued: _requeued,
-    ev.ClusterLost: _cluster_lost,
-    ev.ClusterRecovered: _cluster_recovered,
     ev.PreemptionClaimed: _claimed,
     ev.Evict: _evict,
     ev.ClaimExpired: _claim_expired,
     ev.Finished: _finished,
 }
 
+_HANDLERS: dict[type, Callable[[State, Any], None]] = {
+    ev.ClusterRegistered: _registered,
+    ev.ClusterUpdated: _registered,
+    ev.ClusterRemoved: _removed,
+    ev.ClusterHeartbeat: _heartbeat,
+    ev.ClusterCapacityReported: capacity_reported,
+    ev.PolicyLoaded: _policy,
+    ev.QueuesConfigured: _queues,
+    ev.ClusterLost: _cluster_lost,
+    ev.ClusterRecovered: _cluster_recovered,
+}
 
-# type -> (handler, a decision, the fields that may name the job, a submission): looked up once
-# per entry instead of an isinstance over every decision type and a getattr per field.
-_How = tuple[Callable[[State, Any], None] | None, bool, tuple[str, ...], bool]
+
+# type -> (handler, job handler, a decision, the field naming the job, a submission): looked up
+# once per entry instead of an isinstance over every decision type and a getattr per field.
+_How = tuple[
+    Callable[[State, Any], None] | None, Callable[[State, Any, str], None] | None, bool, str, bool
+]
 
 
 def _how(kind: type) -> _How:
-    handler = _HANDLERS.get(kind)
     fields = getattr(kind, "__struct_fields__", ())
-    names = tuple(f for f in ("job", "preemptor") if f in fields)
-    return handler, issubclass(kind, ev.DECISION_TYPES), names, issubclass(kind, ev.JobSubmitted)
+    # The field naming the job (an Evict's optional preemptor is not the job it is about).
+    field = next((f for f in ("job", "preemptor") if f in fields), "")
+    job_handler = _JOB_HANDLERS.get(kind)
+    if job_handler is not None and not field:
+        raise TypeError(f"{kind.__name__} has a job handler but names no job")
+    return _HANDLERS.get(kind), job_handler, issubclass(kind, ev.DECISION_TYPES), field, kind is ev.JobSubmitted
 
 
 _HOW: dict[type, _How] = {kind: _how(kind) for kind in ev.ALL_TYPES}
