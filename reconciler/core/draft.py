@@ -24,7 +24,7 @@ from reconciler.core.queues.admit import Wait
 from reconciler.core.scratch import Scratch
 
 
-@dataclass
+@dataclass(slots=True)  # one per job a pass looks at: no __dict__ each
 class Draft:
     job: JobRecord
     attempt: int
@@ -59,7 +59,9 @@ class Draft:
             winner=job.winner,
             not_before_ms=job.not_before_ms,
             round=job.round,
-            copies=[Copy(cluster=c.cluster, attempt=c.attempt, state=c.state, counted=c.counted) for c in job.copies],
+            copies=[Copy(cluster=c.cluster, attempt=c.attempt, state=c.state, counted=c.counted) for c in job.copies]
+            if job.copies
+            else [],  # (most jobs a pass looks at wait, with no copy)
         )
 
     @property
