@@ -1,16 +1,22 @@
 """The fold's shortcuts keep the values the long way gives: the cluster table's assumed usage
 updated in place equals the arrays built from its records, and an interned spec is the same
-whether the pod sets come as a list or a tuple, and never the event's own list."""
+whether the pod sets come as a list or a tuple, and never the event's own list; the per-type
+table fold dispatches on agrees with the transition table and the log's decision types."""
 
 from __future__ import annotations
+
+import importlib
 
 import numpy as np
 
 from eventlog import events as ev
+from reconciler.core import transitions
 from reconciler.core.clusters import ClusterRecord, ClusterTable
 from reconciler.core.intern import Interner, spec_key
+from tests.reconciler.core.test_transitions import EXAMPLES
 
 GPU = "nvidia.com/gpu"
+fold_module = importlib.import_module("reconciler.core.fold")  # (the package exports the function)
 
 
 def _rebuilt(table: ClusterTable) -> ClusterTable:
@@ -67,3 +73,24 @@ def test_an_interned_spec_is_one_for_a_list_or_a_tuple_of_pod_sets_and_not_the_e
     assert interner.spec(again.job, again.placement, tuple(again.pod_sets), again.queue) is spec
     plain = Interner(enabled=False).spec(e.job, e.placement, e.pod_sets, e.queue)
     assert plain.spec_key == spec.spec_key and plain.pod_sets is not e.pod_sets
+
+
+def test_fold_takes_each_events_job_and_decision_flag_as_the_transition_table_and_the_log_do() -> None:
+    """``fold`` looks up once per type what it does with an entry: it must name the job
+    ``transitions.TABLE`` names, and call a decision what the log calls one."""
+    j, other = ev.JobRef(namespace="team", name="j", uid="u-j"), ev.JobRef(namespace="team", name="p", uid="u-p")
+    examples = {kind: make(j, "c", 1) for kind, make in EXAMPLES.items()}
+    # An Evict names its preemptor too: it is about its victim.
+    examples[ev.Evict] = ev.Evict(job=j, cluster="c", attempt=1, preemptor=other)
+    for kind, event in examples.items():
+        _, job_handler, decision, field, submitted = fold_module._HOW[kind]
+        assert decision == ev.is_decision(event), kind.__name__
+        assert submitted == (kind is ev.JobSubmitted), kind.__name__
+        entry = transitions.TABLE[kind]
+        if job_handler is None:
+            continue
+        if isinstance(entry, transitions.JobEvent):
+            assert getattr(event, field) == entry.job(event), kind.__name__
+        else:  # not a lifecycle event (a claim ends): the one job it names
+            refs = [f for f in kind.__struct_fields__ if isinstance(getattr(event, f), ev.JobRef)]
+            assert refs == [field], kind.__name__
