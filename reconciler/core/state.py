@@ -191,7 +191,10 @@ class State:
         if copy is None:
             copy = Copy(cluster=cluster, attempt=attempt, state=state)
             job.copies = (*job.copies, copy)
-            self.by_cluster.setdefault(cluster, {})[job.key] = None
+            held = self.by_cluster.get(cluster)
+            if held is None:  # (not ``setdefault``: a new empty dict per copy)
+                held = self.by_cluster[cluster] = {}
+            held[job.key] = None
         else:
             copy.state = state
         return copy
