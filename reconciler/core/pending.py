@@ -90,7 +90,7 @@ class SleepClass:
     low_seq: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # thousands, made and dropped as jobs come and go
 class Lane:
     key: LaneKey
     # Members by submission: parallel lists, sorted by sequence number. Removal is lazy (the
