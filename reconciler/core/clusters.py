@@ -144,7 +144,9 @@ class ClusterTable:
                 self.resources.add(name)
                 self.touch()
         if self._built_version == self.version:
-            self.assumed[slot] += sign * self.resources.vector(demand)
+            row, index = self.assumed[slot], self.resources.index
+            for name, value in demand.items():  # (a job asks for few resources: no row of zeros)
+                row[index[name]] += sign * value
 
     # ---- derived arrays ----------------------------------------------------------------------
 

@@ -24,13 +24,13 @@ from reconciler.core.queues.admit import Wait
 from reconciler.core.scratch import Scratch
 
 
-@dataclass
+@dataclass(slots=True)  # one per job a pass looks at: no __dict__ each
 class Draft:
     job: JobRecord
     attempt: int
     phase: str
-    nominated: list[str]
-    tried: list[str]
+    nominated: tuple[str, ...]
+    tried: tuple[str, ...]
     cluster: str | None
     winner: str | None
     not_before_ms: int | None
@@ -53,13 +53,15 @@ class Draft:
             job=job,
             attempt=job.attempt,
             phase=job.phase,
-            nominated=list(job.nominated),
-            tried=list(job.tried),
+            nominated=job.nominated,  # (tuples: transitions replace them, never edit them)
+            tried=job.tried,
             cluster=job.cluster,
             winner=job.winner,
             not_before_ms=job.not_before_ms,
             round=job.round,
-            copies=[Copy(cluster=c.cluster, attempt=c.attempt, state=c.state, counted=c.counted) for c in job.copies],
+            copies=[Copy(cluster=c.cluster, attempt=c.attempt, state=c.state, counted=c.counted) for c in job.copies]
+            if job.copies
+            else [],  # (most jobs a pass looks at wait, with no copy)
         )
 
     @property

@@ -25,8 +25,13 @@ from reconciler.core.state import State, highest, lowest
 
 def fold(state: State, entry: ev.LogEntry) -> State:
     event = entry.event
-    decision = ev.is_decision(event)
-    opens = decision and (entry.batch[0] == 0 if entry.batch else not state.last_was_decision)
+    kind = type(event)
+    how = _HOW.get(kind)
+    if how is None:  # not one of the log's types (a subclass, say): no handler, as before
+        how = _how(kind)
+    handler, job_handler, decision, field, submitted = how
+    batch = entry.batch
+    opens = decision and (batch[0] == 0 if batch else not state.last_was_decision)
     if state.open_batch is not None and (opens or not decision):
         _batch_cut_short(state)
     if opens:
@@ -40,14 +45,14 @@ def fold(state: State, entry: ev.LogEntry) -> State:
         _fire_timers(state)
     if state.deleted:
         state.retire()
-    handler = _HANDLERS.get(type(event))
-    if handler is not None:
+    if job_handler is not None:
+        key = getattr(event, field).key  # made once, for the handler and the index
+        job_handler(state, event, key)
+        # What decide's pending index knows of the job follows it.
+        state.index.refresh(state.jobs.get(key), key, state.waiting, new=submitted)
+    elif handler is not None:
         handler(state, event)
-        ref = getattr(event, "job", None) or getattr(event, "preemptor", None)
-        if ref is not None:  # what decide's pending index knows of the job follows it
-            key = ref.key
-            state.index.refresh(state.jobs.get(key), key, state.waiting, new=type(event) is ev.JobSubmitted)
-    if decision and (entry.batch is None or entry.batch[0] == entry.batch[1] - 1):
+    if decision and (batch is None or batch[0] == batch[1] - 1):
         _batch_closes(state)
     return state
 
@@ -111,8 +116,8 @@ def _fire_timers(state: State) -> None:
         state.mark(key)
 
 
-def _job(state: State, ref: ev.JobRef) -> JobRecord | None:
-    job = state.jobs.get(ref.key)
+def _job(state: State, key: str, ref: ev.JobRef) -> JobRecord | None:
+    job = state.jobs.get(key)
     if job is None or job.ref.uid != ref.uid:
         return None
     return job
@@ -121,48 +126,52 @@ def _job(state: State, ref: ev.JobRef) -> JobRecord | None:
 # ---- manager-side inputs ----------------------------------------------------------------------
 
 
-def _submitted(state: State, e: ev.JobSubmitted) -> None:
-    old = state.jobs.get(e.job.key)
-    if old is not None and old.ref.uid == e.job.uid and transitions.ignores(old.phase, e):
+def _submitted(state: State, e: ev.JobSubmitted, key: str) -> None:
+    ref = e.job
+    old = state.jobs.get(key)
+    if old is not None and old.ref.uid == ref.uid and transitions.ignores(old.phase, e):
         return
-    state.unsubmitted.pop(e.job.key, None)
+    if state.unsubmitted:
+        state.unsubmitted.pop(key, None)
     shared = state.interned
-    spec = shared.spec(e.job, e.placement, e.pod_sets, e.queue)
+    spec = shared.spec(ref, e.placement, e.pod_sets, e.queue)
+    priority_class, queue, cluster_queue = e.priority_class, e.queue, e.cluster_queue
     job = JobRecord(
-        ref=shared.ref(e.job),
+        ref=shared.ref(ref),
         pod_sets=spec.pod_sets,
         demand=spec.demand,
         spec_key=spec.spec_key,
         event_priority=e.priority,
-        priority_class=shared.optional(e.priority_class),
+        priority_class=None if priority_class is None else shared.string(priority_class),
         placement=spec.placement,
         submitted_seq=state.seq,
         submitted_at_ms=state.now_ms,
         suspended=e.suspended,
         runtime_ms=e.runtime_ms,
-        queue=shared.optional(e.queue),
-        cluster_queue=shared.optional(e.cluster_queue),
+        queue=None if queue is None else shared.string(queue),
+        cluster_queue=None if cluster_queue is None else shared.string(cluster_queue),
+        key=key,
     )
     job.priority = state.resolve_priority(job)
     if old is not None:
         state.release(old)
         state.pool.remove(old.ref.key)
         state.waiting.pop(old.key, None)
-    state.jobs[job.key] = job
+    state.jobs[key] = job
     state.set_phase(job, phases.SUSPENDED if e.suspended else phases.QUEUED)
-    state.mark(job.key)
+    state.pending[key] = None  # (``state.mark``)
 
 
-def _observed(state: State, e: ev.JobObserved) -> None:
+def _observed(state: State, e: ev.JobObserved, key: str) -> None:
     """The manager watcher saw a job. One the log never had a submission for is listed in the
     summary (``unsubmitted``) so the shell can submit it from the manager object."""
-    job = state.jobs.get(e.job.key)
+    job = state.jobs.get(key)
     if job is None or job.ref.uid != e.job.uid:
-        state.unsubmitted[e.job.key] = e.job.uid
+        state.unsubmitted[key] = e.job.uid
 
 
-def _updated(state: State, e: ev.JobUpdated) -> None:
-    job = _job(state, e.job)
+def _updated(state: State, e: ev.JobUpdated, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None or transitions.ignores(job.phase, e):
         return
     if e.pod_sets and list(e.pod_sets) != job.pod_sets:
@@ -187,9 +196,9 @@ def _updated(state: State, e: ev.JobUpdated) -> None:
         state.mark(job.key)
 
 
-def _deleted(state: State, e: ev.JobDeleted) -> None:
-    state.unsubmitted.pop(e.job.key, None)
-    job = _job(state, e.job)
+def _deleted(state: State, e: ev.JobDeleted, key: str) -> None:
+    state.unsubmitted.pop(key, None)
+    job = _job(state, key, e.job)
     if job is not None and transitions.apply(job, e, state):
         state.mark(job.key)
         state.deleted.append((state.now_ms, job.key, job.ref.uid))
@@ -271,15 +280,17 @@ def _heartbeat(state: State, e: ev.ClusterHeartbeat) -> None:
 # ---- remote facts ----------------------------------------------------------------------------
 
 
-def _remote_created(state: State, e: ev.RemoteCreated | ev.RemoteAdmitted) -> None:
-    job = _job(state, e.job)
+def _remote_created(state: State, e: ev.RemoteCreated | ev.RemoteAdmitted, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is not None and transitions.apply(job, e, state):
         state.mark(job.key)
 
 
-def _report(kind: str) -> Callable[[State, Any], None]:
-    def handle(state: State, e: ev.RemoteRejected | ev.RemoteEvicted | ev.RemoteFinished | ev.RemoteGone) -> None:
-        job = _job(state, e.job)
+def _report(kind: str) -> Callable[[State, Any, str], None]:
+    def handle(
+        state: State, e: ev.RemoteRejected | ev.RemoteEvicted | ev.RemoteFinished | ev.RemoteGone, key: str
+    ) -> None:
+        job = _job(state, key, e.job)
         if job is None or not transitions.apply(job, e, state):
             return
         job.reports += (
@@ -330,8 +341,8 @@ def _queues(state: State, e: ev.QueuesConfigured) -> None:
 # The lifecycle moves in ``transitions``; what follows each ``apply`` is the job's record.
 
 
-def _nominated(state: State, e: ev.Nominated) -> None:
-    job = _job(state, e.job)
+def _nominated(state: State, e: ev.Nominated, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -341,8 +352,8 @@ def _nominated(state: State, e: ev.Nominated) -> None:
     job.unschedulable = None
 
 
-def _placed(state: State, e: ev.Placed) -> None:
-    job = _job(state, e.job)
+def _placed(state: State, e: ev.Placed, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -350,14 +361,14 @@ def _placed(state: State, e: ev.Placed) -> None:
     job.deadline_ms = None
 
 
-def _withdrawn(state: State, e: ev.Withdrawn | ev.CleanUp) -> None:
-    job = _job(state, e.job)
+def _withdrawn(state: State, e: ev.Withdrawn | ev.CleanUp, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is not None:
         transitions.apply(job, e, state)
 
 
-def _unschedulable(state: State, e: ev.Unschedulable) -> None:
-    job = _job(state, e.job)
+def _unschedulable(state: State, e: ev.Unschedulable, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -365,8 +376,8 @@ def _unschedulable(state: State, e: ev.Unschedulable) -> None:
     job.last_reason = state.interned.string(e.message)
 
 
-def _requeued(state: State, e: ev.Requeued) -> None:
-    job = _job(state, e.job)
+def _requeued(state: State, e: ev.Requeued, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -403,8 +414,8 @@ def _cluster_recovered(state: State, e: ev.ClusterRecovered) -> None:
     state.help = True
 
 
-def _claimed(state: State, e: ev.PreemptionClaimed) -> None:
-    job = _job(state, e.preemptor)
+def _claimed(state: State, e: ev.PreemptionClaimed, key: str) -> None:
+    job = _job(state, key, e.preemptor)
     if job is None:
         return
     state.claims[job.key] = Claim(
@@ -421,21 +432,21 @@ def _claimed(state: State, e: ev.PreemptionClaimed) -> None:
     state.timer(e.expires_ms, job.key)
 
 
-def _evict(state: State, e: ev.Evict) -> None:
-    job = _job(state, e.job)
+def _evict(state: State, e: ev.Evict, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     job.evicting_for = e.preemptor.key if e.preemptor else "kdispatch"
     state.pool.set_evicting(job.key)
 
 
-def _claim_expired(state: State, e: ev.ClaimExpired) -> None:
-    if state.claims.pop(e.preemptor.key, None) is not None:
+def _claim_expired(state: State, e: ev.ClaimExpired, key: str) -> None:
+    if state.claims.pop(key, None) is not None:
         state.help = True
 
 
-def _finished(state: State, e: ev.Finished) -> None:
-    job = _job(state, e.job)
+def _finished(state: State, e: ev.Finished, key: str) -> None:
+    job = _job(state, key, e.job)
     if job is None:
         return
     transitions.apply(job, e, state)
@@ -443,34 +454,58 @@ def _finished(state: State, e: ev.Finished) -> None:
     job.deadline_ms = None
 
 
-_HANDLERS: dict[type, Callable[[State, Any], None]] = {
+# Events about one job: the handler gets the job's key (``ref.key``, made once per entry).
+_JOB_HANDLERS: dict[type, Callable[[State, Any, str], None]] = {
     ev.JobSubmitted: _submitted,
     ev.JobObserved: _observed,
     ev.JobUpdated: _updated,
     ev.JobDeleted: _deleted,
-    ev.ClusterRegistered: _registered,
-    ev.ClusterUpdated: _registered,
-    ev.ClusterRemoved: _removed,
-    ev.ClusterHeartbeat: _heartbeat,
-    ev.ClusterCapacityReported: capacity_reported,
     ev.RemoteCreated: _remote_created,
     ev.RemoteAdmitted: _remote_created,
     ev.RemoteRejected: _report("rejected"),
     ev.RemoteEvicted: _report("evicted"),
     ev.RemoteFinished: _report("finished"),
     ev.RemoteGone: _report("gone"),
-    ev.PolicyLoaded: _policy,
-    ev.QueuesConfigured: _queues,
     ev.Nominated: _nominated,
     ev.Placed: _placed,
     ev.Withdrawn: _withdrawn,
     ev.CleanUp: _withdrawn,
     ev.Unschedulable: _unschedulable,
     ev.Requeued: _requeued,
-    ev.ClusterLost: _cluster_lost,
-    ev.ClusterRecovered: _cluster_recovered,
     ev.PreemptionClaimed: _claimed,
     ev.Evict: _evict,
     ev.ClaimExpired: _claim_expired,
     ev.Finished: _finished,
 }
+
+_HANDLERS: dict[type, Callable[[State, Any], None]] = {
+    ev.ClusterRegistered: _registered,
+    ev.ClusterUpdated: _registered,
+    ev.ClusterRemoved: _removed,
+    ev.ClusterHeartbeat: _heartbeat,
+    ev.ClusterCapacityReported: capacity_reported,
+    ev.PolicyLoaded: _policy,
+    ev.QueuesConfigured: _queues,
+    ev.ClusterLost: _cluster_lost,
+    ev.ClusterRecovered: _cluster_recovered,
+}
+
+
+# type -> (handler, job handler, a decision, the field naming the job, a submission): looked up
+# once per entry instead of an isinstance over every decision type and a getattr per field.
+_How = tuple[
+    Callable[[State, Any], None] | None, Callable[[State, Any, str], None] | None, bool, str, bool
+]
+
+
+def _how(kind: type) -> _How:
+    fields = getattr(kind, "__struct_fields__", ())
+    # The field naming the job (an Evict's optional preemptor is not the job it is about).
+    field = next((f for f in ("job", "preemptor") if f in fields), "")
+    job_handler = _JOB_HANDLERS.get(kind)
+    if job_handler is not None and not field:
+        raise TypeError(f"{kind.__name__} has a job handler but names no job")
+    return _HANDLERS.get(kind), job_handler, issubclass(kind, ev.DECISION_TYPES), field, kind is ev.JobSubmitted
+
+
+_HOW: dict[type, _How] = {kind: _how(kind) for kind in ev.ALL_TYPES}

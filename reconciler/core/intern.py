@@ -143,15 +143,15 @@ class Interner:
     def string(self, s: str) -> str:
         if not self.enabled:
             return s
-        shared = self._strings.get(s, lambda: s)
-        return shared
+        shared = self._strings.entries.get(s)  # (the fold's hot path: no closure when known)
+        return shared if shared is not None else self._strings.get(s, lambda: s)
 
     def optional(self, s: str | None) -> str | None:
         return None if s is None else self.string(s)
 
     def ref(self, ref: JobRef) -> JobRef:
         """The same reference with its namespace shared (name and uid are the job's own)."""
-        namespace = self.string(ref.namespace)
+        namespace = self.string(ref.namespace) if self.enabled else ref.namespace
         if namespace is ref.namespace:
             return ref
         return JobRef(
@@ -159,11 +159,14 @@ class Interner:
         )
 
     def spec(self, ref: JobRef, placement: Placement, pod_sets: Sequence[PodSet], queue: str | None) -> Spec:
-        pods = list(pod_sets)
-        key = spec_key(ref, placement, pods, queue)
+        pods = pod_sets if type(pod_sets) is list else list(pod_sets)
+        key = _exact.encode((placement, pods, ref.namespace, queue))  # = spec_key(...)
         if not self.enabled:
-            return Spec(placement=placement, pod_sets=pods, demand=gang_demand(pods), spec_key=key)
-        spec = self._specs.get(key, lambda: self._new_spec(key, placement, pods))
+            return Spec(placement=placement, pod_sets=list(pods), demand=gang_demand(pods), spec_key=key)
+        spec = self._specs.entries.get(key)  # (a known spec, the usual case: no closure)
+        if spec is None:
+            pods = list(pods)  # the record's own list, not the event's
+            spec = self._specs.get(key, lambda: self._new_spec(key, placement, pods))
         return spec
 
     def _new_spec(self, key: bytes, placement: Placement, pods: list[PodSet]) -> Spec:
@@ -175,9 +178,10 @@ class Interner:
         """An ``Unschedulable`` summary, shared."""
         if not self.enabled:
             return dict(reasons)
-        shared = self._reasons.get(
-            tuple(reasons.items()), lambda: {self.string(k): n for k, n in reasons.items()}
-        )
+        key = tuple(reasons.items())
+        shared = self._reasons.entries.get(key)
+        if shared is None:
+            shared = self._reasons.get(key, lambda: {self.string(k): n for k, n in reasons.items()})
         return shared
 
     def record(self, job: JobRecord) -> JobRecord:

@@ -84,8 +84,10 @@ class JobRecord(Struct, kw_only=True, gc=False, omit_defaults=True):
     suspended: bool = False
     attempt: int = 1
     round: int = 0
-    nominated: list[str] = field(default_factory=list)  # open nominations of this round
-    tried: list[str] = field(default_factory=list)  # clusters of earlier rounds of this attempt
+    # Tuples, replaced rather than edited, like ``copies``: a list each, empty for most records,
+    # was two more objects per job for the garbage collector to walk.
+    nominated: tuple[str, ...] = ()  # open nominations of this round
+    tried: tuple[str, ...] = ()  # clusters of earlier rounds of this attempt
     deadline_ms: int | None = None
     winner: str | None = None  # first cluster to admit (or create, BestEffort) this attempt
     cluster: str | None = None  # placed here

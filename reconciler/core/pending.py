@@ -43,7 +43,7 @@ def lane_key(job: JobRecord) -> LaneKey:
     # The summary only counts while the job is Unschedulable (what a report compares it with);
     # equal summaries listed in another order only split a lane, which costs a look, not a decision.
     summary = tuple(job.unschedulable.items()) if job.unschedulable is not None and job.phase == UNSCHEDULABLE else None
-    return (job.spec_key, job.priority, job.cluster_queue, tuple(job.tried), job.phase, summary)
+    return (job.spec_key, job.priority, job.cluster_queue, job.tried, job.phase, summary)
 
 
 QUOTA: Final = "quota"  # waits for its own queue's quota (``QuotaExceeded: ClusterQueue <its queue>``)
@@ -90,7 +90,7 @@ class SleepClass:
     low_seq: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # thousands, made and dropped as jobs come and go
 class Lane:
     key: LaneKey
     # Members by submission: parallel lists, sorted by sequence number. Removal is lazy (the

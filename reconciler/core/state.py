@@ -111,9 +111,10 @@ class State:
         return p.requeue_backoff_ms if p else DEFAULT_REQUEUE_BACKOFF_MS
 
     def resolve_priority(self, job: JobRecord) -> int:
-        p = self.effective_policy
-        if job.priority_class and p and job.priority_class in p.priority_classes:
-            return p.priority_classes[job.priority_class]
+        if job.priority_class:
+            p = self.effective_policy
+            if p and job.priority_class in p.priority_classes:
+                return p.priority_classes[job.priority_class]
         return job.event_priority
 
     # ---- tenancy ----------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class State:
 
     def set_phase(self, job: JobRecord, phase: str) -> None:
         job.phase = phase
-        if phase not in phases.CHARGED:
+        if job.charge is not None and phase not in phases.CHARGED:
             self.release(job)
         if phase in phases.WAITING and not job.suspended:
             self.waiting[job.key] = None
@@ -190,7 +191,10 @@ class State:
         if copy is None:
             copy = Copy(cluster=cluster, attempt=attempt, state=state)
             job.copies = (*job.copies, copy)
-            self.by_cluster.setdefault(cluster, {})[job.key] = None
+            held = self.by_cluster.get(cluster)
+            if held is None:  # (not ``setdefault``: a new empty dict per copy)
+                held = self.by_cluster[cluster] = {}
+            held[job.key] = None
         else:
             copy.state = state
         return copy

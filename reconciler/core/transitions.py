@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from eventlog import events as ev
 from reconciler.core import phases
@@ -33,8 +33,8 @@ class Line(Protocol):
     phase: str
     attempt: int
     round: int
-    nominated: list[str]  # open nominations of this round
-    tried: list[str]  # clusters of earlier rounds of this attempt
+    nominated: tuple[str, ...]  # open nominations of this round (replaced, never edited)
+    tried: tuple[str, ...]  # clusters of earlier rounds of this attempt (replaced, never edited)
     cluster: str | None  # placed (or finished) here
     winner: str | None  # first cluster to admit (or create, BestEffort) this attempt
     not_before_ms: int | None
@@ -138,17 +138,24 @@ Entry = JobEvent | NotAJobEvent
 
 def apply(job: J, event: ev.Event, books: Books[J]) -> bool:
     """Apply one event to the job it names; True if it is news for ``decide``."""
-    outcome = outcome_of(job.phase, event)
-    if isinstance(outcome, Ignored | Noted):
-        return False
-    return outcome(job, event, books)
+    steps = _STEPS.get(type(event))
+    if steps is None:
+        _not_about_a_job(event)
+    step = steps[job.phase]
+    return False if step is None else step(job, event, books)
 
 
 def outcome_of(phase: str, event: ev.Event) -> Outcome:
     entry = TABLE[type(event)]
     if not isinstance(entry, JobEvent):
-        raise TypeError(f"{type(event).__name__} is not about a job: {entry.why}")
+        _not_about_a_job(event)
     return entry.phases[phase]
+
+
+def _not_about_a_job(event: ev.Event) -> NoReturn:
+    entry = TABLE[type(event)]
+    why = entry.why if isinstance(entry, NotAJobEvent) else "?"
+    raise TypeError(f"{type(event).__name__} is not about a job: {why}")
 
 
 def ignores(phase: str, event: ev.Event) -> bool:
@@ -164,7 +171,7 @@ def ignores(phase: str, event: ev.Event) -> bool:
 def _nominated(job: J, e: ev.Nominated, books: Books[J]) -> bool:
     job.attempt = e.attempt
     job.round = e.round
-    job.nominated = list(e.clusters)
+    job.nominated = tuple(e.clusters)
     job.winner = None
     job.not_before_ms = None
     # Until one admits, a copy holds its job's demand on its cluster as assumed usage (so the
@@ -188,7 +195,7 @@ def _placed(job: J, e: ev.Placed, books: Books[J]) -> bool:
     job.winner = None
     # The other nominations are withdrawn by decisions of their own; they no longer count as
     # open (nor, having never been admitted, as tried).
-    job.nominated = [c for c in job.nominated if c == e.cluster]
+    job.nominated = tuple([c for c in job.nominated if c == e.cluster])
     copy = job.copy(e.cluster, e.attempt)
     if copy is not None:
         copy.state = phases.COPY_ADMITTED
@@ -204,9 +211,10 @@ def _withdraw_copy(job: J, e: ev.Withdrawn | ev.CleanUp, books: Books[J]) -> Non
         books.uncount(job, copy)
         copy.state = phases.COPY_WITHDRAWING  # until the worker says it is gone
     if e.attempt == job.attempt and e.cluster in job.nominated:
-        job.nominated.remove(e.cluster)
+        i = job.nominated.index(e.cluster)  # (the first, as list.remove did)
+        job.nominated = job.nominated[:i] + job.nominated[i + 1 :]
         if e.cluster not in job.tried:
-            job.tried.append(e.cluster)
+            job.tried = (*job.tried, e.cluster)
     if e.attempt == job.attempt and job.winner == e.cluster and job.cluster != e.cluster:
         # A winner withdrawn before placement (rejected, evicted, its cluster lost) no longer
         # holds the round: another cluster may still win it, and the round can time out.
@@ -244,8 +252,8 @@ def _requeued(job: J, e: ev.Requeued, books: Books[J]) -> bool:
             copy.state = phases.COPY_STALE  # withdrawn once its cluster is back
     job.attempt += 1
     job.round = 0
-    job.nominated = []
-    job.tried = []
+    job.nominated = ()
+    job.tried = ()
     job.winner = None
     job.cluster = None
     job.not_before_ms = e.not_before_ms
@@ -264,7 +272,7 @@ def _finished(job: J, e: ev.Finished, books: Books[J]) -> bool:
     for other in job.copies:
         books.uncount(job, other)
     job.cluster = e.cluster
-    job.nominated = []
+    job.nominated = ()
     job.winner = None
     books.stopped(job)
     books.set_phase(job, phases.FINISHED)
@@ -427,6 +435,15 @@ TABLE: dict[type[ev.Event], Entry] = {
     ev.ClaimExpired: NotAJobEvent("a claim ends; fold drops it and gives waiting jobs another look"),
     ev.ClusterLost: NotAJobEvent("a cluster's health; decide requeues or withdraws what ran there"),
     ev.ClusterRecovered: NotAJobEvent("a cluster's health"),
+}
+
+
+# TABLE as fold and every decide pass look it up: event type -> phase -> the step (None: the
+# job stays as it is, ``Ignored`` or ``Noted``).
+_STEPS: dict[type[ev.Event], dict[str, Step | None]] = {
+    kind: {phase: None if isinstance(o, Ignored | Noted) else o for phase, o in entry.phases.items()}
+    for kind, entry in TABLE.items()
+    if isinstance(entry, JobEvent)
 }
 
 

@@ -33,7 +33,7 @@ def test_deadlines_are_round_timeouts_backoffs_and_worker_loss() -> None:
     # cancelled, so that next_deadline never changes state) but it decides nothing; then nothing
     # is due before the clusters' worker-lost timeout.
     nominated = h.state.jobs["team/j"].nominated
-    assert fired[3][1] == ["Withdrawn", "Nominated"] and nominated == ["b"]
+    assert fired[3][1] == ["Withdrawn", "Nominated"] and nominated == ("b",)
     assert h.feed(ev.RemoteAdmitted(job=ref("j"), cluster="b", attempt=2))[0] == ev.Placed(
         job=ref("j"), cluster="b", attempt=2
     )

@@ -241,7 +241,7 @@ def _nominated_twice() -> tuple[MirrorHarness, JobRecord]:
     h.inputs(job("a", placement=ev.Placement(nominate=2)))
     h.step()
     a = h.state.jobs["team/a"]
-    assert a.phase == phases.NOMINATED and a.nominated == ["c0", "c1"]
+    assert a.phase == phases.NOMINATED and a.nominated == ("c0", "c1")
     return h, a
 
 
@@ -254,7 +254,7 @@ def test_a_winner_withdrawn_in_the_same_pass_is_forgotten_by_fold_and_by_the_dra
     decisions = h.step()  # the mirror check runs here
     assert [type(d) for d in decisions] == [ev.Withdrawn]
     a = h.state.jobs["team/a"]
-    assert (a.phase, a.nominated, a.winner) == (phases.NOMINATED, ["c1"], None)
+    assert (a.phase, a.nominated, a.winner) == (phases.NOMINATED, ("c1",), None)
 
 
 def test_a_round_whose_winner_was_withdrawn_can_still_be_won() -> None:
