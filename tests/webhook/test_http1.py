@@ -166,12 +166,12 @@ def test_answers_from_the_head_skip_the_body_and_keep_the_connection(webhook: We
 @pytest.mark.parametrize(
     ("request_bytes", "status", "fragment"),
     [
-        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", 400, "both Content-Length and Transfer-Encoding"),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", 400, "can't be present with"),
         (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, "Content-Length"),
         (b"POST /mutate HTTP/1.1\r\nContent-Length: -2\r\n\r\n{}", 400, "Content-Length"),
         (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "only chunked"),
-        (b"POST /mutate HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "malformed header line"),
-        (b"POST /mutate HTTP/1.1\r\n folded: x\r\n\r\n", 400, "malformed header line"),
+        (b"POST /mutate HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "malformed request head"),
+        (b"POST /mutate HTTP/1.1\r\n folded: x\r\n\r\n", 400, "malformed request head"),
         (b"POST /mutate\r\n\r\n", 400, "request line"),
         (b"POST /mutate HTTP/2.0\r\n\r\n", 400, "request line"),
         (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "chunk size"),
