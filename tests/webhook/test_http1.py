@@ -3,8 +3,10 @@ API server, a probe or a misbehaving peer can send, and what each gets back."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import re
 import socket
 import ssl
 import uuid
@@ -17,6 +19,7 @@ import pytest
 from eventlog.kube import names
 from tests.webhook.conftest import Webhook, review
 from webhook import admit, jsonpatch
+from webhook.http1 import Connection, Exchange, Reply, Respond, error
 from webhook.review import decode_review
 
 
@@ -252,3 +255,91 @@ def test_a_body_sent_in_pieces_is_read_whole(webhook: Webhook) -> None:
         tls.sendall(b"lthz HTTP/1.1\r\nHo")
         tls.sendall(b"st: webhook\r\n\r\n")
         assert reader.response()[::2] == (200, b"ok\n")
+
+
+
+class _Transport(asyncio.Transport):
+    """What a ``Connection`` writes, and whether it asked to pause reading or to close."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = bytearray()
+        self.paused = False
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.out += data
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+class _Later:
+    """An exchange answered when the test says so (as a /validate is, once its ack is in)."""
+
+    def __init__(self, waiting: list[Respond]) -> None:
+        self.waiting = waiting
+
+    def received(self, body: bytes, respond: Respond) -> Reply | None:
+        self.waiting.append(respond)
+        return None
+
+    def abandoned(self, why: str) -> Reply | None:
+        return None
+
+
+class _Handler:
+    max_body = 1 << 20
+    read_timeout_s = 10.0
+
+    def __init__(self) -> None:
+        self.waiting: list[Respond] = []
+
+    def begin(self, method: bytes, path: bytes, declared: int | None) -> Reply | Exchange:
+        if path == b"/big":
+            return error(413, "too large", close=True)
+        return _Later(self.waiting) if path == b"/slow" else error(404, path.decode())
+
+
+async def test_reading_pauses_while_over_a_mib_waits_behind_a_pending_answer() -> None:
+    """The connection in process: a request whose answer is pending, then 3 MiB of pipelined
+    requests, fed as a transport reads them (256 KiB at a time). Reading pauses once over 1 MiB is
+    queued; the answer written, the queue is served in order and reading resumes."""
+    handler = _Handler()
+    connection = Connection(handler, set(), keepalive_s=30)
+    transport = _Transport()
+    connection.connection_made(transport)
+    data = _post("/slow", b"{}") + b"".join(_post(f"/n{i}", b"x" * (600 << 10)) for i in range(5))
+    for i in range(0, len(data), 256 << 10):
+        connection.data_received(data[i : i + (256 << 10)])
+    assert transport.paused and not transport.out and len(handler.waiting) == 1
+    handler.waiting[0](Reply(200, b"{}"))
+    assert not transport.paused and not transport.closed
+    out = bytes(transport.out)
+    assert re.findall(rb"HTTP/1\.1 (\d+) ", out) == [b"200"] + [b"404"] * 5
+    assert [json.loads(part.partition(b"\r\n\r\n")[2])["error"] for part in out.split(b"HTTP/1.1 404")[1:]] == [f"/n{i}" for i in range(5)]
+    connection.connection_lost(None)
+
+
+async def test_a_refused_body_is_read_to_its_end_before_the_connection_closes() -> None:
+    """413 from the head: the answer goes at once, the connection closes only once the parser has
+    seen the end of the body the client is still sending (it reads the answer, not a reset)."""
+    connection = Connection(_Handler(), set(), keepalive_s=30)
+    transport = _Transport()
+    connection.connection_made(transport)
+    data = _post("/big", b"x" * 300_000) + _post("/n0", b"{}")
+    connection.data_received(data[:100_000])
+    assert bytes(transport.out).startswith(b"HTTP/1.1 413 ") and b"Connection: close" in transport.out
+    assert not transport.closed
+    connection.data_received(data[100_000:])
+    assert transport.closed and transport.out.count(b"HTTP/1.1 ") == 1  # the request after it is not served
+    connection.connection_lost(None)
