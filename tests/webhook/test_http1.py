@@ -3,7 +3,10 @@ API server, a probe or a misbehaving peer can send, and what each gets back."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
+import re
 import socket
 import ssl
 import uuid
@@ -15,6 +18,9 @@ import pytest
 
 from eventlog.kube import names
 from tests.webhook.conftest import Webhook, review
+from webhook import admit, jsonpatch
+from webhook.http1 import Connection, Exchange, Reply, Respond, error
+from webhook.review import decode_review
 
 
 def _job(name: str) -> dict[str, Any]:
@@ -24,6 +30,17 @@ def _job(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "team-a", "labels": {names.QUEUE_LABEL: "user-queue"}},
         "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "x"}]}}},
     }
+
+
+def _held(name: str) -> dict[str, Any]:
+    """The job as the API server sends it to /validate: after /mutate's patch (held, placed), so
+    that its review is answered only once the inbox acknowledged its JobSubmitted."""
+    obj = _job(name)
+    outcome = admit.mutate(decode_review(review(obj, uid="m"))[1], admit.Settings())
+    assert outcome.allowed and outcome.response.patch is not None, outcome.response
+    held = jsonpatch.apply(obj, json.loads(base64.b64decode(outcome.response.patch)))
+    held["metadata"]["uid"] = f"obj-{name}"
+    return held
 
 
 @contextmanager
@@ -93,8 +110,7 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order(webhook: Webhoo
             status, headers, body = reader.response()
             assert status == 200 and headers["content-type"] == "application/json" and "date" in headers
             assert _uid(body) == f"{name}-m{i}"
-        obj = _job(name)
-        obj["metadata"]["uid"] = f"obj-{name}"
+        obj = _held(name)
         burst = [
             _post("/validate", review(obj, uid=f"{name}-v", dry_run=True)),
             _post("/mutate", review(_job(name), uid=f"{name}-m3")),
@@ -166,18 +182,23 @@ def test_answers_from_the_head_skip_the_body_and_keep_the_connection(webhook: We
 @pytest.mark.parametrize(
     ("request_bytes", "status", "fragment"),
     [
-        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", 400, "both Content-Length and Transfer-Encoding"),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", 400, "can't be present with"),
+        (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n{}", 400, "can't be present with"),
         (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400, "Content-Length"),
         (b"POST /mutate HTTP/1.1\r\nContent-Length: -2\r\n\r\n{}", 400, "Content-Length"),
         (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "only chunked"),
-        (b"POST /mutate HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "malformed header line"),
-        (b"POST /mutate HTTP/1.1\r\n folded: x\r\n\r\n", 400, "malformed header line"),
+        (b"POST /mutate HTTP/1.1\r\nBad Header: x\r\n\r\n", 400, "malformed request head"),
+        (b"POST /mutate HTTP/1.1\r\n folded: x\r\n\r\n", 400, "malformed request head"),
         (b"POST /mutate\r\n\r\n", 400, "request line"),
         (b"POST /mutate HTTP/2.0\r\n\r\n", 400, "request line"),
         (b"POST /mutate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "chunk size"),
         (b"GET /healthz HTTP/1.1\r\nX: " + b"a" * (70 << 10) + b"\r\n\r\n", 431, "over"),
+        (b"GET /healthz HTTP/1.1\r\n" + b"X: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n" * 2000 + b"\r\n", 431, "over"),
+        (b"GET /healthz HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 400, "upgrade"),
+        (b"CONNECT webhook:443 HTTP/1.1\r\n\r\n", 400, "upgrade"),
+        (b"BREW /healthz HTTP/1.1\r\n\r\n", 400, "malformed request head"),
     ],
-    ids=["cl-and-te", "two-lengths", "negative-length", "gzip", "space-in-name", "folded", "no-version", "http2", "bad-chunk", "huge-head"],
+    ids=["cl-and-te", "te-and-cl", "two-lengths", "negative-length", "gzip", "space-in-name", "folded", "no-version", "http2", "bad-chunk", "huge-head", "many-fields", "upgrade", "connect", "unknown-method"],
 )
 def test_malformed_requests_get_a_status_and_a_reason_and_the_connection_closes(
     webhook: Webhook, request_bytes: bytes, status: int, fragment: str
@@ -204,3 +225,121 @@ def test_http10_and_connection_close_are_honoured(webhook: Webhook) -> None:
         tls.sendall(b"GET /readyz HTTP/1.1\r\nConnection: close\r\n\r\n")
         status, headers, body = reader.response()
         assert (status, body, headers.get("connection")) == (200, b"ok\n", "close") and reader.closed()
+
+
+def test_a_malformed_request_behind_a_pending_answer_is_refused_after_it(webhook: Webhook) -> None:
+    """Pipelined: a /validate waiting on its inbox ack, then bytes that are not a request. The
+    review is answered first, then the 400, then the connection closes."""
+    name = f"pl-{uuid.uuid4().hex[:6]}"
+    obj = _held(name)
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        tls.sendall(_post("/validate", review(obj, uid=f"{name}-v")) + b"POST /mutate HTTP/1.1\r\nBad Header: x\r\n\r\n")
+        status, _, answer = reader.response()
+        assert status == 200 and _uid(answer) == f"{name}-v" and json.loads(answer)["response"]["allowed"] is True
+        status, headers, answer = reader.response()
+        assert status == 400 and "malformed request head" in json.loads(answer)["error"]
+        assert headers.get("connection") == "close" and reader.closed()
+
+
+def test_a_body_sent_in_pieces_is_read_whole(webhook: Webhook) -> None:
+    """The head, then the body a few bytes at a time, then a request whose head comes in pieces."""
+    body = review(_job("pieces"), uid="pieces-1")
+    data = _post("/mutate", body) + b"GET /hea"
+    with _tls(webhook) as tls:
+        reader = _Reader(tls)
+        for i in range(0, len(data), 997):
+            tls.sendall(data[i : i + 997])
+        status, _, answer = reader.response()
+        assert status == 200 and _uid(answer) == "pieces-1"
+        tls.sendall(b"lthz HTTP/1.1\r\nHo")
+        tls.sendall(b"st: webhook\r\n\r\n")
+        assert reader.response()[::2] == (200, b"ok\n")
+
+
+
+class _Transport(asyncio.Transport):
+    """What a ``Connection`` writes, and whether it asked to pause reading or to close."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = bytearray()
+        self.paused = False
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.out += data
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+class _Later:
+    """An exchange answered when the test says so (as a /validate is, once its ack is in)."""
+
+    def __init__(self, waiting: list[Respond]) -> None:
+        self.waiting = waiting
+
+    def received(self, body: bytes, respond: Respond) -> Reply | None:
+        self.waiting.append(respond)
+        return None
+
+    def abandoned(self, why: str) -> Reply | None:
+        return None
+
+
+class _Handler:
+    max_body = 1 << 20
+    read_timeout_s = 10.0
+
+    def __init__(self) -> None:
+        self.waiting: list[Respond] = []
+
+    def begin(self, method: bytes, path: bytes, declared: int | None) -> Reply | Exchange:
+        if path == b"/big":
+            return error(413, "too large", close=True)
+        return _Later(self.waiting) if path == b"/slow" else error(404, path.decode())
+
+
+async def test_reading_pauses_while_over_a_mib_waits_behind_a_pending_answer() -> None:
+    """The connection in process: a request whose answer is pending, then 3 MiB of pipelined
+    requests, fed as a transport reads them (256 KiB at a time). Reading pauses once over 1 MiB is
+    queued; the answer written, the queue is served in order and reading resumes."""
+    handler = _Handler()
+    connection = Connection(handler, set(), keepalive_s=30)
+    transport = _Transport()
+    connection.connection_made(transport)
+    data = _post("/slow", b"{}") + b"".join(_post(f"/n{i}", b"x" * (600 << 10)) for i in range(5))
+    for i in range(0, len(data), 256 << 10):
+        connection.data_received(data[i : i + (256 << 10)])
+    assert transport.paused and not transport.out and len(handler.waiting) == 1
+    handler.waiting[0](Reply(200, b"{}"))
+    assert not transport.paused and not transport.closed
+    out = bytes(transport.out)
+    assert re.findall(rb"HTTP/1\.1 (\d+) ", out) == [b"200"] + [b"404"] * 5
+    assert [json.loads(part.partition(b"\r\n\r\n")[2])["error"] for part in out.split(b"HTTP/1.1 404")[1:]] == [f"/n{i}" for i in range(5)]
+    connection.connection_lost(None)
+
+
+async def test_a_refused_body_is_read_to_its_end_before_the_connection_closes() -> None:
+    """413 from the head: the answer goes at once, the connection closes only once the parser has
+    seen the end of the body the client is still sending (it reads the answer, not a reset)."""
+    connection = Connection(_Handler(), set(), keepalive_s=30)
+    transport = _Transport()
+    connection.connection_made(transport)
+    data = _post("/big", b"x" * 300_000) + _post("/n0", b"{}")
+    connection.data_received(data[:100_000])
+    assert bytes(transport.out).startswith(b"HTTP/1.1 413 ") and b"Connection: close" in transport.out
+    assert not transport.closed
+    connection.data_received(data[100_000:])
+    assert transport.closed and transport.out.count(b"HTTP/1.1 ") == 1  # the request after it is not served
+    connection.connection_lost(None)
