@@ -29,6 +29,40 @@ class Choice:
     lost_ms: int
 
 
+def any_victims(s: Scratch, job: JobRecord) -> bool:
+    """Whether ``select_victims`` could find victims for ``job`` on some cluster: False only when
+    it certainly finds none, whatever the evaluation, so callers skip the full evaluation it
+    needs. A look at a waiting job that has nothing below it, or whose queue lets it take only
+    its own queue's jobs and they could not make room anywhere, ends here: most looks for
+    preemption, as placements of other queues' jobs (``victims_below``) send every job of a
+    higher priority to look. A superset of what ``select_victims`` considers: every cluster
+    Ready (not only those the job fails for capacity alone), every job it may take there."""
+    pool = s.running()
+    if len(pool) == 0:
+        return False
+    n = pool.size
+    eligible = pool.alive[:n] & ~pool.evicting[:n] & (pool.priority[:n] < job.priority)
+    if not eligible.any():
+        return False
+    if s.usage is not None:
+        keep_priority_victims(s, job, pool, eligible)
+    rows = np.flatnonzero(eligible)
+    if len(rows) == 0:
+        return False
+    table = s.state.clusters
+    demand_vec = table.vector(job.demand)
+    cols = np.flatnonzero(demand_vec > 0)
+    if len(cols) == 0:
+        return False
+    need = demand_vec[cols] - s.free_for(job)[:, cols]
+    cluster = pool.cluster[rows]
+    matrix = pool.matrix()
+    enough = s.ready & (np.bincount(cluster, minlength=len(table)) > 0)
+    for j, col in enumerate(cols):
+        enough &= np.bincount(cluster, weights=matrix[rows, col], minlength=len(table)) >= need[:, j]
+    return bool(enough.any())
+
+
 def select_victims(s: Scratch, job: JobRecord, *, evaluation: Evaluation) -> Choice | None:
     state = s.state
     table = state.clusters

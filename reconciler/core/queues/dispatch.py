@@ -33,7 +33,7 @@ from reconciler.core.dispatch import (
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import evaluate, feasible
 from reconciler.core.pending import Lane
-from reconciler.core.preemption import select_victims
+from reconciler.core.preemption import any_victims, select_victims
 from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.lines import Fallback, Groups, Lanes, Line, version
 from reconciler.core.queues.order import Tournament
@@ -230,6 +230,8 @@ def _takes_across(spec: ClusterQueueSpec | None) -> bool:
 def _preempt_by_priority(s: Scratch, d: Draft) -> bool:
     profile = profile_for(s, d.job)
     if profile is None or d.job.placement.preemption_policy != "PreemptLowerPriority" or not len(s.state.clusters):
+        return False
+    if not any_victims(s, d.job):
         return False
     full = evaluate(profile, s.cycle_input(d.job), spec_key=d.job.spec_key, scores=False, full=True)
     choice = select_victims(s, d.job, evaluation=full)

@@ -9,6 +9,9 @@
 - CapacityScore's columns and capacities per demand (``capacity._demanded``) vs worked out per job;
 - the flavors and columns ``assign`` tries, per queue and demand (``admit._plan``), vs worked out per job;
 - ``lifecycle.untouched`` (a job with no report, copy or round skips ``handle_job``'s checks) vs checked;
+- preemption's look skipped when no running job could make room (``preemption.any_victims``) vs
+  the full evaluation and victim selection, and only the preemptor's own queue's jobs kept when
+  its rules take nothing across queues (``rules.takes_nothing_across``) vs every rule asked;
 - a sleeping shape's facts kept across passes (``sleep.ShapeFacts``) vs read again every pass, and
   the yes/no quota question before dispatch (``admit.admits``) vs ``assign``'s answer.
 
@@ -33,7 +36,7 @@ from reconciler.core import decide, fold, lifecycle, new_state, sleep
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.plugins import capacity
-from reconciler.core.queues import admit
+from reconciler.core.queues import admit, rules
 from reconciler.core.scratch import Scratch
 from tests.reconciler.core.tenancy import GPU, TEAMS, cq
 
@@ -65,6 +68,9 @@ def plain() -> Iterator[None]:
         mock.patch.object(lifecycle, "untouched", lambda job: False),
         mock.patch.object(sleep, "_still", lambda s, key, info: False),
         mock.patch.object(sleep, "admits", _assigns),
+        mock.patch("reconciler.core.dispatch.any_victims", lambda s, job: True),
+        mock.patch("reconciler.core.queues.dispatch.any_victims", lambda s, job: True),
+        mock.patch.object(rules, "takes_nothing_across", lambda policy: False),
     ):
         yield
 
