@@ -44,23 +44,32 @@ def any_victims(s: Scratch, job: JobRecord) -> bool:
     eligible = pool.alive[:n] & ~pool.evicting[:n] & (pool.priority[:n] < job.priority)
     if not eligible.any():
         return False
-    if s.usage is not None:
-        keep_priority_victims(s, job, pool, eligible)
-    rows = np.flatnonzero(eligible)
-    if len(rows) == 0:
-        return False
     table = s.state.clusters
     demand_vec = table.vector(job.demand)
     cols = np.flatnonzero(demand_vec > 0)
     if len(cols) == 0:
         return False
     need = demand_vec[cols] - s.free_for(job)[:, cols]
-    cluster = pool.cluster[rows]
     matrix = pool.matrix()
-    enough = s.ready & (np.bincount(cluster, minlength=len(table)) > 0)
-    for j, col in enumerate(cols):
-        enough &= np.bincount(cluster, weights=matrix[rows, col], minlength=len(table)) >= need[:, j]
-    return bool(enough.any())
+
+    def enough(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+        """Ready clusters where these rows, all taken, would free what the job needs."""
+        cluster = pool.cluster[rows]
+        out = s.ready & (np.bincount(cluster, minlength=len(table)) > 0)
+        for j, col in enumerate(cols):
+            out &= np.bincount(cluster, weights=matrix[rows, col], minlength=len(table)) >= need[:, j]
+        return out
+
+    # Every job of lower priority first (plain numpy); the queue rules, a Python loop, only
+    # for the jobs on clusters where even all of them would be enough.
+    where = enough(np.flatnonzero(eligible))
+    if not where.any():
+        return False
+    if s.usage is None:
+        return True
+    eligible &= where[pool.cluster[:n]]
+    keep_priority_victims(s, job, pool, eligible)
+    return bool(enough(np.flatnonzero(eligible)).any())
 
 
 def select_victims(s: Scratch, job: JobRecord, *, evaluation: Evaluation) -> Choice | None:
