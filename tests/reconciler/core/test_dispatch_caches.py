@@ -12,6 +12,8 @@
 - preemption's look skipped when no running job could make room (``preemption.any_victims``) vs
   the full evaluation and victim selection, and only the preemptor's own queue's jobs kept when
   its rules take nothing across queues (``rules.takes_nothing_across``) vs every rule asked;
+- the tournament's order keys kept across passes on the queue tree (``order.Tournament``) vs
+  worked out in each pass;
 - a sleeping shape's facts kept across passes (``sleep.ShapeFacts``) vs read again every pass, and
   the yes/no quota question before dispatch (``admit.admits``) vs ``assign``'s answer.
 
@@ -36,7 +38,7 @@ from reconciler.core import decide, fold, lifecycle, new_state, sleep
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.plugins import capacity
-from reconciler.core.queues import admit, rules
+from reconciler.core.queues import admit, order, rules
 from reconciler.core.scratch import Scratch
 from tests.reconciler.core.tenancy import GPU, TEAMS, cq
 
@@ -71,6 +73,7 @@ def plain() -> Iterator[None]:
         mock.patch("reconciler.core.dispatch.any_victims", lambda s, job: True),
         mock.patch("reconciler.core.queues.dispatch.any_victims", lambda s, job: True),
         mock.patch.object(rules, "takes_nothing_across", lambda policy: False),
+        mock.patch.object(order, "_KEYS", -1),
     ):
         yield
 
