@@ -317,6 +317,9 @@ def _reclaim_for_capacity(
     place keeps its capacity reason."""
     if d.timed_out or d.job.key in s.claims:
         return LEFT
+    assert s.usage is not None
+    if not _rules_may_take(s.usage.tree.nodes[q].spec):
+        return LEFT  # (before asking the quota, a look's cost when nothing could be taken)
     if not verdict:
         quota()
     if verdict:
@@ -326,6 +329,12 @@ def _reclaim_for_capacity(
         return LEFT
     left.pop()
     return CLAIMED
+
+
+def _rules_may_take(spec: ClusterQueueSpec | None) -> bool:
+    """Whether preemption for quota or reclaiming could take anything for the queue's jobs: both
+    refuse when every rule is ``Never`` (the default), whatever the quota says."""
+    return _takes_across(spec)
 
 
 def _assign_around_claims(s: Scratch, d: Draft, q: int) -> Assignment | Wait:

@@ -12,6 +12,8 @@
 - preemption's look skipped when no running job could make room (``preemption.any_victims``) vs
   the full evaluation and victim selection, and only the preemptor's own queue's jobs kept when
   its rules take nothing across queues (``rules.takes_nothing_across``) vs every rule asked;
+- a look that no cluster can take ending without asking the quota when its queue's rules take
+  nothing (``queues.dispatch._rules_may_take``) vs asked and refused by each rule;
 - the tournament's order keys kept across passes on the queue tree (``order.Tournament``) vs
   worked out in each pass;
 - a sleeping shape's facts kept across passes (``sleep.ShapeFacts``) vs read again every pass, and
@@ -74,6 +76,7 @@ def plain() -> Iterator[None]:
         mock.patch("reconciler.core.queues.dispatch.any_victims", lambda s, job: True),
         mock.patch.object(rules, "takes_nothing_across", lambda policy: False),
         mock.patch.object(order, "_KEYS", -1),
+        mock.patch("reconciler.core.queues.dispatch._rules_may_take", lambda spec: True),
     ):
         yield
 
