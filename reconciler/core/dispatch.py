@@ -28,7 +28,7 @@ from reconciler.core.framework.interface import JobView, Slots
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.jobs import Claim, JobRecord
 from reconciler.core.lifecycle import evict_event
-from reconciler.core.preemption import Choice, select_victims
+from reconciler.core.preemption import Choice, any_victims, select_victims
 from reconciler.core.queues.admit import queue_of
 from reconciler.core.scratch import Scratch, job_view
 from reconciler.core.spec_classes import Feasible
@@ -128,7 +128,12 @@ def attempt(
     if claim is not None:
         return WAITING
     # With tenancy, preempting for cluster capacity is pointless if the queue cannot admit it.
-    if job.placement.preemption_policy == "PreemptLowerPriority" and len(table) and (quota is None or quota() is not None):
+    if (
+        job.placement.preemption_policy == "PreemptLowerPriority"
+        and len(table)
+        and any_victims(s, job)
+        and (quota is None or quota() is not None)
+    ):
         full = evaluate(profile, found.inp or s.cycle_input(job), spec_key=job.spec_key, scores=False, full=True)
         if _preempt(s, d, evaluation=full):
             return CLAIMED

@@ -29,6 +29,49 @@ class Choice:
     lost_ms: int
 
 
+def any_victims(s: Scratch, job: JobRecord) -> bool:
+    """Whether ``select_victims`` could find victims for ``job`` on some cluster: False only when
+    it certainly finds none, whatever the evaluation, so callers skip the full evaluation it
+    needs. A look at a waiting job that has nothing below it, or whose queue lets it take only
+    its own queue's jobs and they could not make room anywhere, ends here: most looks for
+    preemption, as placements of other queues' jobs (``victims_below``) send every job of a
+    higher priority to look. A superset of what ``select_victims`` considers: every cluster
+    Ready (not only those the job fails for capacity alone), every job it may take there."""
+    pool = s.running()
+    if len(pool) == 0:
+        return False
+    n = pool.size
+    eligible = pool.alive[:n] & ~pool.evicting[:n] & (pool.priority[:n] < job.priority)
+    if not eligible.any():
+        return False
+    table = s.state.clusters
+    demand_vec = table.vector(job.demand)
+    cols = np.flatnonzero(demand_vec > 0)
+    if len(cols) == 0:
+        return False
+    need = demand_vec[cols] - s.free_for(job)[:, cols]
+    matrix = pool.matrix()
+
+    def enough(rows: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+        """Ready clusters where these rows, all taken, would free what the job needs."""
+        cluster = pool.cluster[rows]
+        out = s.ready & (np.bincount(cluster, minlength=len(table)) > 0)
+        for j, col in enumerate(cols):
+            out &= np.bincount(cluster, weights=matrix[rows, col], minlength=len(table)) >= need[:, j]
+        return out
+
+    # Every job of lower priority first (plain numpy); the queue rules, a Python loop, only
+    # for the jobs on clusters where even all of them would be enough.
+    where = enough(np.flatnonzero(eligible))
+    if not where.any():
+        return False
+    if s.usage is None:
+        return True
+    eligible &= where[pool.cluster[:n]]
+    keep_priority_victims(s, job, pool, eligible)
+    return bool(enough(np.flatnonzero(eligible)).any())
+
+
 def select_victims(s: Scratch, job: JobRecord, *, evaluation: Evaluation) -> Choice | None:
     state = s.state
     table = state.clusters

@@ -33,7 +33,7 @@ from reconciler.core.dispatch import (
 from reconciler.core.draft import Draft
 from reconciler.core.framework.cycle import evaluate, feasible
 from reconciler.core.pending import Lane
-from reconciler.core.preemption import select_victims
+from reconciler.core.preemption import any_victims, select_victims
 from reconciler.core.queues.admit import Assignment, Wait, assign, hold_reason, queue_of
 from reconciler.core.queues.lines import Fallback, Groups, Lanes, Line, version
 from reconciler.core.queues.order import Tournament
@@ -231,6 +231,8 @@ def _preempt_by_priority(s: Scratch, d: Draft) -> bool:
     profile = profile_for(s, d.job)
     if profile is None or d.job.placement.preemption_policy != "PreemptLowerPriority" or not len(s.state.clusters):
         return False
+    if not any_victims(s, d.job):
+        return False
     full = evaluate(profile, s.cycle_input(d.job), spec_key=d.job.spec_key, scores=False, full=True)
     choice = select_victims(s, d.job, evaluation=full)
     if choice is None:
@@ -315,6 +317,9 @@ def _reclaim_for_capacity(
     place keeps its capacity reason."""
     if d.timed_out or d.job.key in s.claims:
         return LEFT
+    assert s.usage is not None
+    if not _rules_may_take(s.usage.tree.nodes[q].spec):
+        return LEFT  # (before asking the quota, a look's cost when nothing could be taken)
     if not verdict:
         quota()
     if verdict:
@@ -324,6 +329,12 @@ def _reclaim_for_capacity(
         return LEFT
     left.pop()
     return CLAIMED
+
+
+def _rules_may_take(spec: ClusterQueueSpec | None) -> bool:
+    """Whether preemption for quota or reclaiming could take anything for the queue's jobs: both
+    refuse when every rule is ``Never`` (the default), whatever the quota says."""
+    return _takes_across(spec)
 
 
 def _assign_around_claims(s: Scratch, d: Draft, q: int) -> Assignment | Wait:

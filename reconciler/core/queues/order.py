@@ -22,6 +22,8 @@ ShareKey = tuple[bool, Fraction, str]
 # ShareKey, without a Python-level Fraction comparison for every pair of nodes.
 # (A whole share is kept as an int: equal ints compare in C, and ints and Fractions compare exactly.)
 OrderKey = tuple[bool, float, Fraction | int, str]
+_FLEETS = 16  # fleet capacities the tree keeps keys for (each a cluster lost, recovered, resized)
+_KEYS = 100_000  # keys kept per fleet before starting over
 
 
 def dominant(usage: Usage, node: int, fleet: Resources) -> tuple[int, int]:
@@ -66,14 +68,28 @@ class Tournament:
             for a in tree.ancestors(q):
                 self.count[a] += 1
         self._keys: dict[int, tuple[int, OrderKey]] = {}
-        self._exact: dict[tuple[int, int], Fraction] = {}
+        # A node's key is a function of its usage totals, weight and name, and the fleet: kept
+        # across passes on the tree (most passes see the usage of the last one, or a former one).
+        memo = tree.shares
+        if len(memo) > _FLEETS:
+            memo.clear()
+        fleet_key = tuple(sorted(fleet.items()))
+        self._shared: dict[tuple[int, ...], OrderKey]
+        self._exact: dict[tuple[int, int], Fraction]
+        self._shared, self._exact = memo.setdefault(fleet_key, ({}, {}))
+        if len(self._shared) > _KEYS:
+            self._shared.clear()
+            self._exact.clear()
 
     def key(self, node: int) -> OrderKey:
         version = self.usage.version[node]
         cached = self._keys.get(node)
         if cached is not None and cached[0] == version:
             return cached[1]
-        k = self._order_key(node)
+        usage = (node, *self.usage.total[node])
+        k = self._shared.get(usage)
+        if k is None:
+            k = self._shared[usage] = self._order_key(node)
         self._keys[node] = (version, k)
         return k
 

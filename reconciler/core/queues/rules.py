@@ -81,6 +81,20 @@ def keep_priority_victims(s: Scratch, job: JobRecord, pool: RunningPool, eligibl
     q = queue_of(tree, job)
     spec = tree.nodes[q].spec if isinstance(q, int) else None
     policy = spec.preemption if spec is not None else QueuePreemption()
+    jobs, charges, keys, queue_index = s.state.jobs, s.charges, pool.keys, tree.queue
+    if isinstance(q, int) and takes_nothing_across(policy):
+        # ``allowed`` refuses every other queue's job whatever the usage: keep the queue's own
+        # and the jobs charged to no known queue, by name (the common, default rules).
+        own = tree.nodes[q].name
+        for row in np.flatnonzero(eligible).tolist():
+            key = keys[row]
+            victim = jobs.get(key)
+            if victim is None:
+                continue
+            charge = charges.get(key, victim.charge)
+            if charge is not None and charge.cluster_queue != own and charge.cluster_queue in queue_index:
+                eligible[row] = False
+        return
     root = tree.root_of(q) if isinstance(q, int) else None
     need = needed(usage, q, job) if isinstance(q, int) else None
     cols = {col for col, _ in need or []}
@@ -90,7 +104,6 @@ def keep_priority_victims(s: Scratch, job: JobRecord, pool: RunningPool, eligibl
     verdicts: dict[tuple[int, int], bool] = {}
     # Once per running job on a candidate cluster, for every preemptor tried: plain lookups only
     # (the pool row's key is the job's key; its charge as ``Scratch.charge_of`` reads it).
-    jobs, charges, keys, queue_index = s.state.jobs, s.charges, pool.keys, tree.queue
     for row in np.flatnonzero(eligible).tolist():
         key = keys[row]
         victim = jobs.get(key)
@@ -113,3 +126,9 @@ def keep_priority_victims(s: Scratch, job: JobRecord, pool: RunningPool, eligibl
             )
         if not verdict:
             eligible[row] = False
+
+
+def takes_nothing_across(policy: QueuePreemption) -> bool:
+    """Whether the rules let a job take nothing from other ClusterQueues (``allowed`` is False
+    for every job of another queue, whatever the usage): no reclaiming, no borrowing."""
+    return policy.reclaim_within_cohort == "Never" and policy.borrow_within_cohort == "Never"

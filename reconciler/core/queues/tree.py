@@ -60,6 +60,8 @@ class QueueTree:
     resources: list[str]  # resource names over all columns, sorted
     # Pure memo for ``admit.assign``: per (node, demand), the flavors to try and their columns.
     plans: dict[tuple[int, int], Any] = field(default_factory=dict, compare=False, repr=False)
+    # Pure memo for ``order.Tournament``: per fleet capacity, each node's order key by its usage.
+    shares: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def ancestors(self, node: int) -> list[int]:
         """The node and its cohorts up to the root."""

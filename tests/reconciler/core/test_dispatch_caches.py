@@ -13,6 +13,13 @@
 - the wait ``assign`` gave a queue and demand while the usage up its cohort tree stays the same
   (``admit._waited``, ``Usage.stamp``) vs worked out per job;
 - ``lifecycle.untouched`` (a job with no report, copy or round skips ``handle_job``'s checks) vs checked;
+- preemption's look skipped when no running job could make room (``preemption.any_victims``) vs
+  the full evaluation and victim selection, and only the preemptor's own queue's jobs kept when
+  its rules take nothing across queues (``rules.takes_nothing_across``) vs every rule asked;
+- a look that no cluster can take ending without asking the quota when its queue's rules take
+  nothing (``queues.dispatch._rules_may_take``) vs asked and refused by each rule;
+- the tournament's order keys kept across passes on the queue tree (``order.Tournament``) vs
+  worked out in each pass;
 - a sleeping shape's facts kept across passes (``sleep.ShapeFacts``) vs read again every pass, and
   the yes/no quota question before dispatch (``admit.admits``) vs ``assign``'s answer.
 
@@ -37,7 +44,7 @@ from reconciler.core import decide, fold, lifecycle, new_state, sleep, spec_clas
 from reconciler.core.framework import cycle
 from reconciler.core.framework.profile import CompiledProfile
 from reconciler.core.plugins import capacity
-from reconciler.core.queues import admit
+from reconciler.core.queues import admit, order, rules
 from reconciler.core.scratch import Scratch
 from tests.reconciler.core.tenancy import GPU, TEAMS, cq
 
@@ -71,6 +78,11 @@ def plain() -> Iterator[None]:
         mock.patch.object(lifecycle, "untouched", lambda job: False),
         mock.patch.object(sleep, "_still", lambda s, key, info: False),
         mock.patch.object(sleep, "admits", _assigns),
+        mock.patch("reconciler.core.dispatch.any_victims", lambda s, job: True),
+        mock.patch("reconciler.core.queues.dispatch.any_victims", lambda s, job: True),
+        mock.patch.object(rules, "takes_nothing_across", lambda policy: False),
+        mock.patch.object(order, "_KEYS", -1),
+        mock.patch("reconciler.core.queues.dispatch._rules_may_take", lambda spec: True),
     ):
         yield
 
