@@ -305,9 +305,6 @@ async def build(
     """Every component, connected, none running. The clusters are built first: a bad cluster
     entry (``ConfigError``, ``ValueError``) must not leave a half-started server behind."""
     metrics = ReconcilerMetrics()
-    # This replica's followers (actuator, forecasts, status) take what its leader loop appended
-    # from memory rather than from the server (eventlog.jetstream.recent).
-    recent = log_.keep_recent()
     loop = LeaderLoop(log_, settings.loop, metrics=metrics)
     clusters = None
     if settings.actuate:
@@ -323,7 +320,6 @@ async def build(
             on_event=metrics.event_written,
             state=lambda: loop.state if loop.ready.is_set() else None,
         )
-        clusters.actuator.wake = recent.decided  # reads the loop's decisions at once, not at its next poll
     forecasts = None
     if settings.forecast_limit > 0:
         forecasts = Forecasts(
@@ -348,6 +344,12 @@ async def build(
                 )
             reviews = clusters.configured.manager_api
         access = KubeAccess(reviews, ttl_s=config.web.cache_ttl_ms / 1000)
+    # This replica's followers (actuator, forecasts, status) take what its leader loop appended
+    # from memory rather than from the server (eventlog.jetstream.recent). Turned on once the
+    # config has passed every check above, so a refused config leaves the log as it was.
+    recent = log_.keep_recent()
+    if clusters is not None:
+        clusters.actuator.wake = recent.decided  # reads the loop's decisions at once, not at its next poll
     webhook = None
     if settings.webhook_argv is not None:
         webhook = Supervised("webhook", list(settings.webhook_argv), on_restart=metrics.webhook_restarts.inc)
