@@ -108,9 +108,24 @@ def key_tokens(event: ev.Event) -> list[str]:
     return []
 
 
+_HEADS: dict[type, str] = {}  # "<category>.<type>" of each event class, looked up by name once
+
+
 def subject_for(event: ev.Event, *, prefix: str) -> str:
-    category, verb = _NAMES[type(event).__name__]
-    return ".".join([prefix, category, verb, *key_tokens(event)])
+    # The sequencer asks this for every entry it appends (two per job or more): the common case,
+    # a job whose namespace and name need no escaping, is one dict lookup and one regex search.
+    cls = type(event)
+    head = _HEADS.get(cls)
+    if head is None:
+        category, verb = _NAMES[cls.__name__]
+        head = _HEADS[cls] = f"{category}.{verb}"
+    job = getattr(event, "job", None) or getattr(event, "preemptor", None)
+    if isinstance(job, ev.JobRef):
+        namespace, name = job.namespace, job.name
+        if namespace and name and _UNSAFE.search(namespace + name) is None:
+            return f"{prefix}.{head}.{namespace}.{name}"
+    tokens = key_tokens(event)
+    return f"{prefix}.{head}.{'.'.join(tokens)}" if tokens else f"{prefix}.{head}"
 
 
 def inbox_subject(event: ev.Event) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import cast
 
 from eventlog import codec, subjects
-from eventlog.events import DECISION_TYPES, AnyEvent, InputEvent, Rejected
+from eventlog.events import DECISION_TYPES, INPUT_TYPES, AnyEvent, InputEvent, Rejected
 from eventlog.store import InboxItem
 
 RAW_KEPT = 256
@@ -41,8 +41,14 @@ def inbox_items(deliveries: list[tuple[int, str, bytes]]) -> list[InboxItem]:
     ]
 
 
+_NOT_INPUTS: tuple[type, ...] = (*DECISION_TYPES, Rejected)
+# Runs per inbox message: the decoder makes exactly these classes, so a set lookup settles the
+# common case before isinstance walks the dozen decision types.
+_INPUTS: frozenset[type] = frozenset(INPUT_TYPES) - {Rejected}
+
+
 def _checked(*, seq: int, subject: str, data: bytes, event: AnyEvent) -> InboxItem:
-    if isinstance(event, (*DECISION_TYPES, Rejected)):
+    if type(event) not in _INPUTS and isinstance(event, _NOT_INPUTS):
         reason = f"{type(event).__name__} is written by the leader only, not published to the inbox"
         return rejected_item(seq=seq, subject=subject, data=data, reason=reason)
     source = subjects.inbox_source(subject)
