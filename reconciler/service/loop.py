@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -289,6 +290,7 @@ class LeaderLoop:
     def _fold_all(self, entries: Sequence[ev.LogEntry], *, decisions: bool) -> None:
         assert self.state is not None
         counted: dict[type, int] = {}  # counters moved once per event type and batch, not per entry
+        say: Any = None  # the logger for noteworthy decisions, resolved at the batch's first one
         for entry in entries:
             self.state = core.fold(self.state, entry)
             kind = type(entry.event)
@@ -300,7 +302,10 @@ class LeaderLoop:
             elif kind is ev.QueuesConfigured:
                 self._queues = entry.event  # type: ignore[assignment]
             elif decisions and kind in _NOTEWORTHY:
-                _log_decision(entry)
+                if say is None:
+                    say = _decision_logger()
+                if say is not False:
+                    _log_decision(say, entry)
         counters = self._counters
         for kind, n in counted.items():
             counter = counters.get(kind)
@@ -351,12 +356,21 @@ _NOTEWORTHY: frozenset[type] = frozenset(
 )
 
 
-def _log_decision(entry: ev.LogEntry) -> None:
+def _decision_logger() -> Any:
+    """A logger bound once for a batch's noteworthy decisions, or False if info lines are filtered
+    out: the module's lazy logger binds afresh at every call, and behind a backlog of jobs that
+    do not fit that, with each line's context, cost more per job than appending the decision."""
+    bound = log.bind()
+    enabled = getattr(bound, "is_enabled_for", None)  # structlog's filtering loggers have it
+    return False if enabled is not None and not enabled(logging.INFO) else bound
+
+
+def _log_decision(say: Any, entry: ev.LogEntry) -> None:
     event = entry.event
     ctx = event_context(event)
     kind = ctx.pop("event")
     detail = getattr(event, "message", "") or getattr(event, "reason", "")
-    log.info("decided", decision=kind, seq=entry.seq, detail=detail or None, **ctx)
+    say.info("decided", decision=kind, seq=entry.seq, detail=detail or None, **ctx)
 
 
 async def _unless_lost(work: Coroutine[Any, Any, None], lost: asyncio.Event | None) -> bool:
