@@ -62,7 +62,14 @@ class FastParser(Parser):
         nc: Any = self.nc
         sinks: dict[int, Sink] = nc.raw_sinks
         stats = nc.stats
-        pos, size = 0, len(buf)
+        if self.state == AWAITING_MSG_PAYLOAD and len(buf) < self.needed + 2:
+            return  # a large message still arriving: not copied once per read
+        # Messages are sliced from an immutable copy of the buffer: a slice of it is the bytes a
+        # sink keeps, where a slice of the bytearray had to be copied again (payload, subject and
+        # reply of every message). Taken again whenever ``buf`` changes under it.
+        view = bytes(buf)
+        pos, size = 0, len(view)
+        count = nbytes = 0
         try:
             while pos < size:
                 if self.state == AWAITING_MSG_PAYLOAD:
@@ -75,28 +82,29 @@ class FastParser(Parser):
                     self.header_needed = 0
                     self.state = AWAITING_CONTROL_LINE
                 else:
-                    if buf.startswith(b"MSG ", pos):
+                    if view.startswith(b"MSG ", pos):
                         headers = False
-                    elif buf.startswith(b"HMSG ", pos):
+                    elif view.startswith(b"HMSG ", pos):
                         headers = True
                     else:  # PING, PONG, +OK, -ERR, INFO (rare): one, as nats-py reads it
                         del buf[:pos]
                         pos = 0
                         if not await self._control(buf) or self.buf is not buf:
                             return
-                        size = len(buf)
+                        view = bytes(buf)
+                        size = len(view)
                         continue
-                    end = buf.find(_CRLF, pos)
+                    end = view.find(_CRLF, pos)
                     if end < 0:
                         break
-                    parts = buf[pos:end].split()
+                    parts = view[pos:end].split()
                     try:
-                        subject, sid = bytes(parts[1]), int(parts[2])
+                        subject, sid = parts[1], int(parts[2])
                         if headers:
-                            reply = bytes(parts[3]) if len(parts) == 6 else b""
+                            reply = parts[3] if len(parts) == 6 else b""
                             hsize, needed = int(parts[-2]), int(parts[-1])
                         else:
-                            reply = bytes(parts[3]) if len(parts) == 5 else b""
+                            reply = parts[3] if len(parts) == 5 else b""
                             hsize, needed = 0, int(parts[-1])
                     except (IndexError, ValueError):
                         raise ProtocolError("nats: malformed MSG") from None  # as nats-py says it
@@ -107,11 +115,11 @@ class FastParser(Parser):
                         self.state = AWAITING_MSG_PAYLOAD
                         break
                 if hsize:
-                    hdr: bytes | None = bytes(buf[pos : pos + hsize])
-                    payload = bytes(buf[pos + hsize : pos + needed])
+                    hdr: bytes | None = view[pos : pos + hsize]
+                    payload = view[pos + hsize : pos + needed]
                 else:
                     hdr = None
-                    payload = bytes(buf[pos : pos + needed])
+                    payload = view[pos : pos + needed]
                 pos += needed + 2
                 sink = sinks.get(sid)
                 if sink is None:
@@ -119,13 +127,15 @@ class FastParser(Parser):
                     if self.buf is not buf:  # reset meanwhile (reconnecting): nothing left to read
                         return
                     continue
-                stats["in_msgs"] += 1
-                stats["in_bytes"] += len(payload)
+                count += 1
+                nbytes += len(payload)
                 try:
                     sink(subject, reply, payload, hdr)
                 except Exception as err:  # never out of the read loop: it would stop reading
                     log.error("raw_sink_failed", sid=sid, error=repr(err))
         finally:
+            stats["in_msgs"] += count
+            stats["in_bytes"] += nbytes
             if pos and self.buf is buf:
                 del buf[:pos]
 
