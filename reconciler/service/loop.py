@@ -305,7 +305,7 @@ class LeaderLoop:
                 if say is None:
                     say = _decision_logger()
                 if say is not False:
-                    _log_decision(say, entry)
+                    _log_decision(entry, say)
         counters = self._counters
         for kind, n in counted.items():
             counter = counters.get(kind)
@@ -365,7 +365,7 @@ def _decision_logger() -> Any:
     return False if enabled is not None and not enabled(logging.INFO) else bound
 
 
-def _log_decision(say: Any, entry: ev.LogEntry) -> None:
+def _log_decision(entry: ev.LogEntry, say: Any = log) -> None:
     event = entry.event
     ctx = event_context(event)
     kind = ctx.pop("event")
