@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 
 import msgspec
 import pytest
+import structlog
 
 from eventlog import codec
 from eventlog import events as ev
@@ -276,3 +278,25 @@ async def test_no_tick_passes_over_a_heartbeat_stored_before_it(
     late_heartbeat = decisions_of(entries, ev.ClusterHeartbeat)[1]
     before = entries[: entries.index(late_heartbeat)]
     assert not decisions_of(before, ev.ClusterLost), [type(e.event).__name__ for e in entries]
+
+
+
+async def test_noteworthy_decisions_are_logged_unless_info_lines_are_filtered_out(jslog: JetStreamLog) -> None:
+    captured = structlog.testing.LogCapture()
+    structlog.configure(processors=[captured], wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    try:
+        loop, stop, term = await _start(jslog)
+        await publish_clusters(jslog)
+        await jslog.inbox.publish(submission(0, gpus=100), msg_id="s0")  # no cluster has 100 GPUs
+        first = decisions_of(await wait_for(jslog, lambda es: bool(decisions_of(es, ev.Unschedulable))), ev.Unschedulable)
+        await eventually(lambda: loop.last_seq >= first[0].seq, what="the loop folded its decision")
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        await jslog.inbox.publish(submission(1, gpus=100), msg_id="s1")
+        both = decisions_of(await wait_for(jslog, lambda es: len(decisions_of(es, ev.Unschedulable)) >= 2), ev.Unschedulable)
+        await eventually(lambda: loop.last_seq >= both[1].seq, what="the loop folded the second decision")
+        stop.set()
+        assert await term == "stopped"
+    finally:
+        structlog.reset_defaults()  # other tests in this process expect structlog as it was
+    decided = [e for e in captured.entries if e["event"] == "decided"]
+    assert [(e["decision"], e["job"], e["log_level"]) for e in decided] == [("Unschedulable", "team-a/job-0", "info")]
