@@ -178,8 +178,8 @@ class Scratch:
         slots, tick, claims = seen
         if claims != self.claim_changes or not len(slots):
             return False
-        if self.touched_at is None:
-            return True
+        if self.touched_at is None or self.ticks - tick < len(slots):
+            return True  # (fewer ticks since than clusters: some cluster is untouched since)
         return bool((self.touched_at[slots] <= tick).any())
 
     def assume(self, cluster: str, demand: Resources) -> None:
