@@ -66,6 +66,7 @@ class Scratch:
     _no_kueue: bool = False  # no worker reported queues (the table does not change in a pass)
     classes: dict[ClassKey, Seen] = field(default_factory=dict)  # ``spec_classes``: per spec class
     class_rules: dict[str, Rules] = field(default_factory=dict)  # ``spec_classes``: per profile
+    books: object = None  # ``draft``'s view of this scratch as ``transitions.Books``, made once
 
     @staticmethod
     def start(state: State) -> Scratch:
