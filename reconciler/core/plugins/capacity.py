@@ -188,6 +188,8 @@ def _headroom_few(
             total += min(max(left * MAX_SCORE // denominators.item(slot, j), 0), MAX_SCORE)
         out.append(total // len(needs))
     return np.array(out, dtype=np.int64)
+
+
 _DEMANDS = 4_096  # demand vectors remembered per table version (cleared when full)
 
 
