@@ -245,7 +245,8 @@ def _choose(s: Scratch, d: Draft, *, profile: CompiledProfile, ranked: Slots, cl
         tried = np.array([table.index[c] for c in d.tried if c in table.index], dtype=np.intp)
         ranked = ranked[~np.isin(ranked, tried)]
     take = width(profile.spec.strategy, placement=d.job.placement, available=len(ranked))
-    return [table.names[int(i)] for i in ranked[:take]]
+    names = table.names
+    return [names[i] for i in ranked[:take].tolist()]
 
 
 def _preempt(s: Scratch, d: Draft, *, evaluation: Evaluation) -> bool:

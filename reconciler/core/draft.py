@@ -84,7 +84,10 @@ class Draft:
 
     def _apply(self, s: Scratch, event: ev.DecisionEvent) -> None:
         s.emit(event)
-        transitions.apply(self, event, _Books(s))
+        books = s.books
+        if not isinstance(books, _Books):  # (one per pass, not one per decision)
+            books = s.books = _Books(s)
+        transitions.apply(self, event, books)
 
     def withdraw(self, s: Scratch, *, cluster: str, attempt: int, reason: str) -> None:
         if self.terminal:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from eventlog import events as ev
 from eventlog.events import Resources
 from reconciler.core import phases
-from reconciler.core.clusters import LOST, READY, REMOVED, Mask
+from reconciler.core.clusters import LOST, READY, REMOVED, ClusterTable, Mask
 from reconciler.core.framework.interface import CycleInput, JobView
 from reconciler.core.inflight import InFlight
 from reconciler.core.jobs import Charge, Claim, Copy, JobRecord
@@ -23,6 +23,10 @@ from reconciler.core.queues.admit import queue_of
 from reconciler.core.queues.usage import Usage
 from reconciler.core.state import State, charge_for
 from reconciler.core.workerqueues import worker_queues
+
+# Past this, ``_shift``'s rows are left to numpy (whose int64 arithmetic wraps where Python's
+# integers would not).
+_SAFE = 1 << 62
 
 if TYPE_CHECKING:
     from reconciler.core.spec_classes import ClassKey, Rules, Seen
@@ -62,6 +66,7 @@ class Scratch:
     _no_kueue: bool = False  # no worker reported queues (the table does not change in a pass)
     classes: dict[ClassKey, Seen] = field(default_factory=dict)  # ``spec_classes``: per spec class
     class_rules: dict[str, Rules] = field(default_factory=dict)  # ``spec_classes``: per profile
+    books: object = None  # ``draft``'s view of this scratch as ``transitions.Books``, made once
 
     @staticmethod
     def start(state: State) -> Scratch:
@@ -122,6 +127,9 @@ class Scratch:
         slot = table.index.get(cluster)
         if slot is None or not demand:
             return
+        if self._shift_few(table, slot, demand, sign):
+            self.touch(slot)
+            return
         row = self.assumed[slot]  # (a view: updated in place)
         if sign > 0:
             row += table.vector(demand)
@@ -129,6 +137,29 @@ class Scratch:
             row -= table.vector(demand)
         self.free_base[slot] = table.capacity[slot] - np.maximum(table.reported[slot], row)
         self.touch(slot)
+
+    def _shift_few(self, table: ClusterTable, slot: int, demand: Resources, sign: int) -> bool:
+        """``_shift``'s arithmetic on the demanded columns alone, in plain integers (a job asks
+        for few resources: numpy's calls on whole rows cost more); only the demanded columns'
+        free capacity can change. False, having changed nothing: numbers so large that int64
+        might wrap, which numpy's rows then do as before."""
+        index = table.resources.index
+        assumed, reported, capacity = self.assumed, table.reported, table.capacity
+        out: list[tuple[int, int, int]] = []
+        for name, value in demand.items():
+            col = index.get(name)
+            if col is None:
+                continue
+            row = assumed.item(slot, col) + sign * value
+            free = capacity.item(slot, col) - max(reported.item(slot, col), row)
+            if not (-_SAFE < row < _SAFE and -_SAFE < free < _SAFE):
+                return False
+            out.append((col, row, free))
+        free_base = self.free_base
+        for col, row, free in out:
+            assumed[slot, col] = row
+            free_base[slot, col] = free
+        return True
 
     def touch(self, slot: int) -> None:
         """Something per-cluster changed on this cluster (free capacity, health, copies)."""
@@ -148,8 +179,8 @@ class Scratch:
         slots, tick, claims = seen
         if claims != self.claim_changes or not len(slots):
             return False
-        if self.touched_at is None:
-            return True
+        if self.touched_at is None or self.ticks - tick < len(slots):
+            return True  # (fewer ticks since than clusters: some cluster is untouched since)
         return bool((self.touched_at[slots] <= tick).any())
 
     def assume(self, cluster: str, demand: Resources) -> None:

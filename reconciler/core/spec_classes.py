@@ -18,6 +18,7 @@ outlives it (the table, ``now`` and the profiles do not change within a pass). A
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -69,6 +70,7 @@ class Seen:
     ranking: list[tuple[int, int, int]] | None = None
     ranked_at: int = 0
     ranked: Slots | None = None
+    order: list[int] | None = None  # the ranking's slots, in its order (to find a cluster's entry)
 
 
 class Feasible:
@@ -121,29 +123,15 @@ class Feasible:
         candidates = self.now()
         s = self._s
         table = s.state.clusters
-        if seen.ranking is None or s.ticks - seen.ranked_at > FEW:
+        if seen.ranking is None or seen.order is None or s.ticks - seen.ranked_at > FEW:
             evaluation = rank(self._profile, seen.inp, candidates=candidates)
-            seen.ranking = _entries(evaluation.ranked, evaluation.totals, table.name_rank)
+            seen.ranking, seen.order = _entries(evaluation.ranked, evaluation.totals, table.name_rank)
             seen.ranked = evaluation.ranked
         elif seen.ranked_at != s.ticks:
-            touched = set(s.touches[seen.ranked_at :])
-            ranking = [entry for entry in seen.ranking if entry[2] not in touched]
-            passed = seen.passed  # (None: no cluster that passed the static filters was touched)
-            again = np.array(sorted(slot for slot in touched if passed is not None and passed[slot]), dtype=np.intp)
-            if len(again):  # (per cluster: scored alone, each scores as among all the candidates)
-                totals = totals_of(self._profile, seen.inp, candidates=again)
-                if totals is None:
-                    evaluation = rank(self._profile, seen.inp, candidates=again)
-                    ranking += _entries(evaluation.ranked, evaluation.totals, table.name_rank)
-                else:
-                    name_rank = table.name_rank
-                    ranking += [(-t, name_rank.item(slot), slot) for slot, t in zip(again.tolist(), totals, strict=True)]
-                ranking.sort()
-            if ranking != seen.ranking:
-                seen.ranking, seen.ranked = ranking, None
+            _rerank(self._profile, seen, s.touches[seen.ranked_at :], table.name_rank)
         seen.ranked_at = s.ticks
         if seen.ranked is None:
-            seen.ranked = np.array([slot for _, _, slot in seen.ranking], dtype=np.intp)
+            seen.ranked = np.array(seen.order, dtype=np.intp)
         return seen.ranked
 
     def any(self) -> bool:
@@ -232,7 +220,42 @@ def refresh(s: Scratch, profile: CompiledProfile, seen: Seen) -> Slots:
     return seen.candidates
 
 
-def _entries(ranked: Slots, totals: Scores, name_rank: Slots) -> list[tuple[int, int, int]]:
-    """(-total, name rank, slot) per ranked cluster: sorted, the order ``rank`` gives."""
+def _rerank(profile: CompiledProfile, seen: Seen, touches: list[int], name_rank: Slots) -> None:
+    """The class's ranking with the clusters touched since scored again (per cluster: each
+    scores alone as among all the candidates). A few entries leave and come back in place
+    (``bisect``; the ranking is sorted and a slot is in it once), not a sort of the whole; the
+    ranking is left as it is (its array too) when the touched clusters score as before."""
+    assert seen.ranking is not None and seen.order is not None
+    touched = sorted(set(touches))
+    order = seen.order
+    gone = [order.index(slot) for slot in touched if slot in order]
+    passed = seen.passed  # (None: no cluster that passed the static filters was touched)
+    again = [slot for slot in touched if passed is not None and passed[slot]]
+    back: list[tuple[int, int, int]] = []
+    if again:
+        slots = np.array(again, dtype=np.intp)
+        totals = totals_of(profile, seen.inp, candidates=slots)
+        if totals is None:
+            evaluation = rank(profile, seen.inp, candidates=slots)
+            back = _entries(evaluation.ranked, evaluation.totals, name_rank)[0]
+        else:
+            back = [(-t, name_rank.item(slot), slot) for slot, t in zip(again, totals, strict=True)]
+    ranking = seen.ranking
+    if sorted(ranking[i] for i in gone) == sorted(back):
+        return  # (the same entries: same order)
+    ranking, order = ranking.copy(), order.copy()
+    for i in sorted(gone, reverse=True):
+        del ranking[i]
+        del order[i]
+    for entry in back:
+        i = bisect_left(ranking, entry)
+        ranking.insert(i, entry)
+        order.insert(i, entry[2])
+    seen.ranking, seen.order, seen.ranked = ranking, order, None
+
+
+def _entries(ranked: Slots, totals: Scores, name_rank: Slots) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """(-total, name rank, slot) per ranked cluster: sorted, the order ``rank`` gives; and the
+    slots alone."""
     slots: list[int] = ranked.tolist()
-    return list(zip((-totals).tolist(), name_rank[ranked].tolist(), slots, strict=True))
+    return list(zip((-totals).tolist(), name_rank[ranked].tolist(), slots, strict=True)), slots

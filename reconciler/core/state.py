@@ -263,10 +263,9 @@ class State:
 
 
 def charge_for(cluster_queue: str, demand: Resources, flavors: dict[str, str]) -> Charge:
-    return Charge(
-        cluster_queue=cluster_queue,
-        amounts=sorted((flavor, r, demand[r]) for r, flavor in flavors.items() if demand.get(r, 0) > 0),
-    )
+    amounts = [(flavor, r, demand[r]) for r, flavor in flavors.items() if demand.get(r, 0) > 0]
+    amounts.sort()  # (a list sorted in place: no generator for ``sorted`` to drain)
+    return Charge(cluster_queue=cluster_queue, amounts=amounts)
 
 
 def first_flavors(tree: QueueTree, job: JobRecord) -> dict[str, str]:

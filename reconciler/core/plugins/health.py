@@ -17,6 +17,10 @@ REASON_NOT_READY = "cluster not ready (lost or removed)"
 REASON_DRAINING = "cluster draining (its WorkerCluster was deleted)"
 
 
+# Up to this many clusters, the survivors in plain Python (``capacity.FEW``'s reason).
+FEW = 4
+
+
 def _draining_columns(table: ClusterTable) -> list[int]:
     """The table's draining taint columns, found once per table version (not per job)."""
     key = (table.version, table.facts_version)
@@ -35,6 +39,9 @@ class ClusterHealth(FilterPlugin):
     def survivors(self, inp: CycleInput, slots: Slots) -> Slots | None:
         if _draining_columns(inp.clusters):
             return None
+        if len(slots) <= FEW:  # (a cluster a nomination touched: numpy's calls cost more)
+            ready = inp.ready
+            return np.array([slot for slot in slots.tolist() if ready.item(slot)], dtype=np.intp)
         kept: Slots = slots[inp.ready[slots]]
         return kept
 

@@ -71,6 +71,7 @@ def plain() -> Iterator[None]:
         mock.patch.object(spec_classes, "active_filters", _every_dynamic),
         mock.patch.object(spec_classes, "lookup", lambda s, profile, job: None),
         mock.patch.object(Scratch, "still_fits", lambda self, seen: False),
+        mock.patch.object(Scratch, "_shift_few", lambda self, table, slot, demand, sign: False),
         mock.patch.object(cycle, "_survivors", lambda plugin, inp, slots: None),
         mock.patch.object(capacity, "_demanded", lambda table, demand_vec: None),
         mock.patch.object(admit, "_plan", lambda tree, node, demand: None),
