@@ -209,8 +209,12 @@ class BatchingInbox:
                 timer.cancel()
             self._timer = loop.call_at(deadline, self._expire)
         if self._flush_at is None:
-            self._flush_at = loop.call_soon(self._flush)
+            self._flush_at = loop.call_soon(self._flush_next)
         return pending
+
+    def _flush_next(self) -> None:
+        """One more turn of the loop before writing: the reviews read in it join the batch."""
+        self._flush_at = asyncio.get_running_loop().call_soon(self._flush)
 
     def _expire(self) -> None:
         loop = asyncio.get_running_loop()
