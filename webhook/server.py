@@ -9,7 +9,7 @@ the review is answered anyway (the job stays held; the manager watcher backfills
 ``kdispatch_webhook_publish_failures`` counts it.
 
 A review is answered without a task of its own: decided as soon as its body is in, and, when it
-records something, answered from the inbox acknowledgement's callback (``Inbox.submit``).
+records something, answered from the inbox acknowledgement's callback (``Inbox.send``).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ _OK = b"ok\n"
 
 
 class Inbox(Protocol):
-    def submit(self, event: ev.InputEvent, *, msg_id: str | None = None, timeout_s: float = 2.0) -> asyncio.Future[int]:
-        """The event queued for the inbox: its future resolves to its inbox sequence once
-        acknowledged, or fails (``PublishTimeout`` past ``timeout_s``, ``LogError``)."""
+    def send(self, event: ev.InputEvent, *, msg_id: str | None, timeout_s: float, then: Callable[[int | BaseException], None]) -> object:
+        """The event queued for the inbox: ``then`` is called once with its inbox sequence when
+        acknowledged, or the error (``PublishTimeout`` past ``timeout_s``, ``LogError``)."""
         ...
 
 
@@ -74,6 +74,7 @@ class WebhookServer:
         self.bytes_in_flight = 0
         self.metrics = Metrics()
         self._published_by_type: dict[str, Any] = {}
+        self._debug: Callable[..., Any] | None = None  # the configured logger's debug, bound at first use
         self.in_flight = 0
         # Read when scraped, not kept up to date per review (two locked updates per request).
         self.metrics.in_flight.set_function(lambda: self.in_flight)
@@ -129,24 +130,25 @@ class WebhookServer:
             log.warning("publish_skipped", reason="NATS not connected; the manager watcher will backfill", **_fields(record))
             self.record(rest, then)
             return
+        def acknowledged(outcome: int | BaseException) -> None:
+            if isinstance(outcome, BaseException):
+                self._failed(record, outcome)
+            else:
+                self._published(type(record.event).__name__).inc()
+                debug = self._debug
+                if debug is None:  # through the lazy proxy each call looked the logger up again (~1 us a review)
+                    debug = self._debug = log.bind().debug
+                debug("published", inbox_seq=outcome, msg_id=record.msg_id)  # the inbox itself is the record
+            if rest:
+                self.record(rest, then)
+            else:
+                then()
+
         try:  # the inbox honours the bound itself (one timer for all waiters in the batching inbox)
-            future = inbox.submit(record.event, msg_id=record.msg_id, timeout_s=self.publish_timeout_s)
+            inbox.send(record.event, msg_id=record.msg_id, timeout_s=self.publish_timeout_s, then=acknowledged)
         except Exception as err:  # e.g. an event that cannot be encoded: answered regardless
             self._failed(record, err)
             self.record(rest, then)
-            return
-
-        def acknowledged(done: asyncio.Future[int]) -> None:
-            if done.cancelled():
-                self._failed(record, asyncio.CancelledError())
-            elif (err := done.exception()) is not None:
-                self._failed(record, err)
-            else:
-                self._published(type(record.event).__name__).inc()
-                log.debug("published", inbox_seq=done.result(), msg_id=record.msg_id)  # the inbox itself is the record
-            self.record(rest, then)
-
-        future.add_done_callback(acknowledged)
 
     def _failed(self, record: admit.Record, err: BaseException) -> None:
         if isinstance(err, (TimeoutError, PublishTimeout)):

@@ -163,3 +163,26 @@ async def test_an_event_written_to_a_server_that_died_is_published_again_after_t
         await jlog.close()
         if again is not None:
             await again.stop_async()
+
+
+async def test_a_waiter_that_fails_does_not_stop_the_acks_of_the_others(jslog: JetStreamLog) -> None:
+    """Waiters are told from the ack's parse (``send``): one whose callback raises is logged, and
+    the events after it in the same batch are still acknowledged to theirs."""
+    inbox = await BatchingInbox(jslog).open()
+    told: list[int | BaseException] = []
+    all_told = asyncio.get_running_loop().create_future()
+
+    def broken(_: int | BaseException) -> None:
+        raise RuntimeError("a waiter's bug")
+
+    def keep(outcome: int | BaseException) -> None:
+        told.append(outcome)
+        if len(told) == 2:
+            all_told.set_result(None)
+
+    inbox.send(_event(1), msg_id="w1", timeout_s=5, then=keep)
+    inbox.send(_event(2), msg_id="w2", timeout_s=5, then=broken)
+    inbox.send(_event(3), msg_id="w3", timeout_s=5, then=keep)
+    await asyncio.wait_for(all_told, 10)
+    assert told == [1, 3]
+    assert await inbox.publish(_event(4), msg_id="w4", timeout_s=5) == 4
