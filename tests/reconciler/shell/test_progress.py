@@ -15,7 +15,7 @@ import pytest
 
 from reconciler.edge.progress import Progress
 
-TIRESIAS = Path("/work/shared/corpus/traces/tiresias-sample/60_job.csv")
+TIRESIAS = Path(__file__).resolve().parents[3] / "data" / "traces" / "tiresias-sample" / "60_job.csv"  # the repository's copy
 ERASE_LINE_ABOVE = "\x1b[1A\x1b[2K"  # what rich writes to take a transient bar away
 
 
