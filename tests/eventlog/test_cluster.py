@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,9 @@ async def publish_all(jlog: JetStreamLog, acked: dict[int, int]) -> None:
         await asyncio.sleep(0.002)
 
 
-async def sequence_until(jlog: JetStreamLog, *, done: asyncio.Event, appended: list[int]) -> None:
+async def sequence_until(
+    jlog: JetStreamLog, *, done: asyncio.Event, appended: list[int], groups: list[list[int]] | None = None
+) -> None:
     """A leader loop as the shell runs it: on any log error, resume from the log and go on."""
     seq = jlog.sequencer("leader")
     while True:
@@ -49,9 +52,15 @@ async def sequence_until(jlog: JetStreamLog, *, done: asyncio.Event, appended: l
             await seq.resume()
             while not (done.is_set() and seq.last_inbox_seq >= N):
                 items = await seq.pull(max_items=100, timeout_s=0.1)
+                if len(items) == 1 and not done.is_set():
+                    # A slow producer (a loaded machine) would make every append one entry long,
+                    # and appends of several entries are what the chained ids are for.
+                    items += await seq.pull(max_items=99, timeout_s=0.2)
                 if items:
                     entries = await seq.append_inputs(items, at_ms=1)
                     appended.extend(e.seq for e in entries)
+                    if groups is not None:
+                        groups.append([e.seq for e in entries])
             return
         except Exception as err:  # LogError, timeouts, API errors while leaders move
             print("sequencer retry:", type(err).__name__, err)  # shown by pytest if the test fails
@@ -79,7 +88,8 @@ async def test_stop_the_leader_node_while_publishing_and_sequencing(
         appended: list[int] = []
         done = asyncio.Event()
         producer = asyncio.create_task(publish_all(producer_log, acked))
-        sequencer = asyncio.create_task(sequence_until(jlog, done=done, appended=appended))
+        groups: list[list[int]] = []
+        sequencer = asyncio.create_task(sequence_until(jlog, done=done, appended=appended, groups=groups))
         await eventually(lambda: len(appended) >= N // 3 or Unmet(len(appended)), timeout_s=60, what=f"{N // 3} appended")
         appended_before_stop = list(appended)
         await asyncio.to_thread(leader_node.stop)  # SIGTERM the log stream's leader mid-stream
@@ -89,8 +99,12 @@ async def test_stop_the_leader_node_while_publishing_and_sequencing(
 
         entries = [e async for batch in jlog.reader.read() for e in batch]
         if not batches:  # appends of several entries went one by one, chained
-            stored = [await jlog.js.get_msg(jlog.names.log_stream, e.seq) for e in entries]
-            assert any("Nats-Expected-Last-Msg-Id" in (m.headers or {}) for m in stored)
+            headers = {e.seq: (await jlog.js.get_msg(jlog.names.log_stream, e.seq)).headers or {} for e in entries}
+            chained = [g for g in groups if len(g) > 1]
+            assert chained, f"no append of several entries in {len(groups)} appends"
+            for group in chained:  # each entry after an append's first names the one before it
+                for before, after in itertools.pairwise(group):
+                    assert headers[after].get("Nats-Expected-Last-Msg-Id") == headers[before]["Nats-Msg-Id"]
     finally:
         for client in (jlog, producer_log):
             with contextlib.suppress(Exception):
