@@ -181,24 +181,11 @@ class Publisher:
     ) -> list[PubAck | None]:
         results: list[PubAck | None] = [None] * count
         remaining = count
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        reconnects = self._nc.stats["reconnects"]
-        items = sub.items
-        msg: Raw
+        replies = _Replies(self._nc, sub, timeout_s=timeout_s)
         while remaining:
-            if not items:
-                if self._nc.stats["reconnects"] != reconnects:
-                    # The connection the batch went out on is gone: acks routed through it never
-                    # come. Give the others a moment, then let the caller publish again.
-                    reconnects = self._nc.stats["reconnects"]
-                    deadline = min(deadline, loop.time() + _AFTER_RECONNECT_S)
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                await sub.wait(min(left, _POLL_S))
-                continue
-            msg = items.popleft()
+            msg = await replies.next()
+            if msg is None:
+                break
             idx = int(msg[0].rpartition(b".")[2]) - base
             if 0 <= idx < count and results[idx] is None:
                 results[idx] = _decode_ack(msg[2], msg[3])
@@ -226,21 +213,12 @@ class Publisher:
             return await self._collect_fast(sub, ours=ours, timeout_s=timeout_s)
 
     async def _collect_fast(self, sub: RawSubscription, *, ours: bytes, timeout_s: float) -> PubAck | None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        reconnects = self._nc.stats["reconnects"]
-        items = sub.items
+        replies = _Replies(self._nc, sub, timeout_s=timeout_s)
         while True:
-            if not items:
-                if self._nc.stats["reconnects"] != reconnects:
-                    reconnects = self._nc.stats["reconnects"]
-                    deadline = min(deadline, loop.time() + _AFTER_RECONNECT_S)
-                left = deadline - loop.time()
-                if left <= 0:
-                    return None
-                await sub.wait(min(left, _POLL_S))
-                continue
-            subject, _, data, raw_headers = items.popleft()
+            msg = await replies.next()
+            if msg is None:
+                return None
+            subject, _, data, raw_headers = msg
             if not subject.startswith(ours):
                 continue  # an earlier batch's late reply
             if raw_headers and headers_of(raw_headers).get("Status") == "503":
@@ -252,3 +230,28 @@ class Publisher:
             if reply.type:
                 continue  # flow control: the final ack still comes
             return PubAck(reply.stream, reply.seq, reply.duplicate, reply.error, reply.count)
+
+
+class _Replies:
+    """Replies read off ``sub`` until ``timeout_s`` has passed. A reconnect shortens the wait: the
+    connection a batch went out on is gone and acks routed through it never come, so the others
+    get a moment and then the caller publishes again."""
+
+    def __init__(self, nc: Client, sub: RawSubscription, *, timeout_s: float) -> None:
+        self._nc, self._sub = nc, sub
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + timeout_s
+        self._reconnects = nc.stats["reconnects"]
+
+    async def next(self) -> Raw | None:
+        """The next reply, or ``None`` once the time is up."""
+        items = self._sub.items
+        while not items:
+            if self._nc.stats["reconnects"] != self._reconnects:
+                self._reconnects = self._nc.stats["reconnects"]
+                self._deadline = min(self._deadline, self._loop.time() + _AFTER_RECONNECT_S)
+            left = self._deadline - self._loop.time()
+            if left <= 0:
+                return None
+            await self._sub.wait(min(left, _POLL_S))
+        return items.popleft()
