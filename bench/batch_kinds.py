@@ -119,6 +119,12 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=500, help="messages per batch (per append)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.messages < 1:
+        parser.error(f"--messages must be at least 1, got {args.messages}")
+    if args.batch < 1:
+        parser.error(f"--batch must be at least 1, got {args.batch}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     results: dict[str, list[tuple[float, float]]] = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory(prefix="kd-bench-") as tmp:

@@ -68,6 +68,12 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each way, alternating")
     parser.add_argument("--pull", type=int, default=500, help="most inputs per pull")
     args = parser.parse_args()
+    if args.inputs < 1:
+        parser.error(f"--inputs must be at least 1, got {args.inputs}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.pull < 1:
+        parser.error(f"--pull must be at least 1, got {args.pull}")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     results: dict[str, list[tuple[float, float]]] = {way: [] for way in WAYS}
     sizes: dict[str, float] = {}
